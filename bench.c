@@ -1,0 +1,816 @@
+/* bench.c - the paper's benchmarks, measured here and printed beside the paper's own numbers.
+ *
+ *   ./bench --table 4 [--model 4b] [--quick] [--reps N] [--csv t4.csv] [--svg t4.svg]
+ *                       Table 4: forward latency, B=32 sequences of a shared prefix P + a unique suffix S
+ *   ./bench --table 2   Table 2: the Amdahl model (f_c, r = N/N') vs the observed speedup, three models
+ *   ./bench --table 5   Table 5: CPU index construction (radix_index_build); needs no GPU
+ *   ./bench --table 6   Table 6: the gather/scatter (index_select) kernel vs a device-to-device copy
+ *   ./bench --workload reranker    synthetic MS MARCO-shaped reranking batches (Tables 1 and 3, synthetic)
+ *   ./bench --replot t4.csv --svg t4.svg    re-plot a recorded Table 4 CSV; needs no GPU
+ *
+ * How things are measured:
+ *   forward     gpu_forward(last_only=1, logits=NULL). info.forward_ms is timed with CUDA events inside the
+ *               library around the GPU forward; the CPU trie is not in it (the paper builds it asynchronously).
+ *               One warm-up call per mode, then `reps` rounds of baseline, radix, compact in turn; medians.
+ *   index       radix_index_build on one CPU thread, CLOCK_MONOTONIC, median and mean over >= 0.2 s.
+ *   kernels     gpu_time_index_select, gpu_time_copy, gpu_time_gemm: CUDA events, median after a warm-up.
+ * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random), never zero.
+ * Every number taken from the paper sits in a column whose name starts with "paper".
+ * Results go to stdout as markdown (and --csv FILE), progress to stderr.                                    */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, popen */
+#include "radixmlp.h"
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ------------------------------------------------------------------------------------------------------------
+ * the paper's numbers (H100 80GB, fp16, candle-cuda / TEI; Table 5: Rust on "a standard Intel server CPU")
+ * ---------------------------------------------------------------------------------------------------------- */
+typedef struct { int P, S; double radix_ms, base_ms, speedup; } PaperT4;
+static const PaperT4 PAPER_T4[] = {   /* Qwen3-4B, B = 32 */
+    {1, 256, 188.4, 184.0, 0.98},    {16, 256, 190.5, 191.6, 1.01},   {32, 256, 192.4, 200.9, 1.04},
+    {128, 256, 190.5, 261.6, 1.37},  {256, 256, 202.4, 344.8, 1.70},  {512, 256, 218.6, 523.7, 2.40},
+    {1024, 256, 263.9, 888.0, 3.36}, {2048, 256, 399.7, 1655.8, 4.14},
+    {1, 1024, 742.2, 727.2, 0.98},   {32, 1024, 743.9, 732.0, 0.98},  {128, 1024, 748.0, 792.4, 1.06},
+    {256, 1024, 747.5, 885.5, 1.18}, {512, 1024, 780.2, 1074.0, 1.38}, {1024, 1024, 839.8, 1494.0, 1.78},
+    {2048, 1024, 1019.4, 2318.1, 2.27},
+};
+typedef struct { double f_c, predicted, observed, base_ms, radix_ms; } PaperT2;   /* P=2048, S=256, B=32 */
+typedef struct { double gamma_a, base_a, radix_a, gamma_b, base_b, radix_b; } PaperT3; /* TEI p50 seconds */
+
+/* --------------------------------------------------------------------------------------------------------- 
+ * the models (QWEN3.md); field order: vocab, hidden, intermediate, layers, heads, kv heads, head_dim,
+ * max positions, rope theta, rms eps, tied embeddings
+ * ---------------------------------------------------------------------------------------------------------- */
+typedef struct { const char *key, *name; Qwen3Config cfg; PaperT2 t2; PaperT3 t3; } ModelSpec;
+static const ModelSpec MODELS[3] = {
+    {"0.6b", "Qwen3-0.6B", {151936, 1024, 3072, 28, 16, 8, 128, 40960, 1e6, 1e-6, 1},
+     {0.73, 2.68, 2.74, 394, 144}, {0.61, 0.78, 0.55, 0.71, 0.70, 0.57}},
+    {"4b", "Qwen3-4B", {151936, 2560, 9728, 36, 32, 8, 128, 40960, 1e6, 1e-6, 1},
+     {0.88, 4.14, 4.14, 1656, 400}, {0.61, 3.65, 2.39, 0.71, 3.33, 2.52}},
+    {"8b", "Qwen3-8B", {151936, 4096, 12288, 36, 32, 8, 128, 40960, 1e6, 1e-6, 0},
+     {0.92, 4.82, 4.98, 2866, 576}, {0.61, 5.75, 3.66, 0.71, 5.23, 3.88}},
+};
+#define VOCAB 151936
+#define SEED 20250101u
+static const RxMode MODES[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+
+/* ------------------------------------------------------------------------------------------------------------
+ * small helpers: random ids, medians, the clock, the device line
+ * ---------------------------------------------------------------------------------------------------------- */
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int32_t rand_id(uint64_t *s) { return 1 + (int32_t)(splitmix(s) % (VOCAB - 1)); } /* never token 0 */
+static int rand_in(uint64_t *s, int lo, int hi) { return lo + (int)(splitmix(s) % (uint64_t)(hi - lo + 1)); }
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double median(const double *v, int n)   /* of a copy: v keeps its order */
+{
+    double *t = malloc(n * sizeof *t), m;
+    memcpy(t, v, n * sizeof *t);
+    qsort(t, n, sizeof *t, cmp_double);
+    m = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    free(t);
+    return m;
+}
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+static double amdahl(double f, double r) { return 1.0 / ((1.0 - f) + f / r); }
+
+/* radixmlp.h does not expose cudaDeviceProp, so the clocks come from nvidia-smi where it is installed. */
+static void print_device(void)
+{
+    char clocks[128] = "";
+    FILE *p = popen("nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader 2>/dev/null", "r");
+    if (p) {
+        if (!fgets(clocks, sizeof clocks, p)) clocks[0] = '\0';
+        pclose(p);
+    }
+    clocks[strcspn(clocks, "\n")] = '\0';
+    printf("device: %s; clocks at start (SM, max SM, memory; nvidia-smi): %s\n\n", gpu_device_name(),
+           clocks[0] ? clocks : "not available");
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * batches: n_seqs sequences = head (the same ids in all) + own[s] ids of their own + tail (the same ids in all)
+ * ---------------------------------------------------------------------------------------------------------- */
+static void fill_random(int32_t *v, int n, uint64_t *rng) { for (int i = 0; i < n; i++) v[i] = rand_id(rng); }
+
+/* The first own id differs between all sequences (base + s), so sequences part right after the head and
+ * N' = n_head + sum(own + tail) exactly, as in the paper's Table 4. The tail is path-specific, so unshared. */
+static int make_batch(RxBatch *b, int n_seqs, const int32_t *head, int n_head, const int *own,
+                      const int32_t *tail, int n_tail, uint64_t *rng)
+{
+    int32_t **seqs = calloc(n_seqs, sizeof *seqs);
+    int *lens = calloc(n_seqs, sizeof *lens), rc;
+    int32_t base = rand_id(rng);
+    for (int s = 0; s < n_seqs; s++) {
+        lens[s] = n_head + own[s] + n_tail;
+        seqs[s] = malloc((lens[s] + 1) * sizeof **seqs);
+        memcpy(seqs[s], head, n_head * sizeof *head);
+        fill_random(seqs[s] + n_head, own[s], rng);
+        if (own[s] > 0) seqs[s][n_head] = 1 + (base + s) % (VOCAB - 1);
+        memcpy(seqs[s] + n_head + own[s], tail, n_tail * sizeof *tail);
+    }
+    rc = rx_batch_make(b, (const int32_t *const *)seqs, lens, n_seqs);
+    if (rc) fprintf(stderr, "bench: rx_batch_make failed: %s\n", radix_error());
+    for (int s = 0; s < n_seqs; s++) free(seqs[s]);
+    free(seqs);
+    free(lens);
+    return rc;
+}
+
+/* B sequences of a random shared prefix of `shared` ids and `unique` ids of their own. */
+static int make_prefix_batch(RxBatch *b, int n_seqs, int shared, int unique, uint64_t seed)
+{
+    uint64_t rng = seed;
+    int32_t *head = malloc((shared + 1) * sizeof *head);
+    int *own = malloc(n_seqs * sizeof *own), rc;
+    fill_random(head, shared, &rng);
+    for (int s = 0; s < n_seqs; s++) own[s] = unique;
+    rc = make_batch(b, n_seqs, head, shared, own, NULL, 0, &rng);
+    free(head);
+    free(own);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * output: one row of cells goes to stdout as markdown and to --csv as comma-separated values
+ * ---------------------------------------------------------------------------------------------------------- */
+#define CELL 64
+typedef struct { int n; char c[24][CELL]; } Row;
+typedef struct { const char *md, *csv; } Col;   /* the markdown header and the CSV column name */
+static FILE *g_csv;                             /* --csv FILE, or NULL */
+
+static void cell(Row *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->c[r->n++], CELL, fmt, ap);
+    va_end(ap);
+}
+static void cell_num(Row *r, const char *fmt, double v) { if (v < 0) cell(r, "-"); else cell(r, fmt, v); }
+
+/* csv_lead: columns only the CSV carries (the markdown says them once, above the table), e.g. the device. */
+static void table_begin(const char *title, const Col *cols, int n, const char *lead_names)
+{
+    printf("## %s\n\n|", title);
+    for (int i = 0; i < n; i++) printf(" %s |", cols[i].md);
+    printf("\n|");
+    for (int i = 0; i < n; i++) printf("---|");
+    printf("\n");
+    if (g_csv) {
+        fprintf(g_csv, "%s", lead_names);
+        for (int i = 0; i < n; i++) fprintf(g_csv, ",%s", cols[i].csv);
+        fprintf(g_csv, "\n");
+    }
+}
+static void table_row(const Row *r, const char *lead)
+{
+    printf("|");
+    for (int i = 0; i < r->n; i++) printf(" %s |", r->c[i]);
+    printf("\n");
+    fflush(stdout);
+    if (g_csv) {
+        fprintf(g_csv, "%s", lead);
+        for (int i = 0; i < r->n; i++) {   /* "-" (no value) becomes an empty field, a comma a ';' */
+            fputc(',', g_csv);
+            for (const char *c = strcmp(r->c[i], "-") ? r->c[i] : ""; *c; c++) fputc(*c == ',' ? ';' : *c, g_csv);
+        }
+        fprintf(g_csv, "\n");
+        fflush(g_csv);
+    }
+}
+static void csv_safe(char *dst, size_t n, const char *src)   /* a value for a CSV field: one line, no commas */
+{
+    snprintf(dst, n, "%s", src);
+    dst[strcspn(dst, "\r\n")] = '\0';
+    for (char *p = dst; *p; p++) if (*p == ',') *p = ';';
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * timing forward passes: baseline, radix and compact on one batch
+ * ---------------------------------------------------------------------------------------------------------- */
+/* ms[k]: median info.forward_ms of MODES[k]; *radix: the radix run's info (N and N'). */
+static int time_modes(GpuModel *g, const RxBatch *b, int reps, double ms[3], GpuRunInfo *radix)
+{
+    double *t = malloc(3 * reps * sizeof *t);
+    GpuRunInfo info;
+    for (int r = -1; r < reps; r++)   /* round -1 is the warm-up: not recorded */
+        for (int k = 0; k < 3; k++) {
+            if (gpu_forward(g, b, MODES[k], 0.95, 1, NULL, &info)) {
+                fprintf(stderr, "bench: gpu_forward (%s) failed: %s\n", rx_mode_name(MODES[k]), radix_error());
+                free(t);
+                return 1;
+            }
+            if (r >= 0) t[k * reps + r] = info.forward_ms;
+            if (MODES[k] == RX_RADIX) *radix = info;
+        }
+    for (int k = 0; k < 3; k++) ms[k] = median(t + k * reps, reps);
+    free(t);
+    return 0;
+}
+
+static int upload(GpuModel **g, const ModelSpec *m)
+{
+    fprintf(stderr, "bench: generating random %s weights on the device\n", m->name);
+    if (gpu_model_random(g, &m->cfg, SEED) == 0) return 0;
+    fprintf(stderr, "bench: gpu_model_random(%s) failed: %s\n", m->name, radix_error());
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Table 4: speedup over prefix length (the paper's Section 4.2), and its SVG plot
+ * ---------------------------------------------------------------------------------------------------------- */
+typedef struct { int P, S; double radix, compact, paper; } Point;   /* speedups over baseline; paper < 0: none */
+
+static const PaperT4 *paper_t4(int P, int S)
+{
+    for (size_t i = 0; i < sizeof PAPER_T4 / sizeof *PAPER_T4; i++)
+        if (PAPER_T4[i].P == P && PAPER_T4[i].S == S) return &PAPER_T4[i];
+    return NULL;
+}
+
+static int table4(const ModelSpec *m, int reps, int quick, Point *pts, int *n_pts)
+{
+    static const int PREFIX[] = {1, 16, 32, 128, 256, 512, 1024, 2048}, QUICK[] = {1, 128, 2048};
+    static const int SUFFIX[] = {256, 1024};
+    static const Col cols[] = {
+        {"P", "P"}, {"S", "S"}, {"N", "N"}, {"N'", "N_compact"}, {"gamma", "gamma"}, {"base ms", "base_ms"},
+        {"radix ms", "radix_ms"}, {"compact ms", "compact_ms"}, {"radix x", "radix_x"}, {"compact x", "compact_x"},
+        {"radix ktok/s", "radix_ktok_s"}, {"paper radix ms", "paper_radix_ms"},
+        {"paper base ms", "paper_base_ms"}, {"paper x", "paper_x"}};
+    const int *prefix = quick ? QUICK : PREFIX, n_prefix = quick ? 3 : 8, B = 32;
+    char title[160], lead[256], dev[128];
+    GpuModel *g;
+    if (upload(&g, m)) return 1;
+    csv_safe(dev, sizeof dev, gpu_device_name());
+    snprintf(lead, sizeof lead, "%s,%s", m->name, dev);
+    snprintf(title, sizeof title, "Table 4: %s forward pass, B = %d, shared prefix P + unique suffix S", m->name, B);
+    table_begin(title, cols, 14, "model,device");
+    *n_pts = 0;
+    for (int si = 0; si < 2; si++)
+        for (int pi = 0; pi < n_prefix; pi++) {
+            int P = prefix[pi], S = SUFFIX[si];
+            const PaperT4 *p = paper_t4(P, S);
+            double ms[3];
+            RxBatch b;
+            GpuRunInfo info;
+            Row r = {0};
+            fprintf(stderr, "bench: table 4, %s, P = %d, S = %d, %d reps\n", m->name, P, S, reps);
+            if (make_prefix_batch(&b, B, P, S, SEED + 1000 * P + S)) { gpu_model_free(g); return 1; }
+            if (time_modes(g, &b, reps, ms, &info)) { rx_batch_free(&b); gpu_model_free(g); return 1; }
+            rx_batch_free(&b);
+            cell(&r, "%d", P); cell(&r, "%d", S); cell(&r, "%d", info.n_tokens); cell(&r, "%d", info.n_compact);
+            cell(&r, "%.3f", (double)info.n_compact / info.n_tokens);
+            cell(&r, "%.1f", ms[0]); cell(&r, "%.1f", ms[1]); cell(&r, "%.1f", ms[2]);
+            cell(&r, "%.2f", ms[0] / ms[1]); cell(&r, "%.2f", ms[0] / ms[2]);
+            cell(&r, "%.0f", info.n_tokens / ms[1]);
+            cell_num(&r, "%.1f", p ? p->radix_ms : -1); cell_num(&r, "%.1f", p ? p->base_ms : -1);
+            cell_num(&r, "%.2f", p ? p->speedup : -1);
+            table_row(&r, lead);
+            pts[(*n_pts)++] = (Point){P, S, ms[0] / ms[1], ms[0] / ms[2], p ? p->speedup : -1};
+        }
+    gpu_model_free(g);
+    printf("\nx = baseline ms / mode ms (medians of %d after a warm-up). ktok/s: N original tokens per second through radix.\n"
+           "The paper's columns: Qwen3-4B on an H100 with candle-cuda, fp16 (its Table 4)", reps);
+    printf("%s\n\n", strcmp(m->key, "4b") ? "; this run's model differs, compare shapes only." : ".");
+    return 0;
+}
+
+static int cmp_point(const void *a, const void *b)
+{
+    const Point *x = a, *y = b;
+    return x->S != y->S ? (x->S > y->S) - (x->S < y->S) : (x->P > y->P) - (x->P < y->P);
+}
+static void xml_text(FILE *f, const char *s)
+{
+    for (; *s; s++)
+        if (*s == '&') fputs("&amp;", f); else if (*s == '<') fputs("&lt;", f); else fputc(*s, f);
+}
+
+/* A line plot of speedup vs P (log2 axis): per suffix length, radix (circles), compact (squares) and the
+ * paper's radix speedups (dashed); a dotted line at 1x marks break-even. */
+static int write_svg(const char *path, Point *pt, int n, const char *title)
+{
+    static const char *HUE[4][2] = {{"#1f5fa8", "#5fb4e8"}, {"#c0392b", "#f39c12"}, {"#2e8b57", "#9acd32"},
+                                    {"#6a3d9a", "#cab2d6"}};
+    const double W = 820, H = 500, X0 = 80, X1 = 600, Y0 = 60, Y1 = 430;   /* the plot area [X0,X1] x [Y0,Y1] */
+    int S[4], nS = 0, lo = 30, hi = 0;
+    double ymax = 1.0, step;
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    qsort(pt, n, sizeof *pt, cmp_point);
+    for (int i = 0; i < n; i++) {
+        int k = (int)floor(log2(pt[i].P) + 1e-9);
+        if (nS == 0 || S[nS - 1] != pt[i].S) { if (nS == 4) break; S[nS++] = pt[i].S; }
+        lo = k < lo ? k : lo;
+        hi = (int)ceil(log2(pt[i].P) - 1e-9) > hi ? (int)ceil(log2(pt[i].P) - 1e-9) : hi;
+        ymax = fmax(ymax, fmax(pt[i].radix, fmax(pt[i].compact, pt[i].paper)));
+    }
+    if (hi <= lo) hi = lo + 1;
+    step = ymax <= 3 ? 0.5 : 1.0;
+    ymax = step * ceil(ymax * 1.05 / step);
+#define SX(P) (X0 + (log2(P) - lo) / (hi - lo) * (X1 - X0))
+#define SY(v) (Y1 - (v) / ymax * (Y1 - Y0))
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" "
+               "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"13\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%g\" y=\"30\" "
+               "text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">", W, H, W, H, (X0 + X1) / 2);
+    xml_text(f, title);
+    fprintf(f, "</text>\n");
+    for (double v = 0; v <= ymax + 1e-9; v += step)   /* y grid, ticks, labels */
+        fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>"
+                   "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+                X0, SY(v), X1, SY(v), X0 - 8, SY(v) + 4, v);
+    for (int k = lo; k <= hi; k++)                    /* x grid, ticks, labels: powers of two */
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#e3e3e3\"/>"
+                   "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"black\"/>"
+                   "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%d</text>\n",
+                SX(1 << k), Y0, SX(1 << k), Y1, SX(1 << k), Y1, SX(1 << k), Y1 + 5, SX(1 << k), Y1 + 20, 1 << k);
+    fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#555\" stroke-dasharray=\"2 3\"/>\n"
+               "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"black\"/>\n"
+               "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">shared prefix length P (tokens, log2 scale)</text>\n"
+               "<text transform=\"translate(28 %g) rotate(-90)\" text-anchor=\"middle\">speedup over baseline "
+               "(x)</text>\n", X0, SY(1.0), X1, SY(1.0), X0, Y0, X1 - X0, Y1 - Y0, (X0 + X1) / 2, Y1 + 45,
+            (Y0 + Y1) / 2);
+    for (int s = 0, first = 0; s < nS; s++) {
+        int last = first;
+        while (last < n && pt[last].S == S[s]) last++;
+        for (int kind = 0; kind < 3; kind++) {   /* 0 radix, 1 compact, 2 the paper's radix */
+            const char *color = HUE[s][kind == 1], *name[3] = {"radix", "compact", "paper radix"};
+            double ly = Y0 + 10 + (s * 3 + kind) * 22;
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color,
+                    kind == 2 ? " stroke-dasharray=\"7 4\"" : "");
+            for (int i = first; i < last; i++) {
+                double v = kind == 0 ? pt[i].radix : kind == 1 ? pt[i].compact : pt[i].paper;
+                if (v >= 0) fprintf(f, "%.1f,%.1f ", SX(pt[i].P), SY(v));
+            }
+            fprintf(f, "\"/>\n");
+            for (int i = first; i < last && kind < 2; i++) {
+                double v = kind == 0 ? pt[i].radix : pt[i].compact;
+                if (kind == 0) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", SX(pt[i].P), SY(v), color);
+                else fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\" fill=\"%s\"/>\n",
+                             SX(pt[i].P) - 3.5, SY(v) - 3.5, color);
+            }
+            fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>"
+                       "<text x=\"%g\" y=\"%.1f\">%s, S = %d</text>\n", X1 + 20, ly, X1 + 50, ly, color,
+                    kind == 2 ? " stroke-dasharray=\"7 4\"" : "", X1 + 58, ly + 4, name[kind], S[s]);
+        }
+        first = last;
+    }
+#undef SX
+#undef SY
+    fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"11\" fill=\"#555\">dashed: the paper's Table 4 "
+               "(Qwen3-4B, H100, fp16)</text>\n</svg>\n", X0, H - 12);
+    if (fclose(f)) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    fprintf(stderr, "bench: wrote %s\n", path);
+    return 0;
+}
+
+/* Reads the Table 4 CSV that --table 4 --csv wrote (columns found by name), for --replot. */
+static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title, size_t title_size)
+{
+    enum { MODEL, DEVICE, P, S, RADIX, COMPACT, PAPER, NCOL };
+    static const char *want[NCOL] = {"model", "device", "P", "S", "radix_x", "compact_x", "paper_x"};
+    int at[NCOL], nf, header = 1, rc = 1;
+    char line[2048], *field[64];
+    FILE *f = fopen(path, "r");
+    if (!f) { fprintf(stderr, "bench: cannot read %s: %s\n", path, strerror(errno)); return 1; }
+    for (*n = 0; fgets(line, sizeof line, f) && *n < max;) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!line[0]) continue;
+        field[0] = line, nf = 1;
+        for (char *c = line; *c && nf < 64; c++) if (*c == ',') *c = '\0', field[nf++] = c + 1;
+        if (header) {   /* find the columns by name */
+            for (int k = 0; k < NCOL; k++) {
+                at[k] = -1;
+                for (int i = 0; i < nf; i++) if (!strcmp(field[i], want[k])) at[k] = i;
+                if (at[k] < 0 && k >= P && k <= RADIX) {
+                    fprintf(stderr, "bench: %s is not a Table 4 CSV (no column '%s')\n", path, want[k]);
+                    goto done;
+                }
+            }
+            header = 0;
+            continue;
+        }
+#define FIELD(k) (at[k] >= 0 && at[k] < nf ? field[at[k]] : "")
+#define NUM(k) (FIELD(k)[0] ? atof(FIELD(k)) : -1.0)
+        pt[*n] = (Point){(int)NUM(P), (int)NUM(S), NUM(RADIX), NUM(COMPACT), NUM(PAPER)};
+        if (pt[*n].P < 1 || pt[*n].radix < 0) {
+            fprintf(stderr, "bench: %s, line %d: no P or radix_x\n", path, *n + 2);
+            goto done;
+        }
+        if (*n == 0) snprintf(title, title_size, "RadixMLP speedup, %s, B = 32 (%s)", FIELD(MODEL), FIELD(DEVICE));
+        (*n)++;
+#undef NUM
+#undef FIELD
+    }
+    rc = *n == 0;
+    if (rc) fprintf(stderr, "bench: %s has no data rows\n", path);
+done:
+    fclose(f);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Table 2: the Amdahl model. A layer's position-wise GEMMs cost 8d^2 + 6 d d_int FLOPs per token (q,k,v,o
+ * counted as four d x d projections; gate, up, down); attention costs 4 L d. Only the position-wise part
+ * shrinks by r = N/N', so the predicted speedup is 1 / ((1 - f_c) + f_c / r).
+ * ---------------------------------------------------------------------------------------------------------- */
+static int table2(const ModelSpec *only, int reps)
+{
+    static const Col cols[] = {
+        {"model", "model"}, {"N", "N"}, {"N'", "N_compact"}, {"r", "r"}, {"f_c", "f_c"},
+        {"predicted x", "predicted_x"}, {"GEMM share", "gemm_share"}, {"predicted x (GEMM share)", "gemm_predicted_x"},
+        {"radix x", "radix_x"}, {"compact x", "compact_x"}, {"base ms", "base_ms"}, {"radix ms", "radix_ms"},
+        {"compact ms", "compact_ms"}, {"GEMM TFLOP/s", "gemm_tflops"}, {"paper f_c", "paper_f_c"},
+        {"paper predicted x", "paper_predicted_x"}, {"paper observed x", "paper_observed_x"},
+        {"paper base ms", "paper_base_ms"}, {"paper radix ms", "paper_radix_ms"}};
+    const int P = 2048, S = 256, B = 32, L = P + S;
+    char lead[128];
+    RxBatch b;
+    if (make_prefix_batch(&b, B, P, S, SEED + 1000 * P + S)) return 1;
+    csv_safe(lead, sizeof lead, gpu_device_name());
+    table_begin("Table 2: Amdahl model vs observed, P = 2048, S = 256, B = 32", cols, 19, "device");
+    for (int mi = 0; mi < 3; mi++) {
+        const ModelSpec *m = &MODELS[mi];
+        const Qwen3Config *c = &m->cfg;
+        double d = c->hidden_size, di = c->intermediate_size, q = (double)c->n_heads * c->head_dim;
+        double kv = (double)c->n_kv_heads * c->head_dim, ms[3], gemm_ms = 0, flops, r, f_c, share;
+        /* the seven projections of one layer on the N baseline rows: {n, k, how many} of [N,k] @ [k,n] */
+        const int shapes[5][3] = {{(int)q, (int)d, 1}, {(int)kv, (int)d, 2}, {(int)d, (int)q, 1},
+                                  {(int)di, (int)d, 2}, {(int)d, (int)di, 1}};
+        GpuModel *g;
+        GpuRunInfo info;
+        Row row = {0};
+        if (only && only != m) continue;
+        if (upload(&g, m)) { rx_batch_free(&b); return 1; }
+        fprintf(stderr, "bench: table 2, %s, %d reps\n", m->name, reps);
+        if (time_modes(g, &b, reps, ms, &info)) { gpu_model_free(g); rx_batch_free(&b); return 1; }
+        gpu_model_free(g);
+        flops = 0;
+        for (int i = 0; i < 5; i++) {
+            double t;
+            if (gpu_time_gemm(b.n_tokens, shapes[i][0], shapes[i][1], reps, &t)) {
+                fprintf(stderr, "bench: gpu_time_gemm failed: %s\n", radix_error());
+                rx_batch_free(&b);
+                return 1;
+            }
+            gemm_ms += shapes[i][2] * t;
+            flops += shapes[i][2] * 2.0 * b.n_tokens * shapes[i][0] * shapes[i][1];
+        }
+        r = (double)info.n_tokens / info.n_compact;
+        f_c = (8 * d * d + 6 * d * di) / (8 * d * d + 6 * d * di + 4.0 * L * d);
+        share = c->n_layers * gemm_ms / ms[0];   /* measured: the projections' share of the baseline forward */
+        cell(&row, "%s", m->name); cell(&row, "%d", info.n_tokens); cell(&row, "%d", info.n_compact);
+        cell(&row, "%.2f", r); cell(&row, "%.2f", f_c); cell(&row, "%.2f", amdahl(f_c, r));
+        cell(&row, "%.2f", share); cell(&row, "%.2f", amdahl(fmin(share, 1.0), r));
+        cell(&row, "%.2f", ms[0] / ms[1]); cell(&row, "%.2f", ms[0] / ms[2]);
+        cell(&row, "%.1f", ms[0]); cell(&row, "%.1f", ms[1]); cell(&row, "%.1f", ms[2]);
+        cell(&row, "%.0f", flops / gemm_ms * 1e-9);
+        cell(&row, "%.2f", m->t2.f_c); cell(&row, "%.2f", m->t2.predicted); cell(&row, "%.2f", m->t2.observed);
+        cell(&row, "%.0f", m->t2.base_ms); cell(&row, "%.0f", m->t2.radix_ms);
+        table_row(&row, lead);
+    }
+    rx_batch_free(&b);
+    printf("\nf_c = (8d^2 + 6 d d_int) / (8d^2 + 6 d d_int + 4 L d), L = %d (the paper's formula); predicted = "
+           "1 / ((1 - f_c) + f_c / r).\nGEMM share = layers x (the seven projections timed alone on N rows, "
+           "gpu_time_gemm) / base ms: a measured lower bound of f_c.\nThe paper's columns: its Table 2 "
+           "(H100, candle-cuda, fp16).\n\n", L);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Table 5: building the trie and its indices on the CPU (Algorithm 2), one thread
+ * ---------------------------------------------------------------------------------------------------------- */
+typedef struct { const char *label; int B, L, shared; double paper_us, paper_mtok; const char *crate; } IndexCase;
+static const IndexCase T5[] = {   /* shared = prefix ratio x L; paper_us < 0: not in the paper */
+    {"batch 4 x 512, ratio 0.25", 4, 512, 128, 44.34, 46.1, "-"},
+    {"batch 8 x 512, ratio 0.25", 8, 512, 128, 153.15, 26.8, "-"},
+    {"batch 16 x 512, ratio 0.25", 16, 512, 128, 304.94, 26.7, "-"},
+    {"batch 32 x 512, ratio 0.25", 32, 512, 128, 576.46, 28.4, "0.35-0.58 ms"},
+    {"batch 64 x 512, ratio 0.25", 64, 512, 128, 1160, 28.4, "-"},
+    {"batch 256 x 512, ratio 0.25", 256, 512, 128, 4680, 28.0, "-"},
+    {"batch 2048 x 512, ratio 0.25", 2048, 512, 128, 60750, 17.3, "60 ms"},
+    {"32 x seq 128, ratio 0.25", 32, 128, 32, 146.02, 28.1, "-"},
+    {"32 x seq 256, ratio 0.25", 32, 256, 64, 295.74, 27.8, "-"},
+    {"32 x seq 512, ratio 0.25", 32, 512, 128, 605.01, 27.2, "0.35-0.58 ms"},
+    {"32 x seq 1024, ratio 0.25", 32, 1024, 256, 1220, 27.1, "-"},
+    {"32 x seq 2048, ratio 0.25", 32, 2048, 512, 2290, 28.7, "-"},
+    {"32 x 512, ratio 0.0", 32, 512, 0, 750.06, 22.0, "-"},
+    {"32 x 512, ratio 0.25", 32, 512, 128, 655.93, 25.2, "0.35-0.58 ms"},
+    {"32 x 512, ratio 0.5", 32, 512, 256, 455.32, 36.3, "-"},
+    {"32 x 512, ratio 0.75", 32, 512, 384, 293.80, 56.3, "-"},
+    {"32 x 512, ratio 1.0", 32, 512, 512, 129.98, 127.4, "-"},
+    {"single sequence 512", 1, 512, 0, 0.28907, 1800, "-"},
+    {"identical sequences 32 x 512", 32, 512, 512, 125.64, 130.7, "-"},
+    {"no overlap 32 x 512", 32, 512, 0, 750.41, 21.9, "-"},
+    {"32 x (128 shared + 200 unique)", 32, 328, 128, -1, -1, "0.20 ms"},
+};
+
+static void cpu_name(char *out, size_t n)
+{
+    char line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    snprintf(out, n, "unknown CPU");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            csv_safe(out, n, strchr(line, ':') + 2);
+            break;
+        }
+    if (f) fclose(f);
+}
+
+static int table5(int quick)
+{
+    static const Col cols[] = {
+        {"configuration", "configuration"}, {"B", "B"}, {"L", "L"}, {"shared", "shared"}, {"N", "N"},
+        {"N'", "N_compact"}, {"reps", "reps"}, {"median us", "median_us"}, {"mean us", "mean_us"},
+        {"Mtok/s (mean)", "mtok_s"}, {"paper mean us", "paper_mean_us"}, {"paper Mtok/s", "paper_mtok_s"},
+        {"paper crate, 2-core here", "paper_crate_here"}};
+    const double min_s = quick ? 0.02 : 0.2;   /* per configuration */
+    char cpu[128];
+    cpu_name(cpu, sizeof cpu);
+    printf("cpu: %s (one thread)\n\n", cpu);
+    table_begin("Table 5: CPU index construction, radix_index_build", cols, 13, "cpu");
+    for (size_t ci = 0; ci < sizeof T5 / sizeof *T5; ci++) {
+        const IndexCase *c = &T5[ci];
+        RxBatch b;
+        RadixIndex warm, *ix;
+        double t0, t1, *sample, sum = 0, med;
+        int inner, n = 0, cap = 4096;
+        Row row = {0};
+        fprintf(stderr, "bench: table 5, %s\n", c->label);
+        if (make_prefix_batch(&b, c->B, c->shared, c->L - c->shared, SEED + ci)) return 1;
+        t0 = now_s();   /* the warm-up build also sizes the inner loop: a sample lasts >= 50 us */
+        if (radix_index_build(&warm, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
+            fprintf(stderr, "bench: radix_index_build failed: %s\n", radix_error());
+            rx_batch_free(&b);
+            return 1;
+        }
+        t1 = now_s() - t0;
+        inner = t1 >= 50e-6 ? 1 : (int)fmin(10000, ceil(50e-6 / fmax(t1, 1e-8)));
+        ix = calloc(inner, sizeof *ix);
+        sample = malloc(cap * sizeof *sample);
+        for (double start = now_s(); n < 5 || (now_s() - start < min_s && n < cap); n++) {
+            t0 = now_s();
+            for (int i = 0; i < inner; i++)   /* freed outside the clock: we time building only */
+                radix_index_build(&ix[i], b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
+            sample[n] = (now_s() - t0) / inner * 1e6;
+            sum += sample[n];
+            for (int i = 0; i < inner; i++) radix_index_free(&ix[i]);
+        }
+        med = median(sample, n);
+        cell(&row, "%s", c->label); cell(&row, "%d", c->B); cell(&row, "%d", c->L); cell(&row, "%d", c->shared);
+        cell(&row, "%d", warm.n_tokens); cell(&row, "%d", warm.n_compact); cell(&row, "%d", n);
+        cell(&row, "%.2f", med); cell(&row, "%.2f", sum / n); cell(&row, "%.1f", warm.n_tokens / (sum / n));
+        cell_num(&row, "%.2f", c->paper_us); cell_num(&row, "%.1f", c->paper_mtok); cell(&row, "%s", c->crate);
+        table_row(&row, cpu);
+        radix_index_free(&warm);
+        rx_batch_free(&b);
+        free(ix);
+        free(sample);
+    }
+    printf("\nEach sample times %s; median and mean over >= 5 samples and >= %.2f s. Random ids, fixed seed.\n"
+           "The paper's columns: its Table 5, the Rust crate (cargo bench, mean of 50) on \"a standard Intel "
+           "server CPU\".\nThe paper's crate, run on one of this project's 2-core machines, measured (median) "
+           "0.35-0.58 ms for 32 x 512 at ratio 0.25,\n60 ms for 2048 x 512 and 0.20 ms for 32 x (128 shared + "
+           "200 unique): compare those, not the paper's server CPU, with this table.\n\n",
+           "radix_index_build alone (consecutive builds for the fastest cases; radix_index_free is not timed)",
+           min_s);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Table 6: the gather/scatter kernel, index_select along dim 0: out[i, :] = in[index[i], :]
+ * ---------------------------------------------------------------------------------------------------------- */
+typedef struct { const char *shape; int rows_in, dim, rows_out, elem; double candle_us, paper_us; } SelectCase;
+static const SelectCase T6[] = {   /* 3-D inputs flatten to [rows, product of the rest] */
+    {"100x128", 100, 128, 200, 4, 16.436, 12.645},         {"100x128", 100, 128, 200, 2, 16.676, 12.505},
+    {"16000x1024", 16000, 1024, 12000, 4, 340.410, 46.250}, {"16000x1024", 16000, 1024, 12000, 2, 106.553, 28.435},
+    {"16000x1024", 16000, 1024, 70000, 4, 1980, 204.540},  {"16000x1024", 16000, 1024, 70000, 2, 1073, 106.728},
+    {"100000x2048", 100000, 2048, 500000, 4, 45636, 2828}, {"100000x2048", 100000, 2048, 500000, 2, 33665, 1469},
+    {"10x100x128", 10, 12800, 200, 4, 33.675, 16.217},     {"10x100x128", 10, 12800, 200, 2, 33.953, 17.115},
+    {"2000x64x256", 2000, 16384, 10000, 4, 3737, 432.668}, {"2000x64x256", 2000, 16384, 10000, 2, 2880, 211.468},
+};
+
+static int table6(int reps)
+{
+    static const Col cols[] = {
+        {"input shape", "input_shape"}, {"out rows", "out_rows"}, {"dtype", "dtype"}, {"MB moved", "mb_moved"},
+        {"kernel us", "kernel_us"}, {"kernel GB/s", "kernel_gbs"}, {"copy GB/s", "copy_gbs"},
+        {"% of copy", "pct_of_copy"}, {"paper kernel us", "paper_kernel_us"}, {"paper candle us", "paper_candle_us"}};
+    char lead[128];
+    csv_safe(lead, sizeof lead, gpu_device_name());
+    table_begin("Table 6: index_select (gather/scatter) along dim 0", cols, 10, "device");
+    for (size_t i = 0; i < sizeof T6 / sizeof *T6; i++) {
+        const SelectCase *c = &T6[i];
+        double bytes = (double)c->rows_out * c->dim * c->elem, ms, copy_ms;   /* written; as many read */
+        Row row = {0};
+        fprintf(stderr, "bench: table 6, %s -> %d rows, %s\n", c->shape, c->rows_out, c->elem == 2 ? "F16" : "F32");
+        if (gpu_time_index_select(c->rows_in, c->dim, c->rows_out, c->elem, reps, &ms) ||
+            gpu_time_copy((size_t)bytes, reps, &copy_ms)) {
+            fprintf(stderr, "bench: table 6 kernel timing failed: %s\n", radix_error());
+            return 1;
+        }
+        cell(&row, "%s", c->shape); cell(&row, "%d", c->rows_out); cell(&row, "%s", c->elem == 2 ? "F16" : "F32");
+        cell(&row, "%.1f", 2 * bytes * 1e-6); cell(&row, "%.3f", ms * 1e3);
+        cell(&row, "%.0f", 2 * bytes / ms * 1e-6); cell(&row, "%.0f", 2 * bytes / copy_ms * 1e-6);
+        cell(&row, "%.0f%%", 100 * copy_ms / ms);
+        cell(&row, "%.3f", c->paper_us); cell(&row, "%.3f", c->candle_us);
+        table_row(&row, lead);
+    }
+    printf("\nGB/s = (bytes read + bytes written) / time, the 4-byte indices not counted. copy: gpu_time_copy of "
+           "the same number of bytes\n(device to device) in this run. Medians of %d after a warm-up. The paper's "
+           "columns: its Table 6 (H100 80GB HBM3).\n\n", reps);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * a synthetic reranking workload shaped like the paper's MS MARCO benchmark (Section 4.1 (b), (c))
+ *   A (regular):  [system + instruction][query][doc tag] | passage | [suffix]   query shared in the request
+ *   B (flipped):  [system][doc tag] | passage | [query tag][query][suffix]      query after the passage
+ * [..] are template text, identical in every pair; | marks where the pairs of a request part. Lengths in
+ * tokens are estimates of the Qwen3-Reranker template (QWEN3.md); the ids are random.
+ * ---------------------------------------------------------------------------------------------------------- */
+enum { RR_PAIRS = 64, RR_SYSTEM = 60, RR_INSTRUCT = 22, RR_DOC_TAG = 5, RR_QUERY_TAG = 5, RR_SUFFIX = 12 };
+
+static int reranker_batch(RxBatch *b, int flipped, uint64_t seed)
+{
+    uint64_t rng = seed;
+    int32_t head[128], tail[64];
+    int own[RR_PAIRS], n_head, n_tail, query = rand_in(&rng, 10, 20), rc;
+    for (int s = 0; s < RR_PAIRS; s++) own[s] = flipped ? rand_in(&rng, 65, 200) : rand_in(&rng, 75, 200);
+    n_head = RR_SYSTEM + (flipped ? 0 : RR_INSTRUCT + query) + RR_DOC_TAG;
+    n_tail = (flipped ? RR_QUERY_TAG + query : 0) + RR_SUFFIX;
+    fill_random(head, n_head, &rng);
+    fill_random(tail, n_tail, &rng);
+    rc = make_batch(b, RR_PAIRS, head, n_head, own, tail, n_tail, &rng);
+    return rc;
+}
+
+static int reranker(const ModelSpec *only, int reps, int quick)
+{
+    static const Col cols[] = {
+        {"model", "model"}, {"variant", "variant"}, {"requests", "requests"}, {"mean N", "mean_N"},
+        {"mean N'", "mean_N_compact"}, {"gamma", "gamma"}, {"base ms", "base_ms"}, {"radix ms", "radix_ms"},
+        {"compact ms", "compact_ms"}, {"radix x", "radix_x"}, {"compact x", "compact_x"},
+        {"paper gamma", "paper_gamma"}, {"paper e2e x (TEI p50)", "paper_e2e_x"}};
+    const int requests = quick ? 1 : 4;   /* one forward pass = one request of 64 pairs */
+    char lead[128];
+    csv_safe(lead, sizeof lead, gpu_device_name());
+    table_begin("Synthetic reranking workload (MS MARCO-shaped, random ids): forward pass per request of 64 pairs",
+                cols, 13, "device");
+    for (int mi = 0; mi < 3; mi++) {
+        const ModelSpec *m = &MODELS[mi];
+        GpuModel *g;
+        if (only && only != m) continue;
+        if (upload(&g, m)) return 1;
+        for (int flipped = 0; flipped < 2; flipped++) {
+            double sum[3] = {0, 0, 0}, n = 0, nc = 0, ms[3];
+            const PaperT3 *p = &m->t3;
+            Row row = {0};
+            for (int q = 0; q < requests; q++) {
+                RxBatch b;
+                GpuRunInfo info;
+                fprintf(stderr, "bench: reranker, %s, variant %c, request %d/%d\n", m->name, "AB"[flipped], q + 1,
+                        requests);
+                if (reranker_batch(&b, flipped, SEED + 100 * flipped + q)) { gpu_model_free(g); return 1; }
+                if (time_modes(g, &b, reps, ms, &info)) { rx_batch_free(&b); gpu_model_free(g); return 1; }
+                rx_batch_free(&b);
+                for (int k = 0; k < 3; k++) sum[k] += ms[k];
+                n += info.n_tokens;
+                nc += info.n_compact;
+            }
+            cell(&row, "%s", m->name); cell(&row, "%s", flipped ? "B flipped" : "A query first");
+            cell(&row, "%d", requests); cell(&row, "%.0f", n / requests); cell(&row, "%.0f", nc / requests);
+            cell(&row, "%.3f", nc / n);
+            for (int k = 0; k < 3; k++) cell(&row, "%.2f", sum[k] / requests);
+            cell(&row, "%.2f", sum[0] / sum[1]); cell(&row, "%.2f", sum[0] / sum[2]);
+            cell(&row, "%.2f", flipped ? p->gamma_b : p->gamma_a);
+            cell(&row, "%.2f", flipped ? p->base_b / p->radix_b : p->base_a / p->radix_a);
+            table_row(&row, lead);
+        }
+        gpu_model_free(g);
+    }
+    printf("\nSYNTHETIC: random token ids in the shape of the paper's MS MARCO batches (64 pairs per request, "
+           "passages 75-200 tokens, 65-200 flipped);\nforward pass only, medians of %d per request, x = "
+           "sum of base ms / sum of mode ms. The paper's columns: its Table 3, end-to-end TEI p50 latency\n"
+           "on the real data set (tokenization, batching and HTTP included), so compare trends, not values.\n\n",
+           reps);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * main: arguments, the GPU check, dispatch
+ * ---------------------------------------------------------------------------------------------------------- */
+static const char *USAGE =
+    "usage: bench (--table 2|4|5|6 | --workload reranker | --replot CSV --svg FILE) [options]\n"
+    "  --table 4             Qwen3-4B forward latency, B = 32, prefix P x suffix S (the paper's Table 4)\n"
+    "  --table 2             Amdahl model vs observed speedup at P = 2048, S = 256, three models (Table 2)\n"
+    "  --table 5             CPU index construction, radix_index_build (Table 5); needs no GPU\n"
+    "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6)\n"
+    "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped)\n"
+    "  --model 0.6b|4b|8b    the model for --table 4 (default 4b); limits --table 2 and reranker to one model\n"
+    "  --reps N              timed repeats per measurement after one warm-up (default 5; 2 with --quick)\n"
+    "  --quick               fewer rows and repeats, for smoke runs\n"
+    "  --csv FILE            also write the table as CSV (one header row)\n"
+    "  --svg FILE            with --table 4 or --replot: plot speedup vs prefix length as SVG\n"
+    "  --replot CSV          re-plot a CSV written by --table 4 --csv (no GPU needed)\n"
+    "  --help                this text\n"
+    "Results go to stdout as markdown, progress to stderr. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
+
+static int usage_error(const char *msg, const char *arg)
+{
+    fprintf(stderr, "bench: %s%s%s%s (see --help)\n", msg, arg ? " '" : "", arg ? arg : "", arg ? "'" : "");
+    return 2;
+}
+
+int main(int argc, char **argv)
+{
+    int table = 0, reranker_run = 0, quick = 0, reps = 0, rc;
+    const char *csv = NULL, *svg = NULL, *replot = NULL, *what;
+    const ModelSpec *model = NULL;
+    char *end;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(USAGE, stdout); return 0; }
+        if (!strcmp(a, "--quick")) { quick = 1; continue; }
+        if (strcmp(a, "--table") && strcmp(a, "--workload") && strcmp(a, "--model") && strcmp(a, "--reps") &&
+            strcmp(a, "--csv") && strcmp(a, "--svg") && strcmp(a, "--replot"))
+            return usage_error("unknown option", a);
+        if (!v) { fprintf(stderr, "bench: %s needs a value (see --help)\n", a); return 2; }
+        i++;
+        if (!strcmp(a, "--table")) {
+            table = atoi(v);
+            if (strlen(v) != 1 || !strchr("2456", v[0])) return usage_error("--table takes 2, 4, 5 or 6, not", v);
+        } else if (!strcmp(a, "--workload")) {
+            if (strcmp(v, "reranker")) return usage_error("--workload takes reranker, not", v);
+            reranker_run = 1;
+        } else if (!strcmp(a, "--model")) {
+            for (int m = 0; m < 3; m++) if (!strcmp(v, MODELS[m].key)) model = &MODELS[m];
+            if (!model) return usage_error("--model takes 0.6b, 4b or 8b, not", v);
+        } else if (!strcmp(a, "--reps")) {
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 1 || n > 10000) return usage_error("--reps takes a count from 1 to 10000, not", v);
+            reps = (int)n;
+        } else if (!strcmp(a, "--csv")) csv = v;
+        else if (!strcmp(a, "--svg")) svg = v;
+        else replot = v;
+    }
+    if ((table != 0) + reranker_run + (replot != NULL) != 1)
+        return usage_error("choose exactly one of --table N, --workload reranker, --replot CSV", NULL);
+    if (replot && !svg) return usage_error("--replot needs --svg FILE", NULL);
+    if (svg && !replot && table != 4) return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
+    if (!reps) reps = quick ? 2 : 5;
+
+    if (replot) {
+        Point pts[64];
+        int n;
+        char title[256] = "";
+        return read_t4_csv(replot, pts, 64, &n, title, sizeof title) || write_svg(svg, pts, n, title) ? 1 : 0;
+    }
+    what = reranker_run ? "--workload reranker" : table == 2 ? "--table 2" : table == 4 ? "--table 4" : "--table 6";
+    if (table != 5 && !gpu_available()) {
+        fprintf(stderr, "bench: %s needs a CUDA device (%s)\n", what, radix_error());
+        return 1;
+    }
+    if (csv && !(g_csv = fopen(csv, "w"))) {
+        fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));
+        return 1;
+    }
+    if (table != 5) print_device();
+    if (table == 4) {
+        Point pts[16];
+        int n = 0;
+        char title[256], dev[128];
+        const ModelSpec *m = model ? model : &MODELS[1];
+        rc = table4(m, reps, quick, pts, &n);
+        csv_safe(dev, sizeof dev, gpu_device_name());
+        snprintf(title, sizeof title, "RadixMLP speedup, %s, B = 32 (%s)", m->name, dev);
+        if (!rc && svg) rc = write_svg(svg, pts, n, title);
+    } else if (table == 2) rc = table2(model, reps);
+    else if (table == 5) rc = table5(quick);
+    else if (table == 6) rc = table6(quick ? reps : 4 * reps);
+    else rc = reranker(model, reps, quick);
+    if (g_csv && fclose(g_csv)) { fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno)); rc = 1; }
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,198 @@
+/* radixmlp.h - the C API of radixmlp.cu, usable from C99.
+ *
+ * Token spaces, the one idea to keep in mind while reading:
+ *   N  = tokens in the ragged batch (original space, what the user sent)
+ *   N' = unique trie nodes          (compact space, what RadixMLP computes on)
+ *   gamma = N'/N, compression r = N/N'.
+ */
+#ifndef RADIXMLP_H
+#define RADIXMLP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every function that can fail returns 0 on success and non-zero on failure; the failure's one-sentence
+ * explanation (naming the file and tensor where there is one) is then in radix_error(). */
+const char *radix_error(void);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Algorithm 2: the prefix trie and its compaction indices
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef struct {
+    int n_tokens;     /* N  : tokens in the ragged batch          */
+    int n_compact;    /* N' : unique trie nodes                   */
+    int32_t *gather;  /* [N'] compact -> first original position  */
+    int32_t *scatter; /* [N]  original -> compact                 */
+} RadixIndex;
+
+int  radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                       const int32_t *cu_seqlens, int n_seqs);   /* returns 0 on success */
+void radix_index_free(RadixIndex *ix);
+
+/* Draws the trie of a (small) batch as ASCII, one line per node, e.g. for the paper's toy example:
+ *   root
+ *   `-- c0..c1: 2 tokens @0..1  (2 seqs)       a chain every sequence through it follows to its end
+ *       |-- c2: token 3 @2  (1 seq)
+ *       `-- c3: token 4 @2  (1 seq)                                                                     */
+void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                     const int32_t *cu_seqlens, int n_seqs);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * A ragged batch: sequences concatenated, no padding
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef struct {
+    int n_seqs;
+    int n_tokens;           /* N                                        */
+    int32_t *input_ids;     /* [N]                                      */
+    int32_t *position_ids;  /* [N]   0..L-1 within each sequence        */
+    int32_t *cu_seqlens;    /* [n_seqs+1], cu_seqlens[0] = 0, [n_seqs] = N */
+} RxBatch;
+
+/* Builds a batch from n_seqs arrays of token ids (positions 0..L-1). */
+int  rx_batch_make(RxBatch *b, const int32_t *const *seqs, const int *lens, int n_seqs);
+/* Reads a tokens file: one sequence per line, token ids separated by spaces. */
+int  rx_batch_read(RxBatch *b, const char *path);
+void rx_batch_free(RxBatch *b);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Qwen3 checkpoints (safetensors) and the model description
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef enum { RX_F32 = 0, RX_F16 = 1, RX_BF16 = 2, RX_OTHER_DTYPE = 3 } RxDtype;
+
+#define RX_MAX_RANK 8
+typedef struct {
+    char *name;                  /* as in the file, e.g. "model.layers.0.mlp.up_proj.weight" */
+    RxDtype dtype;
+    const char *dtype_name;      /* "BF16", "I64", ...                                       */
+    int rank;
+    int64_t shape[RX_MAX_RANK];
+    const void *data;            /* little-endian, row-major; inside an mmap or owned memory  */
+    size_t nbytes;
+    const char *file;            /* the file it came from, for error messages                 */
+} RxTensor;
+
+typedef struct {
+    int vocab_size, hidden_size, intermediate_size, n_layers;
+    int n_heads, n_kv_heads, head_dim;
+    int max_position_embeddings;
+    double rope_theta, rms_norm_eps;
+    int tie_word_embeddings;
+} Qwen3Config;
+
+typedef struct {             /* views of one decoder layer's weights, [out, in] as nn.Linear stores them */
+    const RxTensor *input_norm;     /* [hidden]                              */
+    const RxTensor *q_proj;         /* [n_heads*head_dim, hidden]            */
+    const RxTensor *k_proj;         /* [n_kv*head_dim, hidden]               */
+    const RxTensor *v_proj;         /* [n_kv*head_dim, hidden]               */
+    const RxTensor *o_proj;         /* [hidden, n_heads*head_dim]            */
+    const RxTensor *q_norm;         /* [head_dim]                            */
+    const RxTensor *k_norm;         /* [head_dim]                            */
+    const RxTensor *post_norm;      /* [hidden]  post_attention_layernorm    */
+    const RxTensor *gate_proj;      /* [intermediate, hidden]                */
+    const RxTensor *up_proj;        /* [intermediate, hidden]                */
+    const RxTensor *down_proj;      /* [hidden, intermediate]                */
+} Qwen3Layer;
+
+typedef struct {
+    Qwen3Config cfg;
+    const RxTensor *embed;          /* [vocab, hidden]                       */
+    Qwen3Layer *layers;             /* [n_layers]                            */
+    const RxTensor *final_norm;     /* [hidden]                              */
+    const RxTensor *lm_head;        /* [vocab, hidden]; == embed when tied   */
+    /* ownership: the loaded files and tensor table */
+    RxTensor *tensors; int n_tensors;
+    void *priv;
+} Qwen3Model;
+
+/* Loads DIR/config.json and DIR/model.safetensors or the shards of DIR/model.safetensors.index.json,
+ * validating everything (see QWEN3.md). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
+int  qwen3_load(Qwen3Model *m, const char *dir);
+/* A random tiny model held in memory (fp32), for the demo and tests: no download. */
+int  qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed);
+void qwen3_free(Qwen3Model *m);
+/* Prints the config and the tensor inventory. */
+void qwen3_print_inventory(FILE *out, const Qwen3Model *m);
+
+/* The raw parsers, exposed for tests and fuzzing. Each returns 0 or sets radix_error(). */
+int  rx_parse_config(Qwen3Config *cfg, const char *json, size_t len, const char *file);
+int  rx_parse_safetensors(const uint8_t *bytes, size_t len, const char *file, RxTensor **tensors, int *n_tensors);
+int  rx_parse_shard_index(const char *json, size_t len, const char *file, char ***shards, int *n_shards);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The forward pass (Algorithm 1)
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef enum {
+    RX_BASELINE = 0,  /* every op on the N original rows                                              */
+    RX_RADIX    = 1,  /* position-wise ops on N' compact rows; scatter -> attention -> gather (paper)    */
+    RX_COMPACT  = 2,  /* everything on N' rows; attention reads keys through I_scatter (beyond paper)  */
+    RX_AUTO     = 3   /* compact if gamma < threshold, else baseline                                   */
+} RxMode;
+const char *rx_mode_name(RxMode mode);
+int rx_mode_parse(const char *s, RxMode *mode);
+
+/* The plain-C fp32 reference forward. logits: [N, vocab] in original token order.
+ * Every weight is upcast to fp32; every sum accumulates in fp32 in a fixed order. */
+int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits);
+
+/* The plain-C causal attention for ragged batches, shared by every mode (and the oracle of the CUDA kernel).
+ *   q   [n_q, n_heads*head_dim]  query rows (N original rows, or N' compact rows)
+ *   k,v [*,  n_kv*head_dim]      key/value rows, addressed through kv_row
+ *   out [n_q, n_heads*head_dim]
+ * Query row r stands for original position g = q_orig ? q_orig[r] : r; it attends to original positions
+ * t = seq_start[g] .. g, whose key/value rows are kv_row ? kv_row[t] : t.                              */
+int  rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
+                      const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
+                      int n_heads, int n_kv_heads, int head_dim);
+
+/* The reference's position-wise building blocks, fp32, row-major; exposed as the oracles of the CUDA kernels. */
+void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps);  /* [rows, dim] */
+void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out);        /* y = x @ w^T  */
+/* In place on x [rows, n_heads*head_dim]: per-head RMSNorm with w [head_dim], then rotate-half RoPE at pos[rows]. */
+void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
+                         float eps, double rope_theta);
+void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n);               /* silu(g) * u  */
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * The GPU forward (radixmlp.cu's CUDA half). Without a CUDA device every function here fails cleanly.
+ * ------------------------------------------------------------------------------------------------------------- */
+typedef struct GpuModel GpuModel;
+
+/* 1 if a CUDA device can be used; otherwise 0 and why (e.g. "no CUDA device: ...") in radix_error(). */
+int  gpu_available(void);
+/* The device name, or "" without one. */
+const char *gpu_device_name(void);
+/* Uploads a model, converting every weight to bf16. */
+int  gpu_model_upload(GpuModel **g, const Qwen3Model *m);
+/* Random bf16 weights generated on the device (for the benchmark: no checkpoint, never zeros). */
+int  gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed);
+void gpu_model_free(GpuModel *g);
+
+typedef struct {
+    RxMode mode;            /* the mode actually run (RX_AUTO resolves to another)        */
+    int n_tokens, n_compact;
+    double index_ms;        /* CPU: building the trie                                      */
+    double forward_ms;      /* GPU: CUDA events around the whole forward                   */
+} GpuRunInfo;
+
+/* Runs Algorithm 1 on the GPU.
+ *   last_only = 0: logits [N, vocab] for every token, original order
+ *   last_only = 1: logits [n_seqs, vocab], the last token of each sequence
+ *   logits may be NULL (benchmark: compute, do not copy back).
+ *   auto_threshold: for RX_AUTO, use compact when gamma = N'/N < auto_threshold (0.95 by default). */
+int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
+                float *logits, GpuRunInfo *info);
+
+/* Micro-benchmarks used by bench.c (Tables 2, 4, 6): median milliseconds over reps after a warm-up. */
+int gpu_time_index_select(int rows_in, int dim, int rows_out, int elem_bytes, int reps, double *median_ms);
+int gpu_time_copy(size_t nbytes, int reps, double *median_ms);              /* device-to-device, the roofline */
+int gpu_time_gemm(int m, int n, int k, int reps, double *median_ms);        /* bf16 [m,k] @ [k,n], fp32 accum  */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RADIXMLP_H */
