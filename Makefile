@@ -16,7 +16,7 @@ comma     := ,
 GENCODE   := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 CFLAGS    ?= -O2
-CFLAGS    += -std=c99 -Wall -Wextra -Werror=implicit-function-declaration -D_POSIX_C_SOURCE=200809L
+CFLAGS    += -std=c99 -Wall -Wextra -Werror=implicit-function-declaration -D_DEFAULT_SOURCE
 NVFLAGS   := -std=c++17 -O2 $(GENCODE) -Xcompiler -Wall,-Wextra -Wno-deprecated-gpu-targets
 LDLIBS    := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lm
 

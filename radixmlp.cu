@@ -607,12 +607,12 @@ static const RxTensor *find_tensor(const Qwen3Model *m, const char *name) {
 }
 
 /* Looks up prefix+name and checks its dtype and that its shape is [d0] or [d0, d1] as config.json implies. */
-static int bind(const Qwen3Model *m, const char *prefix, const char *name, int64_t d0, int64_t d1,
-                const RxTensor **out) {
+static int bind(const Qwen3Model *m, const char *where, const char *prefix, const char *name, int64_t d0,
+                int64_t d1, const RxTensor **out) {
     char full[256];
     snprintf(full, sizeof full, "%s%s", prefix, name);
     const RxTensor *t = find_tensor(m, full);
-    if (!t) return rx_fail("missing tensor '%s' in the checkpoint", full);
+    if (!t) return rx_fail("%s: missing tensor '%s'", where, full);
     if (t->dtype == RX_OTHER_DTYPE)
         return rx_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", t->file, full, t->dtype_name);
     int rank = d1 ? 2 : 1;
@@ -629,34 +629,34 @@ static int bind(const Qwen3Model *m, const char *prefix, const char *name, int64
 }
 
 /* Points every weight of the model at its tensor, validating names, dtypes and shapes against the config. */
-static int bind_model(Qwen3Model *m) {
+static int bind_model(Qwen3Model *m, const char *where) {
     const Qwen3Config *c = &m->cfg;
     /* Qwen3ForCausalLM writes "model.layers..."; Qwen3-Embedding checkpoints use flat names "layers...". */
     const char *pre = find_tensor(m, "model.embed_tokens.weight") ? "model." : find_tensor(m, "embed_tokens.weight") ? "" : "model.";
     int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
     if (!(m->layers = (Qwen3Layer *)calloc((size_t)c->n_layers, sizeof *m->layers)))
         return rx_fail("out of host memory");
-    if (bind(m, pre, "embed_tokens.weight", c->vocab_size, h, &m->embed) ||
-        bind(m, pre, "norm.weight", h, 0, &m->final_norm)) return -1;
+    if (bind(m, where, pre, "embed_tokens.weight", c->vocab_size, h, &m->embed) ||
+        bind(m, where, pre, "norm.weight", h, 0, &m->final_norm)) return -1;
     for (int l = 0; l < c->n_layers; l++) {
         Qwen3Layer *L = &m->layers[l];
         char p[64];
         snprintf(p, sizeof p, "%slayers.%d.", pre, l);
-        if (bind(m, p, "input_layernorm.weight", h, 0, &L->input_norm) ||
-            bind(m, p, "self_attn.q_proj.weight", q, h, &L->q_proj) ||
-            bind(m, p, "self_attn.k_proj.weight", kv, h, &L->k_proj) ||
-            bind(m, p, "self_attn.v_proj.weight", kv, h, &L->v_proj) ||
-            bind(m, p, "self_attn.o_proj.weight", h, q, &L->o_proj) ||
-            bind(m, p, "self_attn.q_norm.weight", c->head_dim, 0, &L->q_norm) ||
-            bind(m, p, "self_attn.k_norm.weight", c->head_dim, 0, &L->k_norm) ||
-            bind(m, p, "post_attention_layernorm.weight", h, 0, &L->post_norm) ||
-            bind(m, p, "mlp.gate_proj.weight", c->intermediate_size, h, &L->gate_proj) ||
-            bind(m, p, "mlp.up_proj.weight", c->intermediate_size, h, &L->up_proj) ||
-            bind(m, p, "mlp.down_proj.weight", h, c->intermediate_size, &L->down_proj)) return -1;
+        if (bind(m, where, p, "input_layernorm.weight", h, 0, &L->input_norm) ||
+            bind(m, where, p, "self_attn.q_proj.weight", q, h, &L->q_proj) ||
+            bind(m, where, p, "self_attn.k_proj.weight", kv, h, &L->k_proj) ||
+            bind(m, where, p, "self_attn.v_proj.weight", kv, h, &L->v_proj) ||
+            bind(m, where, p, "self_attn.o_proj.weight", h, q, &L->o_proj) ||
+            bind(m, where, p, "self_attn.q_norm.weight", c->head_dim, 0, &L->q_norm) ||
+            bind(m, where, p, "self_attn.k_norm.weight", c->head_dim, 0, &L->k_norm) ||
+            bind(m, where, p, "post_attention_layernorm.weight", h, 0, &L->post_norm) ||
+            bind(m, where, p, "mlp.gate_proj.weight", c->intermediate_size, h, &L->gate_proj) ||
+            bind(m, where, p, "mlp.up_proj.weight", c->intermediate_size, h, &L->up_proj) ||
+            bind(m, where, p, "mlp.down_proj.weight", h, c->intermediate_size, &L->down_proj)) return -1;
     }
     /* Tied: the LM head is the embedding, whether or not the file also stores lm_head.weight. */
     if (c->tie_word_embeddings) m->lm_head = m->embed;
-    else if (bind(m, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
+    else if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
     return 0;
 }
 
@@ -733,7 +733,7 @@ int qwen3_load(Qwen3Model *m, const char *dir) {
             rx_fail("tensor '%s' appears in both %s and %s", m->tensors[i].name, m->tensors[i - 1].file, m->tensors[i].file);
             goto fail;
         }
-    if (bind_model(m)) goto fail;
+    if (bind_model(m, dir)) goto fail;
     return 0;
 fail:
     qwen3_free(m);
@@ -835,7 +835,7 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
         }
     }
     qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
-    if (bind_model(m)) { qwen3_free(m); return -1; }
+    if (bind_model(m, "(random model)")) { qwen3_free(m); return -1; }
     return 0;
 }
 

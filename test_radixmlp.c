@@ -1,0 +1,896 @@
+/* test_radixmlp.c - the specification of radixmlp, as tests.
+ *
+ *   ./test_radixmlp              every test
+ *   ./test_radixmlp trie loader  the tests of these groups (or names): trie, loader, reference, cli, gpu
+ *
+ * Each test prints what it compared. The last line is "N passed, N failed, N skipped"; the exit code is non-zero
+ * on any failure. GPU tests report themselves skipped, with the reason, where there is no CUDA device.
+ * Fixtures (tiny Qwen3 checkpoints and transformers' logits) are read from $RADIXMLP_FIXTURES or ./fixtures. */
+#include <dirent.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "radixmlp.h"
+
+/* ---------------------------------------------------------------------------------------------------- framework */
+static int test_failed, test_skipped;
+
+static void expect(int ok, const char *fmt, ...) {
+    if (ok) return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("    FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    test_failed = 1;
+}
+
+static void note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("    ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+static void skip_test(const char *why) {
+    printf("    skipped: %s\n", why);
+    test_skipped = 1;
+}
+
+static uint64_t rng_next(uint64_t *s) {     /* splitmix64 */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int rng_int(uint64_t *s, int n) { return (int)(rng_next(s) % (uint64_t)n); }
+
+static float *rand_floats(size_t n, float lo, float hi, uint64_t *rng) {
+    float *x = (float *)malloc(n * sizeof(float));
+    for (size_t i = 0; x && i < n; i++) x[i] = lo + (hi - lo) * (float)((rng_next(rng) >> 40) * 0x1.0p-24);
+    return x;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+static double mean_abs_diff(const float *a, const float *b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d += fabs((double)a[i] - b[i]);
+    return n ? d / n : 0;
+}
+
+static double max_abs(const float *a, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i]));
+    return d;
+}
+
+static const char *fixtures(void) {
+    const char *f = getenv("RADIXMLP_FIXTURES");
+    return f && *f ? f : "fixtures";
+}
+
+/* A batch from a compact literal: lens[s] tokens each, ids and positions given flat. */
+static RxBatch batch_of(int n_seqs, const int *lens, const int32_t *ids, const int32_t *pos) {
+    RxBatch b;
+    const int32_t *seqs[64];
+    int at = 0;
+    for (int s = 0; s < n_seqs; s++) { seqs[s] = ids + at; at += lens[s]; }
+    if (rx_batch_make(&b, seqs, lens, n_seqs)) { printf("rx_batch_make: %s\n", radix_error()); exit(2); }
+    if (pos) memcpy(b.position_ids, pos, (size_t)at * sizeof(int32_t));
+    return b;
+}
+
+/* ----------------------------------------------------------------------------------------------------- the trie */
+/* The oracle, straight from the definition: tokens i and j share a compact row exactly when their whole
+ * (token, position) histories, from the start of their sequences, are equal. */
+static void check_against_oracle(const RadixIndex *ix, const RxBatch *b, const char *what) {
+    int n = b->n_tokens, bad = 0;
+    int *start = (int *)malloc(sizeof(int) * (size_t)(n + 1));
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) start[i] = b->cu_seqlens[s];
+    expect(ix->n_tokens == n, "%s: n_tokens %d, expected %d", what, ix->n_tokens, n);
+    int classes = 0;
+    for (int i = 0; i < n && !bad; i++) {
+        int first = 1;                                  /* is i the first token with its history? */
+        for (int j = 0; j < n && !bad; j++) {
+            int li = i - start[i], lj = j - start[j], same = li == lj;
+            for (int k = 0; same && k <= li; k++)
+                same = b->input_ids[start[i] + k] == b->input_ids[start[j] + k] &&
+                       b->position_ids[start[i] + k] == b->position_ids[start[j] + k];
+            if (same != (ix->scatter[i] == ix->scatter[j])) {
+                expect(0, "%s: tokens %d and %d: histories %s but compact rows %d and %d", what, i, j,
+                       same ? "equal" : "differ", ix->scatter[i], ix->scatter[j]);
+                bad = 1;
+            }
+            if (same && j < i) first = 0;
+        }
+        if (first && !bad) {          /* compact ids in first-occurrence order; gather points at the first one */
+            expect(ix->scatter[i] == classes, "%s: token %d opens compact row %d, expected %d", what, i,
+                   ix->scatter[i], classes);
+            expect(ix->gather[ix->scatter[i]] == i, "%s: gather[%d] = %d, expected %d", what, ix->scatter[i],
+                   ix->gather[ix->scatter[i]], i);
+            bad = test_failed;
+            classes++;
+        }
+    }
+    expect(ix->n_compact == classes, "%s: N' = %d, the oracle finds %d distinct histories", what, ix->n_compact, classes);
+    free(start);
+}
+
+static void build_and_check(const RxBatch *b, const char *what, int expect_compact) {
+    RadixIndex ix;
+    int rc = radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs);
+    expect(rc == 0, "%s: radix_index_build failed: %s", what, radix_error());
+    if (rc) return;
+    check_against_oracle(&ix, b, what);
+    if (expect_compact >= 0)
+        expect(ix.n_compact == expect_compact, "%s: N' = %d, expected %d", what, ix.n_compact, expect_compact);
+    note("%s: N = %d, N' = %d", what, ix.n_tokens, ix.n_compact);
+    radix_index_free(&ix);
+}
+
+static void test_toy_example_matches_paper(void) {
+    /* Appendix B.4: [1,2,3] and [1,2,4] -> gather [0,1,2,5], scatter [0,1,2,0,1,3]. */
+    int lens[] = {3, 3};
+    int32_t ids[] = {1, 2, 3, 1, 2, 4}, gather[] = {0, 1, 2, 5}, scatter[] = {0, 1, 2, 0, 1, 3};
+    RxBatch b = batch_of(2, lens, ids, NULL);
+    RadixIndex ix;
+    expect(radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, 2) == 0, "build: %s", radix_error());
+    expect(ix.n_compact == 4 && !memcmp(ix.gather, gather, sizeof gather), "gather differs from the paper's [0,1,2,5]");
+    expect(ix.n_tokens == 6 && !memcmp(ix.scatter, scatter, sizeof scatter), "scatter differs from the paper's [0,1,2,0,1,3]");
+    note("gather = [%d,%d,%d,%d], scatter = [%d,%d,%d,%d,%d,%d]", ix.gather[0], ix.gather[1], ix.gather[2],
+         ix.gather[3], ix.scatter[0], ix.scatter[1], ix.scatter[2], ix.scatter[3], ix.scatter[4], ix.scatter[5]);
+    radix_index_free(&ix);
+    rx_batch_free(&b);
+}
+
+static void test_random_batches_match_bruteforce_oracle(void) {
+    uint64_t rng = 1234;
+    int batches = 3000;
+    long tokens = 0, compact = 0;
+    for (int t = 0; t < batches && !test_failed; t++) {
+        /* Sharing varies from none to total: a tiny vocabulary makes accidental equal prefixes common, copied
+         * prefixes make deliberate ones, shifted positions make equal tokens with different histories. */
+        int n_seqs = rng_int(&rng, 9), vocab = 1 + rng_int(&rng, 4), lens[8], at = 0;
+        int32_t ids[8 * 12], pos[8 * 12];
+        for (int s = 0; s < n_seqs; s++) {
+            lens[s] = rng_int(&rng, 12);
+            int copy_from = s > 0 && rng_int(&rng, 2) ? rng_int(&rng, s) : -1, from = 0;
+            for (int k = 0; k < s && copy_from >= 0; k++) from += k < copy_from ? lens[k] : 0;
+            int shift = rng_int(&rng, 5) == 0 ? rng_int(&rng, 3) : 0;
+            for (int i = 0; i < lens[s]; i++, at++) {
+                int copy = copy_from >= 0 && i < lens[copy_from] && rng_int(&rng, 8) != 0;
+                ids[at] = copy ? ids[from + i] : rng_int(&rng, vocab);
+                pos[at] = copy ? pos[from + i] : i + shift;
+            }
+        }
+        RxBatch b = batch_of(n_seqs, lens, ids, pos);
+        RadixIndex ix;
+        char what[64];
+        snprintf(what, sizeof what, "random batch %d", t);
+        if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, n_seqs)) {
+            expect(0, "%s: %s", what, radix_error());
+        } else {
+            check_against_oracle(&ix, &b, what);
+            tokens += ix.n_tokens; compact += ix.n_compact;
+            radix_index_free(&ix);
+        }
+        rx_batch_free(&b);
+    }
+    note("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), all equal to the oracle",
+         batches, tokens, compact, tokens ? (double)compact / tokens : 0);
+}
+
+static void test_empty_batch(void) {
+    RadixIndex ix;
+    int32_t cu[1] = {0};
+    expect(radix_index_build(&ix, NULL, NULL, NULL, 0) == 0, "n_seqs = 0 failed: %s", radix_error());
+    expect(ix.n_tokens == 0 && ix.n_compact == 0, "n_seqs = 0: N = %d, N' = %d", ix.n_tokens, ix.n_compact);
+    radix_index_free(&ix);
+    expect(radix_index_build(&ix, NULL, NULL, cu, 0) == 0 && ix.n_compact == 0, "empty cu_seqlens failed");
+    radix_index_free(&ix);
+}
+
+static void test_zero_length_sequences(void) {
+    int lens[] = {0, 3, 0, 3, 0};
+    int32_t ids[] = {5, 6, 7, 5, 6, 8};
+    RxBatch b = batch_of(5, lens, ids, NULL);
+    build_and_check(&b, "[], [5,6,7], [], [5,6,8], []", 4);
+    rx_batch_free(&b);
+}
+
+static void test_one_sequence_is_identity(void) {
+    int lens[] = {7};
+    int32_t ids[] = {3, 3, 3, 3, 3, 3, 3};           /* repeated tokens: each still has its own history */
+    RxBatch b = batch_of(1, lens, ids, NULL);
+    build_and_check(&b, "one sequence of a repeated token", 7);
+    int lens1[] = {1};
+    RxBatch one = batch_of(1, lens1, ids, NULL);
+    build_and_check(&one, "one token", 1);
+    rx_batch_free(&b); rx_batch_free(&one);
+}
+
+static void test_identical_sequences_share_everything(void) {
+    int lens[] = {5, 5, 5, 5};
+    int32_t ids[20];
+    for (int i = 0; i < 20; i++) ids[i] = 10 + i % 5;
+    RxBatch b = batch_of(4, lens, ids, NULL);
+    build_and_check(&b, "4 identical sequences of 5", 5);
+    rx_batch_free(&b);
+}
+
+static void test_prefix_of_another_sequence(void) {
+    int lens[] = {3, 6, 2};
+    int32_t ids[] = {1, 2, 3, 1, 2, 3, 4, 5, 6, 1, 2};
+    RxBatch b = batch_of(3, lens, ids, NULL);
+    build_and_check(&b, "[1,2,3], [1,2,3,4,5,6], [1,2]", 6);
+    rx_batch_free(&b);
+}
+
+static void test_same_token_after_different_prefix_not_merged(void) {
+    /* token 9 at position 2 after [1,2] and after [1,3]: different histories, different rows */
+    int lens[] = {3, 3};
+    int32_t ids[] = {1, 2, 9, 1, 3, 9};
+    RxBatch b = batch_of(2, lens, ids, NULL);
+    build_and_check(&b, "[1,2,9], [1,3,9]", 5);
+    rx_batch_free(&b);
+}
+
+static void test_same_token_at_different_position_not_merged(void) {
+    int lens[] = {2, 2};
+    int32_t ids[] = {4, 5, 4, 5}, pos[] = {0, 1, 1, 2};
+    RxBatch b = batch_of(2, lens, ids, pos);
+    build_and_check(&b, "[4,5]@0..1, [4,5]@1..2", 4);
+    rx_batch_free(&b);
+}
+
+static void test_position_ids_not_starting_at_zero(void) {
+    int lens[] = {3, 3, 2};
+    int32_t ids[] = {7, 8, 9, 7, 8, 1, 7, 8}, pos[] = {5, 6, 7, 5, 6, 7, 5, 6};
+    RxBatch b = batch_of(3, lens, ids, pos);
+    build_and_check(&b, "three sequences at positions 5.., sharing [7,8]", 4);
+    rx_batch_free(&b);
+}
+
+static void test_nothing_shared(void) {
+    int lens[] = {4, 4, 4};
+    int32_t ids[] = {1, 2, 3, 4, 2, 2, 3, 4, 3, 2, 3, 4};   /* equal tails, different first tokens */
+    RxBatch b = batch_of(3, lens, ids, NULL);
+    build_and_check(&b, "3 sequences with different first tokens", 12);
+    rx_batch_free(&b);
+}
+
+static void test_invalid_input_rejected(void) {
+    int32_t ids[4] = {1, 2, 3, 4}, pos[4] = {0, 1, 0, 1}, cu[3] = {0, 2, 4}, bad_start[3] = {1, 2, 4},
+            decreasing[3] = {0, 3, 2};
+    struct { const char *what; const int32_t *ids, *pos, *cu; int n_seqs; const char *msg; } cases[] = {
+        {"n_seqs = -1", ids, pos, cu, -1, "n_seqs is -1"},
+        {"cu_seqlens NULL", ids, pos, NULL, 2, "cu_seqlens is NULL"},
+        {"cu_seqlens[0] = 1", ids, pos, bad_start, 2, "cu_seqlens[0] is 1"},
+        {"cu_seqlens decreasing", ids, pos, decreasing, 2, "decreases at sequence 1"},
+        {"input_ids NULL", NULL, pos, cu, 2, "input_ids or position_ids is NULL"},
+        {"position_ids NULL", ids, NULL, cu, 2, "input_ids or position_ids is NULL"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        RadixIndex ix;
+        int rc = radix_index_build(&ix, cases[i].ids, cases[i].pos, cases[i].cu, cases[i].n_seqs);
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc,
+               radix_error());
+        expect(!ix.gather && !ix.scatter && !ix.n_tokens, "%s: a failed build must leave the index empty", cases[i].what);
+        note("%-22s -> %s", cases[i].what, radix_error());
+    }
+}
+
+static void test_draw_trie_of_toy_example(void) {
+    int lens[] = {3, 3};
+    int32_t ids[] = {1, 2, 3, 1, 2, 4};
+    RxBatch b = batch_of(2, lens, ids, NULL);
+    RadixIndex ix;
+    radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, 2);
+    char buf[1024] = "";
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    radix_draw_trie(f, &ix, b.input_ids, b.position_ids, b.cu_seqlens, 2);
+    fclose(f);
+    /* the paper's table: (1,2) shared by both sequences, then 3 (sequence 0) and 4 (sequence 1) at position 2 */
+    expect(strstr(buf, "root\n`-- c0..c1: 2 tokens @0..1  (2 seqs)\n") != NULL, "shared chain missing:\n%s", buf);
+    expect(strstr(buf, "    |-- c2: token 3 @2  (1 seq)\n    `-- c3: token 4 @2  (1 seq)\n") != NULL,
+           "branches missing:\n%s", buf);
+    printf("%s", buf);
+    radix_index_free(&ix);
+    rx_batch_free(&b);
+}
+
+/* --------------------------------------------------------------------------------------------------- the loader */
+/* A safetensors file from a header and data_len bytes of (non-zero) data. */
+static uint8_t *st_file(const char *header, size_t data_len, size_t *len) {
+    size_t h = strlen(header);
+    *len = 8 + h + data_len;
+    uint8_t *b = (uint8_t *)malloc(*len);
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+    memcpy(b + 8, header, h);
+    for (size_t i = 0; i < data_len; i++) b[8 + h + i] = (uint8_t)(i * 37 + 1);
+    return b;
+}
+
+static void expect_st_reject(const char *what, const uint8_t *bytes, size_t len, const char *msg) {
+    RxTensor *t;
+    int n;
+    int rc = rx_parse_safetensors(bytes, len, "x.safetensors", &t, &n);
+    expect(rc != 0, "%s: accepted", what);
+    expect(rc == 0 || strstr(radix_error(), msg) != NULL, "%s: message '%s' lacks '%s'", what, radix_error(), msg);
+    if (rc == 0) { for (int i = 0; i < n; i++) free(t[i].name); free(t); }
+    else note("%-34s -> %s", what, radix_error());
+}
+
+static void test_safetensors_rejections(void) {
+    struct { const char *what, *header; size_t data; const char *msg; } cases[] = {
+        {"invalid JSON", "{\"a\":", 0, "invalid JSON"},
+        {"header not an object", "[]", 0, "not a JSON object"},
+        {"entry without data_offsets", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "needs \"dtype\""},
+        {"unknown dtype", "{\"a\":{\"dtype\":\"F12\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype"},
+        {"negative shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "non-negative"},
+        {"duplicate names", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                            "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "duplicate tensor 'a'"},
+        {"gap between tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "a gap"},
+        {"overlapping tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "an overlap"},
+        {"end before begin", "{\"a\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,4]}}", 8, "before begin"},
+        {"shape byte size overflows", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
+                                      "\"data_offsets\":[0,4]}}", 4, "overflows"},
+        {"size disagrees with shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "need 8"},
+        {"truncated file", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, "truncated"},
+        {"trailing bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 9, "trailing bytes"},
+        {"metadata not strings", "{\"__metadata__\":{\"k\":1}}", 0, "__metadata__"},
+        {"nested 1000 deep", NULL, 0, "deeper than"},
+    };
+    char deep[2100];
+    for (int i = 0; i < 1000; i++) deep[i] = '[';
+    for (int i = 0; i < 1000; i++) deep[1000 + i] = ']';
+    deep[2000] = 0;
+    cases[sizeof cases / sizeof cases[0] - 1].header = deep;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len;
+        uint8_t *b = st_file(cases[i].header, cases[i].data, &len);
+        expect_st_reject(cases[i].what, b, len, cases[i].msg);
+        free(b);
+    }
+    /* the byte-level ones: the 8-byte length itself, and UTF-8 */
+    size_t len;
+    uint8_t *b = st_file("{\"\xff\":{}}", 0, &len);
+    expect_st_reject("header not UTF-8", b, len, "UTF-8");
+    free(b);
+    b = st_file("{}", 0, &len);
+    expect_st_reject("file shorter than 8 bytes", b, 5, "shorter than");
+    b[0] = 0x01; b[1] = 0xE2; b[2] = 0xF5; b[3] = 0x05;          /* 100,000,001 */
+    expect_st_reject("header length over 100,000,000", b, len, "exceeds");
+    b[0] = 3; b[1] = b[2] = b[3] = 0;
+    expect_st_reject("header length beyond the file", b, 10, "beyond the end");
+    free(b);
+}
+
+static void test_safetensors_edge_cases_accepted(void) {
+    /* zero-sized tensors and rank-0 scalars are legal, and so are whitespace padding and __metadata__ */
+    size_t len;
+    uint8_t *b = st_file("  {\"__metadata__\":{\"format\":\"pt\"},\"empty\":{\"dtype\":\"BF16\",\"shape\":[0,3],"
+                         "\"data_offsets\":[0,0]},\"scalar\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
+                         "\"i\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[4,12]}}      ", 12, &len);
+    RxTensor *t;
+    int n;
+    int rc = rx_parse_safetensors(b, len, "edge.safetensors", &t, &n);
+    expect(rc == 0, "rejected: %s", radix_error());
+    if (!rc) {
+        expect(n == 3 && !strcmp(t[0].name, "empty") && t[0].nbytes == 0 && t[0].rank == 2, "zero-sized tensor wrong");
+        expect(!strcmp(t[2].name, "scalar") && t[2].rank == 0 && t[2].nbytes == 4 && t[2].data == b + len - 12,
+               "scalar wrong");
+        expect(!strcmp(t[1].name, "i") && t[1].dtype == RX_OTHER_DTYPE && t[1].data == b + len - 8, "I64 tensor wrong");
+        note("zero-sized, rank-0 and I64 tensors parsed; data pointers inside the buffer");
+        for (int i = 0; i < n; i++) free(t[i].name);
+        free(t);
+    }
+    free(b);
+}
+
+static void test_config_parsing(void) {
+    Qwen3Config c;
+    const char *good = "{\"vocab_size\":151936,\"hidden_size\":1024,\"intermediate_size\":3072,\"num_hidden_layers\":28,"
+                       "\"num_attention_heads\":16,\"num_key_value_heads\":8,\"head_dim\":128,\"rms_norm_eps\":1e-06,"
+                       "\"max_position_embeddings\":40960,\"tie_word_embeddings\":true,\"rope_scaling\":null,"
+                       "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0},\"architectures\":[\"Qwen3ForCausalLM\"]}";
+    expect(rx_parse_config(&c, good, strlen(good), "config.json") == 0, "Qwen3-0.6B config rejected: %s", radix_error());
+    expect(c.head_dim == 128 && c.n_kv_heads == 8 && c.rope_theta == 1e6 && c.tie_word_embeddings &&
+           c.max_position_embeddings == 40960, "Qwen3-0.6B config misread (head_dim %d, theta %g)", c.head_dim, c.rope_theta);
+    struct { const char *what, *from, *to, *msg; } cases[] = {
+        {"missing hidden_size", "\"hidden_size\":1024", "\"hidden\":1024", "missing \"hidden_size\""},
+        {"zero layers", "\"num_hidden_layers\":28", "\"num_hidden_layers\":0", "num_hidden_layers"},
+        {"negative vocab", "\"vocab_size\":151936", "\"vocab_size\":-5", "vocab_size"},
+        {"absurd hidden size", "\"hidden_size\":1024", "\"hidden_size\":1000000000", "hidden_size"},
+        {"fractional heads", "\"num_attention_heads\":16", "\"num_attention_heads\":16.5", "num_attention_heads"},
+        {"overflowing integer", "\"vocab_size\":151936", "\"vocab_size\":99999999999999999999999", "vocab_size"},
+        {"heads not a multiple of kv", "\"num_key_value_heads\":8", "\"num_key_value_heads\":3", "not a multiple"},
+        {"odd head_dim", "\"head_dim\":128", "\"head_dim\":127", "even"},
+        {"rope scaling", "\"rope_scaling\":null", "\"rope_scaling\":{\"type\":\"yarn\"}", "default RoPE"},
+        {"sliding window", "\"rope_scaling\":null", "\"use_sliding_window\":true", "sliding"},
+        {"theta zero", "\"rope_theta\":1000000.0", "\"rope_theta\":0", "rope_theta"},
+        {"tie not a bool", "\"tie_word_embeddings\":true", "\"tie_word_embeddings\":\"yes\"", "true or false"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[1024];
+        const char *at = strstr(good, cases[i].from);
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, cases[i].to, at + strlen(cases[i].from));
+        int rc = rx_parse_config(&c, buf, strlen(buf), "config.json");
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
+        note("%-28s -> %s", cases[i].what, radix_error());
+    }
+    const char *top = "{\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+                      "\"num_attention_heads\":2,\"rope_theta\":500000}";
+    expect(rx_parse_config(&c, top, strlen(top), "config.json") == 0 && c.rope_theta == 5e5 && c.head_dim == 4 &&
+           c.n_kv_heads == 2, "top-level rope_theta and HF defaults (head_dim = hidden/heads, kv = heads) not applied");
+}
+
+static void test_shard_index_names(void) {
+    const char *bad[] = {"../x.safetensors", "/abs.safetensors", "sub/x.safetensors", "..", "", "a\\\\b"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char buf[256];
+        char **shards;
+        int n;
+        snprintf(buf, sizeof buf, "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"%s\"}}", bad[i]);
+        int rc = rx_parse_shard_index(buf, strlen(buf), "index.json", &shards, &n);
+        expect(rc != 0 && strstr(radix_error(), "not a plain file name"), "shard \"%s\": rc %d, '%s'", bad[i], rc, radix_error());
+        note("shard name %-20s -> %s", bad[i], radix_error());
+    }
+    const char *good = "{\"weight_map\":{\"a\":\"m-1.safetensors\",\"b\":\"m-2.safetensors\",\"c\":\"m-1.safetensors\"}}";
+    char **shards;
+    int n;
+    expect(rx_parse_shard_index(good, strlen(good), "index.json", &shards, &n) == 0 && n == 2, "good index: %s", radix_error());
+    for (int i = 0; i < n; i++) free(shards[i]);
+    free(shards);
+    const char *none = "{\"metadata\":{}}";
+    expect(rx_parse_shard_index(none, strlen(none), "index.json", &shards, &n) != 0, "index without weight_map accepted");
+}
+
+/* ---- model folders: fixtures and corrupted copies of them */
+static uint8_t *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = (uint8_t *)malloc(*len + 1);
+    if (fread(b, 1, *len, f) != *len) { free(b); b = NULL; }
+    fclose(f);
+    if (b) b[*len] = 0;
+    return b;
+}
+
+static void write_file(const char *dir, const char *name, const void *data, size_t len) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(data, 1, len, f) != len) { printf("cannot write %s\n", p); exit(2); }
+    fclose(f);
+}
+
+/* A fresh temporary copy of fixtures/<name>. */
+static char *copy_fixture(const char *name) {
+    static char dir[256];
+    char src[512];
+    snprintf(dir, sizeof dir, "/tmp/radixmlp-test-XXXXXX");
+    if (!mkdtemp(dir)) { printf("mkdtemp failed\n"); exit(2); }
+    snprintf(src, sizeof src, "%s/%s", fixtures(), name);
+    DIR *d = opendir(src);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char p[768];
+        size_t len;
+        snprintf(p, sizeof p, "%s/%s", src, e->d_name);
+        uint8_t *b = read_file(p, &len);
+        if (b) write_file(dir, e->d_name, b, len);
+        free(b);
+    }
+    if (d) closedir(d);
+    return dir;
+}
+
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char p[768];
+        if (e->d_name[0] == '.') continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+/* Replaces the first `from` with `to` in dir/name; for a .safetensors file, inside its JSON header (rewriting the
+ * header length, so that the data after it stays valid). */
+static void edit_file(const char *dir, const char *name, const char *from, const char *to) {
+    char p[512];
+    size_t len;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    uint8_t *b = read_file(p, &len);
+    int st = strstr(name, ".safetensors") && !strstr(name, ".json");
+    size_t hlen = len, off = 0;
+    if (st) { hlen = 0; for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i]; off = 8; }
+    char *h = (char *)malloc(hlen + 1);
+    memcpy(h, b + off, hlen); h[hlen] = 0;
+    char *at = strstr(h, from);
+    if (!at) { printf("edit_file: '%s' not in %s\n", from, p); exit(2); }
+    size_t nh = hlen - strlen(from) + strlen(to);
+    uint8_t *out = (uint8_t *)malloc(off + nh + (len - off - hlen));
+    for (int i = 0; st && i < 8; i++) out[i] = (uint8_t)((uint64_t)nh >> (8 * i));
+    size_t pre = (size_t)(at - h);
+    memcpy(out + off, h, pre);
+    memcpy(out + off + pre, to, strlen(to));
+    memcpy(out + off + pre + strlen(to), at + strlen(from), hlen - pre - strlen(from));
+    memcpy(out + off + nh, b + off + hlen, len - off - hlen);
+    write_file(dir, name, out, off + nh + (len - off - hlen));
+    free(b); free(h); free(out);
+}
+
+static int have_fixtures(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/tiny-tied/config.json", fixtures());
+    if (access(p, R_OK) == 0) return 1;
+    expect(0, "fixtures not found at %s (set RADIXMLP_FIXTURES or run from the repository root)", fixtures());
+    return 0;
+}
+
+static void test_fixture_checkpoints_load(void) {
+    if (!have_fixtures()) return;
+    const char *names[] = {"tiny-tied", "tiny-untied", "tiny-bf16"};
+    RxDtype dtypes[] = {RX_F32, RX_F32, RX_BF16};
+    for (int i = 0; i < 3; i++) {
+        char dir[512];
+        Qwen3Model m;
+        snprintf(dir, sizeof dir, "%s/%s", fixtures(), names[i]);
+        if (qwen3_load(&m, dir)) { expect(0, "%s: %s", names[i], radix_error()); continue; }
+        expect(m.cfg.head_dim == 32 && m.cfg.hidden_size == 64 && m.cfg.n_kv_heads == 2 && m.cfg.rope_theta == 1e6,
+               "%s: config misread", names[i]);
+        expect(m.embed->dtype == dtypes[i], "%s: dtype %s", names[i], m.embed->dtype_name);
+        expect((m.lm_head == m.embed) == m.cfg.tie_word_embeddings, "%s: lm_head tied %d, config says %d", names[i],
+               m.lm_head == m.embed, m.cfg.tie_word_embeddings);
+        note("%-12s %d tensors, %s, tied %d, rope_theta %g (from rope_parameters)", names[i], m.n_tensors,
+             m.embed->dtype_name, m.cfg.tie_word_embeddings, m.cfg.rope_theta);
+        qwen3_free(&m);
+    }
+}
+
+static void expect_load_fails(const char *dir, const char *what, const char *msg) {
+    Qwen3Model m;
+    int rc = qwen3_load(&m, dir);
+    expect(rc != 0, "%s: loaded", what);
+    expect(rc == 0 || strstr(radix_error(), msg), "%s: message '%s' lacks '%s'", what, radix_error(), msg);
+    if (rc == 0) qwen3_free(&m);
+    else note("%-34s -> %s", what, radix_error());
+    remove_dir(dir);
+}
+
+static void test_checkpoint_rejections(void) {
+    if (!have_fixtures()) return;
+    char *d;
+    d = copy_fixture("tiny-tied");
+    edit_file(d, "model.safetensors", "\"model.norm.weight\"", "\"model.norx.weight\"");
+    expect_load_fails(d, "missing tensor", "missing tensor 'model.norm.weight'");
+    d = copy_fixture("tiny-tied");
+    edit_file(d, "model.safetensors", "\"model.norm.weight\":{\"dtype\":\"F32\"", "\"model.norm.weight\":{\"dtype\":\"I32\"");
+    expect_load_fails(d, "unsupported dtype", "dtype I32");
+    d = copy_fixture("tiny-tied");
+    edit_file(d, "config.json", "\"vocab_size\": 512", "\"vocab_size\": 600");
+    expect_load_fails(d, "vocab disagrees with the embedding", "shape [512, 64] but config.json implies [600, 64]");
+    d = copy_fixture("tiny-tied");
+    edit_file(d, "config.json", "\"head_dim\": 32", "\"head_dim\": 16");
+    expect_load_fails(d, "head_dim disagrees with q_norm", "implies");
+    d = copy_fixture("tiny-tied");
+    edit_file(d, "config.json", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
+    expect_load_fails(d, "untied without lm_head.weight", ": missing tensor 'lm_head.weight'");
+    d = copy_fixture("tiny-untied");
+    edit_file(d, "model.safetensors.index.json", "\"model-00004-of-00004.safetensors\"", "\"../model-00004-of-00004.safetensors\"");
+    expect_load_fails(d, "shard name with ../", "not a plain file name");
+    d = copy_fixture("tiny-untied");
+    edit_file(d, "model.safetensors.index.json", "\"model-00004-of-00004.safetensors\"", "\"/etc/passwd\"");
+    expect_load_fails(d, "shard name absolute", "not a plain file name");
+    d = copy_fixture("tiny-untied");
+    {
+        char p[512];
+        snprintf(p, sizeof p, "%s/model-00004-of-00004.safetensors", d);
+        unlink(p);
+    }
+    expect_load_fails(d, "missing shard", "model-00004-of-00004.safetensors: cannot open");
+    d = copy_fixture("tiny-tied");
+    {
+        char p[512];
+        snprintf(p, sizeof p, "%s/config.json", d);
+        unlink(p);
+    }
+    expect_load_fails(d, "missing config.json", "config.json: cannot open");
+}
+
+static void test_checkpoint_variants_accepted(void) {
+    if (!have_fixtures()) return;
+    Qwen3Model m;
+    /* Qwen3-Embedding style: flat names without "model." */
+    char *d = copy_fixture("tiny-tied");
+    for (int more = 1; more;) {                 /* strip every "model." from the header */
+        char p[512];
+        size_t len;
+        snprintf(p, sizeof p, "%s/model.safetensors", d);
+        uint8_t *b = read_file(p, &len);
+        size_t hlen = b[0] | (size_t)b[1] << 8 | (size_t)b[2] << 16;   /* the tiny fixture's header is < 16 MiB */
+        b[8 + hlen] = 0;
+        more = strstr((char *)b + 8, "\"model.") != NULL;
+        free(b);
+        if (more) edit_file(d, "model.safetensors", "\"model.", "\"");
+    }
+    expect(qwen3_load(&m, d) == 0, "flat tensor names rejected: %s", radix_error());
+    if (!test_failed) { note("flat names (no 'model.' prefix): loaded, %d tensors", m.n_tensors); qwen3_free(&m); }
+    remove_dir(d);
+    /* tied although the checkpoint stores lm_head.weight: the head is the embedding */
+    d = copy_fixture("tiny-untied");
+    edit_file(d, "config.json", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
+    expect(qwen3_load(&m, d) == 0, "tied with lm_head present rejected: %s", radix_error());
+    if (!test_failed) { expect(m.lm_head == m.embed, "tied model must use the embedding as head"); qwen3_free(&m); }
+    remove_dir(d);
+}
+
+/* ------------------------------------------------------------------------------------------- the C reference */
+static void test_reference_matches_transformers(void) {
+    /* transformers' eager fp32 forward (fixtures/make_fixtures.py) vs ours: the two sum in different orders, so
+     * they agree to fp32 rounding, not bit for bit. Tolerance: max|ours - hf| / max|hf| <= 1e-4. */
+    if (!have_fixtures()) return;
+    const char *models[] = {"tiny-tied", "tiny-untied", "tiny-bf16"}, *batches[] = {"single", "shared_prefix", "mixed"};
+    for (int mi = 0; mi < 3; mi++) {
+        char p[512];
+        Qwen3Model m;
+        snprintf(p, sizeof p, "%s/%s", fixtures(), models[mi]);
+        if (qwen3_load(&m, p)) { expect(0, "%s: %s", models[mi], radix_error()); continue; }
+        for (int bi = 0; bi < 3; bi++) {
+            RxBatch b;
+            size_t len;
+            snprintf(p, sizeof p, "%s/batches/%s.txt", fixtures(), batches[bi]);
+            if (rx_batch_read(&b, p)) { expect(0, "%s", radix_error()); continue; }
+            snprintf(p, sizeof p, "%s/logits/%s-%s.f32", fixtures(), models[mi], batches[bi]);
+            float *hf = (float *)read_file(p, &len);
+            size_t n = (size_t)b.n_tokens * m.cfg.vocab_size;
+            expect(hf && len == n * sizeof(float), "%s: missing or not [%d, %d] float32", p, b.n_tokens, m.cfg.vocab_size);
+            float *ours = (float *)malloc(n * sizeof(float)), *other = (float *)malloc(n * sizeof(float));
+            if (hf && len == n * sizeof(float) && qwen3_forward_ref(&m, &b, RX_BASELINE, ours) == 0) {
+                double rel = max_abs_diff(ours, hf, n) / max_abs(hf, n);
+                expect(rel <= 1e-4, "%s x %s: relative error %.2e > 1e-4", models[mi], batches[bi], rel);
+                for (int mode = RX_RADIX; mode <= RX_COMPACT; mode++) {
+                    expect(qwen3_forward_ref(&m, &b, (RxMode)mode, other) == 0, "%s", radix_error());
+                    expect(max_abs_diff(other, ours, n) == 0, "%s x %s: %s differs from baseline by %g", models[mi],
+                           batches[bi], rx_mode_name((RxMode)mode), max_abs_diff(other, ours, n));
+                }
+                note("%-11s x %-13s N=%2d  max|ours - transformers| / max|transformers| = %.2e (tol 1e-4); "
+                     "radix, compact == baseline", models[mi], batches[bi], b.n_tokens, rel);
+            } else if (hf && len == n * sizeof(float)) {
+                expect(0, "forward failed: %s", radix_error());
+            }
+            free(hf); free(ours); free(other);
+            rx_batch_free(&b);
+        }
+        qwen3_free(&m);
+    }
+}
+
+/* The paper's Table 7a patterns on a random model (head_dim != hidden/heads, GQA): radix and compact must equal
+ * baseline bit for bit, because every row is computed with the same arithmetic whichever rows surround it. */
+typedef struct { const char *name; int n_seqs; int lens[8]; int shared[8]; } Pattern;
+static const Pattern table7a[] = {
+    {"single_sequence", 1, {17}, {0}},
+    {"identical_sequences", 4, {9, 9, 9, 9}, {0, 9, 9, 9}},
+    {"shared_prefix", 4, {12, 8, 15, 10}, {0, 6, 6, 6}},
+    {"no_sharing", 3, {7, 11, 5}, {0, 0, 0}},
+    {"mixed_lengths", 5, {1, 13, 4, 20, 2}, {0, 1, 4, 3, 2}},
+    {"complex_sharing", 6, {10, 12, 9, 14, 6, 11}, {0, 7, 3, 9, 6, 2}},
+};
+
+/* shared[s] = how many leading tokens sequence s copies from sequence s-1 (0: a fresh first token). */
+static RxBatch pattern_batch(const Pattern *p, int vocab, uint64_t seed) {
+    int32_t ids[8 * 32];
+    int at = 0, prev = 0;
+    uint64_t rng = seed;
+    for (int s = 0; s < p->n_seqs; s++) {
+        for (int i = 0; i < p->lens[s]; i++)
+            ids[at + i] = i < p->shared[s] ? ids[prev + i] : (int32_t)(s * 7 + 1 + rng_int(&rng, vocab - 64));
+        prev = at;
+        at += p->lens[s];
+    }
+    return batch_of(p->n_seqs, p->lens, ids, NULL);
+}
+
+static Qwen3Config tiny_config(void) {
+    Qwen3Config c = {512, 64, 128, 2, 4, 2, 32, 128, 1e6, 1e-6, 1};
+    return c;
+}
+
+static void test_reference_radix_equals_baseline_table7a(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    expect(qwen3_random(&m, &cfg, 11) == 0, "qwen3_random: %s", radix_error());
+    if (test_failed) return;
+    note("%-20s %4s %4s   %-22s %-22s", "pattern", "N", "N'", "radix (max, mean)", "compact (max, mean)");
+    for (size_t p = 0; p < sizeof table7a / sizeof table7a[0]; p++) {
+        RxBatch b = pattern_batch(&table7a[p], cfg.vocab_size, 100 + p);
+        RadixIndex ix;
+        radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
+        size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+        float *base = (float *)malloc(n * 4), *radix = (float *)malloc(n * 4), *compact = (float *)malloc(n * 4);
+        int ok = !qwen3_forward_ref(&m, &b, RX_BASELINE, base) && !qwen3_forward_ref(&m, &b, RX_RADIX, radix) &&
+                 !qwen3_forward_ref(&m, &b, RX_COMPACT, compact);
+        expect(ok, "%s: %s", table7a[p].name, radix_error());
+        if (ok) {
+            double rmax = max_abs_diff(radix, base, n), cmax = max_abs_diff(compact, base, n);
+            expect(rmax == 0 && cmax == 0, "%s: radix %g, compact %g away from baseline", table7a[p].name, rmax, cmax);
+            expect(max_abs(base, n) > 0.1, "%s: logits suspiciously small", table7a[p].name);
+            note("%-20s %4d %4d   (%g, %g)%*s(%g, %g)", table7a[p].name, ix.n_tokens, ix.n_compact, rmax,
+                 mean_abs_diff(radix, base, n), 14, "", cmax, mean_abs_diff(compact, base, n));
+        }
+        free(base); free(radix); free(compact);
+        radix_index_free(&ix);
+        rx_batch_free(&b);
+    }
+    qwen3_free(&m);
+}
+
+static void test_forward_rejects_bad_batches(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 3)) { expect(0, "%s", radix_error()); return; }
+    int lens[] = {3};
+    int32_t ids[] = {1, 512, 2}, pos[] = {0, 1, 128};
+    float *out = (float *)malloc(3 * 512 * sizeof(float));
+    RxBatch b = batch_of(1, lens, ids, NULL);
+    expect(qwen3_forward_ref(&m, &b, RX_BASELINE, out) != 0 && strstr(radix_error(), "outside the vocabulary"),
+           "token id 512 with vocab 512: '%s'", radix_error());
+    note("token id = vocab  -> %s", radix_error());
+    b.input_ids[1] = 5;
+    memcpy(b.position_ids, pos, sizeof pos);
+    expect(qwen3_forward_ref(&m, &b, RX_RADIX, out) != 0 && strstr(radix_error(), "max_position_embeddings"),
+           "position 128 with max 128: '%s'", radix_error());
+    note("position = max    -> %s", radix_error());
+    free(out);
+    rx_batch_free(&b);
+    qwen3_free(&m);
+}
+
+static void test_tokens_file(void) {
+    char dir[] = "/tmp/radixmlp-tokens-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    struct { const char *text, *msg; } cases[] = {
+        {"1 2 3\n4 5\n", NULL},
+        {"7\r\n8 9\r\n", NULL},
+        {"1 2\n\n3\n", ":2: empty line"},
+        {"1 -2\n", ":1: '-' is not part of a token id"},
+        {"1 x2\n", ":1: 'x' is not part of a token id"},
+        {"1 2a\n", ":1: 'a' is not part of a token id"},
+        {"99999999999\n", ":1: token id too large"},
+        {"", "no sequences"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char p[512];
+        RxBatch b;
+        write_file(dir, "t.txt", cases[i].text, strlen(cases[i].text));
+        snprintf(p, sizeof p, "%s/t.txt", dir);
+        int rc = rx_batch_read(&b, p);
+        if (!cases[i].msg) {
+            expect(rc == 0 && b.n_seqs == 2 && b.cu_seqlens[2] == b.n_tokens && b.position_ids[b.n_tokens - 1] ==
+                   b.n_tokens - 1 - b.cu_seqlens[1], "case %zu: %s", i, radix_error());
+            if (!rc) rx_batch_free(&b);
+        } else {
+            expect(rc != 0 && strstr(radix_error(), cases[i].msg), "case %zu: rc %d, '%s' lacks '%s'", i, rc,
+                   radix_error(), cases[i].msg);
+            note("%-18s -> %s", cases[i].msg, radix_error());
+        }
+    }
+    remove_dir(dir);
+}
+
+/* ---------------------------------------------------------------------------------------------------- the CLI */
+/* Runs a command; returns its exit code and its stdout+stderr in out. */
+static int run_cmd(const char *cmd, char *out, size_t n) {
+    char full[1024];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    size_t got = p ? fread(out, 1, n - 1, p) : 0;
+    out[got] = 0;
+    int st = p ? pclose(p) : -1;
+    return st < 0 ? -1 : WEXITSTATUS(st);
+}
+
+static void test_cli(void) {
+    if (access("./radixmlp", X_OK) != 0) { skip_test("./radixmlp is not built (run `make`)"); return; }
+    if (!have_fixtures()) return;
+    char cmd[1024], out[16384];
+    snprintf(cmd, sizeof cmd, "./radixmlp --check --model %s/tiny-untied", fixtures());
+    int rc = run_cmd(cmd, out, sizeof out);
+    expect(rc == 0 && strstr(out, "every tensor the config needs is present"), "--check on a good model: rc %d\n%s", rc, out);
+    char *d = copy_fixture("tiny-tied");
+    edit_file(d, "config.json", "\"vocab_size\": 512", "\"vocab_size\": 600");
+    snprintf(cmd, sizeof cmd, "./radixmlp --check --model %s", d);
+    rc = run_cmd(cmd, out, sizeof out);
+    char *nl = strchr(out, '\n');
+    expect(rc == 1 && !strncmp(out, "radixmlp: ", 10) && nl && !nl[1], "--check on a bad model: rc %d, want one line:\n%s", rc, out);
+    note("--check on a bad model: exit %d, %s", rc, out);
+    remove_dir(d);
+    snprintf(cmd, sizeof cmd, "./radixmlp --model %s/tiny-bf16 --tokens %s/batches/mixed.txt --cpu --mode radix",
+             fixtures(), fixtures());
+    rc = run_cmd(cmd, out, sizeof out);
+    expect(rc == 0 && strstr(out, "sequence 4: next token"), "running a checkpoint: rc %d\n%s", rc, out);
+    const char *bad[] = {"--mode fast", "--model", "--frobnicate", "--tokens x.txt"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "./radixmlp %s", bad[i]);
+        rc = run_cmd(cmd, out, sizeof out);
+        expect(rc == 2, "'%s': exit %d, expected 2", cmd, rc);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------- main */
+typedef struct { const char *group, *name; void (*fn)(void); } Test;
+static const Test tests[] = {
+    {"trie", "toy_example_matches_paper", test_toy_example_matches_paper},
+    {"trie", "random_batches_match_bruteforce_oracle", test_random_batches_match_bruteforce_oracle},
+    {"trie", "empty_batch", test_empty_batch},
+    {"trie", "zero_length_sequences", test_zero_length_sequences},
+    {"trie", "one_sequence_is_identity", test_one_sequence_is_identity},
+    {"trie", "identical_sequences_share_everything", test_identical_sequences_share_everything},
+    {"trie", "prefix_of_another_sequence", test_prefix_of_another_sequence},
+    {"trie", "same_token_after_different_prefix_not_merged", test_same_token_after_different_prefix_not_merged},
+    {"trie", "same_token_at_different_position_not_merged", test_same_token_at_different_position_not_merged},
+    {"trie", "position_ids_not_starting_at_zero", test_position_ids_not_starting_at_zero},
+    {"trie", "nothing_shared", test_nothing_shared},
+    {"trie", "invalid_input_rejected", test_invalid_input_rejected},
+    {"trie", "draw_trie_of_toy_example", test_draw_trie_of_toy_example},
+    {"loader", "safetensors_rejections", test_safetensors_rejections},
+    {"loader", "safetensors_edge_cases_accepted", test_safetensors_edge_cases_accepted},
+    {"loader", "config_parsing", test_config_parsing},
+    {"loader", "shard_index_names", test_shard_index_names},
+    {"loader", "fixture_checkpoints_load", test_fixture_checkpoints_load},
+    {"loader", "checkpoint_rejections", test_checkpoint_rejections},
+    {"loader", "checkpoint_variants_accepted", test_checkpoint_variants_accepted},
+    {"reference", "reference_matches_transformers", test_reference_matches_transformers},
+    {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
+    {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
+    {"reference", "tokens_file", test_tokens_file},
+    {"cli", "cli", test_cli},
+};
+
+int main(int argc, char **argv) {
+    int n = (int)(sizeof tests / sizeof tests[0]), passed = 0, failed = 0, skipped = 0, ran = 0;
+    for (int i = 0; i < n; i++) {
+        int selected = argc < 2;
+        for (int a = 1; a < argc; a++) selected |= !strcmp(argv[a], tests[i].group) || !strcmp(argv[a], tests[i].name);
+        if (!selected) continue;
+        ran++;
+        printf("%s/%s\n", tests[i].group, tests[i].name);
+        fflush(stdout);
+        test_failed = test_skipped = 0;
+        tests[i].fn();
+        if (test_failed) failed++, printf("  FAILED\n");
+        else if (test_skipped) skipped++;
+        else passed++;
+        fflush(stdout);
+    }
+    if (!ran) { fprintf(stderr, "test_radixmlp: no test or group named like that\n"); return 2; }
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed ? 1 : 0;
+}
