@@ -17,7 +17,9 @@
  * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random), never zero.
  * Every number taken from the paper sits in a column whose name starts with "paper".
  * Results go to stdout as markdown (and --csv FILE), progress to stderr.                                    */
+#ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, popen */
+#endif
 #include "radixmlp.h"
 #include <errno.h>
 #include <math.h>
@@ -27,9 +29,8 @@
 #include <string.h>
 #include <time.h>
 
-/* ------------------------------------------------------------------------------------------------------------
- * the paper's numbers (H100 80GB, fp16, candle-cuda / TEI; Table 5: Rust on "a standard Intel server CPU")
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- the paper's numbers ------------------------------------------------------------------------------------- */
+/* H100 80GB, fp16, candle-cuda / TEI; Table 5: the Rust crate on "a standard Intel server CPU". */
 typedef struct { int P, S; double radix_ms, base_ms, speedup; } PaperT4;
 static const PaperT4 PAPER_T4[] = {   /* Qwen3-4B, B = 32 */
     {1, 256, 188.4, 184.0, 0.98},    {16, 256, 190.5, 191.6, 1.01},   {32, 256, 192.4, 200.9, 1.04},
@@ -42,10 +43,9 @@ static const PaperT4 PAPER_T4[] = {   /* Qwen3-4B, B = 32 */
 typedef struct { double f_c, predicted, observed, base_ms, radix_ms; } PaperT2;   /* P=2048, S=256, B=32 */
 typedef struct { double gamma_a, base_a, radix_a, gamma_b, base_b, radix_b; } PaperT3; /* TEI p50 seconds */
 
-/* --------------------------------------------------------------------------------------------------------- 
- * the models (QWEN3.md); field order: vocab, hidden, intermediate, layers, heads, kv heads, head_dim,
- * max positions, rope theta, rms eps, tied embeddings
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- the models (QWEN3.md) ----------------------------------------------------------------------------------- */
+/* Qwen3Config field order: vocab, hidden, intermediate, layers, heads, kv heads, head_dim, max positions,
+ * rope theta, rms eps, tied embeddings. */
 typedef struct { const char *key, *name; Qwen3Config cfg; PaperT2 t2; PaperT3 t3; } ModelSpec;
 static const ModelSpec MODELS[3] = {
     {"0.6b", "Qwen3-0.6B", {151936, 1024, 3072, 28, 16, 8, 128, 40960, 1e6, 1e-6, 1},
@@ -59,9 +59,7 @@ static const ModelSpec MODELS[3] = {
 #define SEED 20250101u
 static const RxMode MODES[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
 
-/* ------------------------------------------------------------------------------------------------------------
- * small helpers: random ids, medians, the clock, the device line
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- small helpers: random ids, medians, the clock, the device line ------------------------------------------ */
 static uint64_t splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -108,9 +106,8 @@ static void print_device(void)
            clocks[0] ? clocks : "not available");
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * batches: n_seqs sequences = head (the same ids in all) + own[s] ids of their own + tail (the same ids in all)
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- batches ------------------------------------------------------------------------------------------------- */
+/* n_seqs sequences = head (the same ids in all) + own[s] ids of their own + tail (the same ids in all). */
 static void fill_random(int32_t *v, int n, uint64_t *rng) { for (int i = 0; i < n; i++) v[i] = rand_id(rng); }
 
 /* The first own id differs between all sequences (base + s), so sequences part right after the head and
@@ -127,7 +124,7 @@ static int make_batch(RxBatch *b, int n_seqs, const int32_t *head, int n_head, c
         memcpy(seqs[s], head, n_head * sizeof *head);
         fill_random(seqs[s] + n_head, own[s], rng);
         if (own[s] > 0) seqs[s][n_head] = 1 + (base + s) % (VOCAB - 1);
-        memcpy(seqs[s] + n_head + own[s], tail, n_tail * sizeof *tail);
+        if (n_tail) memcpy(seqs[s] + n_head + own[s], tail, n_tail * sizeof *tail);
     }
     rc = rx_batch_make(b, (const int32_t *const *)seqs, lens, n_seqs);
     if (rc) fprintf(stderr, "bench: rx_batch_make failed: %s\n", radix_error());
@@ -151,9 +148,7 @@ static int make_prefix_batch(RxBatch *b, int n_seqs, int shared, int unique, uin
     return rc;
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * output: one row of cells goes to stdout as markdown and to --csv as comma-separated values
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- output: markdown on stdout, the same rows as CSV in --csv ----------------------------------------------- */
 #define CELL 64
 typedef struct { int n; char c[24][CELL]; } Row;
 typedef struct { const char *md, *csv; } Col;   /* the markdown header and the CSV column name */
@@ -168,7 +163,7 @@ static void cell(Row *r, const char *fmt, ...)
 }
 static void cell_num(Row *r, const char *fmt, double v) { if (v < 0) cell(r, "-"); else cell(r, fmt, v); }
 
-/* csv_lead: columns only the CSV carries (the markdown says them once, above the table), e.g. the device. */
+/* lead_names: columns only the CSV carries (the markdown says them once, above the table), e.g. the device. */
 static void table_begin(const char *title, const Col *cols, int n, const char *lead_names)
 {
     printf("## %s\n\n|", title);
@@ -205,9 +200,7 @@ static void csv_safe(char *dst, size_t n, const char *src)   /* a value for a CS
     for (char *p = dst; *p; p++) if (*p == ',') *p = ';';
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * timing forward passes: baseline, radix and compact on one batch
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- timing forward passes: baseline, radix and compact on one batch ----------------------------------------- */
 /* ms[k]: median info.forward_ms of MODES[k]; *radix: the radix run's info (N and N'). */
 static int time_modes(GpuModel *g, const RxBatch *b, int reps, double ms[3], GpuRunInfo *radix)
 {
@@ -236,9 +229,7 @@ static int upload(GpuModel **g, const ModelSpec *m)
     return 1;
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * Table 4: speedup over prefix length (the paper's Section 4.2), and its SVG plot
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- Table 4: speedup over prefix length (Section 4.2), and its SVG plot ------------------------------------- */
 typedef struct { int P, S; double radix, compact, paper; } Point;   /* speedups over baseline; paper < 0: none */
 
 static const PaperT4 *paper_t4(int P, int S)
@@ -289,7 +280,7 @@ static int table4(const ModelSpec *m, int reps, int quick, Point *pts, int *n_pt
             pts[(*n_pts)++] = (Point){P, S, ms[0] / ms[1], ms[0] / ms[2], p ? p->speedup : -1};
         }
     gpu_model_free(g);
-    printf("\nx = baseline ms / mode ms (medians of %d after a warm-up). ktok/s: N original tokens per second through radix.\n"
+    printf("\nx = baseline ms / mode ms, medians of %d after a warm-up; ktok/s: N original tokens per second, radix.\n"
            "The paper's columns: Qwen3-4B on an H100 with candle-cuda, fp16 (its Table 4)", reps);
     printf("%s\n\n", strcmp(m->key, "4b") ? "; this run's model differs, compare shapes only." : ".");
     return 0;
@@ -306,12 +297,20 @@ static void xml_text(FILE *f, const char *s)
         if (*s == '&') fputs("&amp;", f); else if (*s == '<') fputs("&lt;", f); else fputc(*s, f);
 }
 
-/* A line plot of speedup vs P (log2 axis): per suffix length, radix (circles), compact (squares) and the
- * paper's radix speedups (dashed); a dotted line at 1x marks break-even. */
+static void marker(FILE *f, int kind, double x, double y, const char *color)   /* 0: circle, 1: square */
+{
+    if (kind == 0) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", x, y, color);
+    if (kind == 1)
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\" fill=\"%s\"/>\n", x - 3.5, y - 3.5, color);
+}
+
+/* A line plot of speedup vs P (log2 axis): per suffix length S, radix (circles), compact (squares) and the
+ * paper's radix speedups (dashed); a dotted line marks break-even (1x). */
 static int write_svg(const char *path, Point *pt, int n, const char *title)
 {
     static const char *HUE[4][2] = {{"#1f5fa8", "#5fb4e8"}, {"#c0392b", "#f39c12"}, {"#2e8b57", "#9acd32"},
-                                    {"#6a3d9a", "#cab2d6"}};
+                                    {"#6a3d9a", "#cab2d6"}};   /* per S: {radix and paper, compact} */
+    static const char *NAME[3] = {"radix", "compact", "paper radix"};
     const double W = 820, H = 500, X0 = 80, X1 = 600, Y0 = 60, Y1 = 430;   /* the plot area [X0,X1] x [Y0,Y1] */
     int S[4], nS = 0, lo = 30, hi = 0;
     double ymax = 1.0, step;
@@ -319,67 +318,59 @@ static int write_svg(const char *path, Point *pt, int n, const char *title)
     if (!f) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
     qsort(pt, n, sizeof *pt, cmp_point);
     for (int i = 0; i < n; i++) {
-        int k = (int)floor(log2(pt[i].P) + 1e-9);
-        if (nS == 0 || S[nS - 1] != pt[i].S) { if (nS == 4) break; S[nS++] = pt[i].S; }
-        lo = k < lo ? k : lo;
-        hi = (int)ceil(log2(pt[i].P) - 1e-9) > hi ? (int)ceil(log2(pt[i].P) - 1e-9) : hi;
+        if (nS == 0 || S[nS - 1] != pt[i].S) { if (nS == 4) { n = i; break; } S[nS++] = pt[i].S; }
+        lo = (int)fmin(lo, floor(log2(pt[i].P)));
+        hi = (int)fmax(hi, ceil(log2(pt[i].P)));
         ymax = fmax(ymax, fmax(pt[i].radix, fmax(pt[i].compact, pt[i].paper)));
     }
-    if (hi <= lo) hi = lo + 1;
+    hi = hi > lo ? hi : lo + 1;
     step = ymax <= 3 ? 0.5 : 1.0;
     ymax = step * ceil(ymax * 1.05 / step);
 #define SX(P) (X0 + (log2(P) - lo) / (hi - lo) * (X1 - X0))
 #define SY(v) (Y1 - (v) / ymax * (Y1 - Y0))
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" "
-               "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"13\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%g\" y=\"30\" "
-               "text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\">", W, H, W, H, (X0 + X1) / 2);
+               "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"13\">\n<rect width=\"100%%\" "
+               "height=\"100%%\" fill=\"white\"/>\n<text x=\"%g\" y=\"30\" text-anchor=\"middle\" font-size=\"16\" "
+               "font-weight=\"bold\">", W, H, W, H, W / 2);
     xml_text(f, title);
     fprintf(f, "</text>\n");
-    for (double v = 0; v <= ymax + 1e-9; v += step)   /* y grid, ticks, labels */
-        fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#e3e3e3\"/>"
-                   "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                X0, SY(v), X1, SY(v), X0 - 8, SY(v) + 4, v);
-    for (int k = lo; k <= hi; k++)                    /* x grid, ticks, labels: powers of two */
-        fprintf(f, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#e3e3e3\"/>"
-                   "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"black\"/>"
-                   "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%d</text>\n",
+    for (double v = 0; v <= ymax + 1e-9; v += step)   /* y grid and labels */
+        fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#e3e3e3\"/><text x=\"%g\" y=\"%.1f\" "
+                   "text-anchor=\"end\">%g</text>\n", X0, SY(v), X1, SY(v), X0 - 8, SY(v) + 4, v);
+    for (int k = lo; k <= hi; k++)                    /* x grid, ticks and labels at powers of two */
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#e3e3e3\"/><line x1=\"%.1f\" "
+                   "y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"black\"/><text x=\"%.1f\" y=\"%g\" "
+                   "text-anchor=\"middle\">%d</text>\n",
                 SX(1 << k), Y0, SX(1 << k), Y1, SX(1 << k), Y1, SX(1 << k), Y1 + 5, SX(1 << k), Y1 + 20, 1 << k);
     fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#555\" stroke-dasharray=\"2 3\"/>\n"
                "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"black\"/>\n"
                "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">shared prefix length P (tokens, log2 scale)</text>\n"
-               "<text transform=\"translate(28 %g) rotate(-90)\" text-anchor=\"middle\">speedup over baseline "
-               "(x)</text>\n", X0, SY(1.0), X1, SY(1.0), X0, Y0, X1 - X0, Y1 - Y0, (X0 + X1) / 2, Y1 + 45,
-            (Y0 + Y1) / 2);
-    for (int s = 0, first = 0; s < nS; s++) {
-        int last = first;
-        while (last < n && pt[last].S == S[s]) last++;
+               "<text transform=\"translate(28 %g) rotate(-90)\" text-anchor=\"middle\">speedup over baseline (x)"
+               "</text>\n", X0, SY(1.0), X1, SY(1.0), X0, Y0, X1 - X0, Y1 - Y0, (X0 + X1) / 2, Y1 + 45, (Y0 + Y1) / 2);
+    for (int s = 0, first = 0, last; s < nS; s++, first = last) {
+        for (last = first; last < n && pt[last].S == S[s];) last++;
         for (int kind = 0; kind < 3; kind++) {   /* 0 radix, 1 compact, 2 the paper's radix */
-            const char *color = HUE[s][kind == 1], *name[3] = {"radix", "compact", "paper radix"};
-            double ly = Y0 + 10 + (s * 3 + kind) * 22;
-            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color,
-                    kind == 2 ? " stroke-dasharray=\"7 4\"" : "");
+            const char *color = HUE[s][kind == 1], *dash = kind == 2 ? " stroke-dasharray=\"7 4\"" : "";
+            double ly = Y0 + 10 + (s * 3 + kind) * 22;   /* this series' legend line */
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color, dash);
             for (int i = first; i < last; i++) {
                 double v = kind == 0 ? pt[i].radix : kind == 1 ? pt[i].compact : pt[i].paper;
                 if (v >= 0) fprintf(f, "%.1f,%.1f ", SX(pt[i].P), SY(v));
             }
             fprintf(f, "\"/>\n");
-            for (int i = first; i < last && kind < 2; i++) {
-                double v = kind == 0 ? pt[i].radix : pt[i].compact;
-                if (kind == 0) fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n", SX(pt[i].P), SY(v), color);
-                else fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\" fill=\"%s\"/>\n",
-                             SX(pt[i].P) - 3.5, SY(v) - 3.5, color);
-            }
+            for (int i = first; i < last; i++)
+                if ((kind == 0 ? pt[i].radix : pt[i].compact) >= 0)
+                    marker(f, kind, SX(pt[i].P), SY(kind == 0 ? pt[i].radix : pt[i].compact), color);
             fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"%s\" stroke-width=\"2\"%s/>"
-                       "<text x=\"%g\" y=\"%.1f\">%s, S = %d</text>\n", X1 + 20, ly, X1 + 50, ly, color,
-                    kind == 2 ? " stroke-dasharray=\"7 4\"" : "", X1 + 58, ly + 4, name[kind], S[s]);
+                       "<text x=\"%g\" y=\"%.1f\">%s, S = %d</text>\n",
+                    X1 + 20, ly, X1 + 50, ly, color, dash, X1 + 58, ly + 4, NAME[kind], S[s]);
+            marker(f, kind, X1 + 35, ly, color);
         }
-        first = last;
     }
 #undef SX
 #undef SY
-    fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"11\" fill=\"#555\">dashed: the paper's Table 4 "
-               "(Qwen3-4B, H100, fp16)</text>\n</svg>\n", X0, H - 12);
+    fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"11\" fill=\"#555\">dashed: the paper's Table 4 (Qwen3-4B, "
+               "H100, fp16)</text>\n</svg>\n", X0, H - 12);
     if (fclose(f)) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
     fprintf(stderr, "bench: wrote %s\n", path);
     return 0;
@@ -430,11 +421,10 @@ done:
     return rc;
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * Table 2: the Amdahl model. A layer's position-wise GEMMs cost 8d^2 + 6 d d_int FLOPs per token (q,k,v,o
- * counted as four d x d projections; gate, up, down); attention costs 4 L d. Only the position-wise part
- * shrinks by r = N/N', so the predicted speedup is 1 / ((1 - f_c) + f_c / r).
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- Table 2: the Amdahl model ------------------------------------------------------------------------------- */
+/* A layer's position-wise GEMMs cost 8d^2 + 6 d d_int FLOPs per token (q, k, v, o counted as four d x d
+ * projections; gate, up, down), attention 4 L d. Only the position-wise part shrinks, by r = N/N', so the
+ * predicted speedup is 1 / ((1 - f_c) + f_c / r). */
 static int table2(const ModelSpec *only, int reps)
 {
     static const Col cols[] = {
@@ -498,9 +488,7 @@ static int table2(const ModelSpec *only, int reps)
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * Table 5: building the trie and its indices on the CPU (Algorithm 2), one thread
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- Table 5: the trie and its indices on the CPU (Algorithm 2), one thread ---------------------------------- */
 typedef struct { const char *label; int B, L, shared; double paper_us, paper_mtok; const char *crate; } IndexCase;
 static const IndexCase T5[] = {   /* shared = prefix ratio x L; paper_us < 0: not in the paper */
     {"batch 4 x 512, ratio 0.25", 4, 512, 128, 44.34, 46.1, "-"},
@@ -543,7 +531,7 @@ static int table5(int quick)
 {
     static const Col cols[] = {
         {"configuration", "configuration"}, {"B", "B"}, {"L", "L"}, {"shared", "shared"}, {"N", "N"},
-        {"N'", "N_compact"}, {"reps", "reps"}, {"median us", "median_us"}, {"mean us", "mean_us"},
+        {"N'", "N_compact"}, {"samples", "samples"}, {"median us", "median_us"}, {"mean us", "mean_us"},
         {"Mtok/s (mean)", "mtok_s"}, {"paper mean us", "paper_mean_us"}, {"paper Mtok/s", "paper_mtok_s"},
         {"paper crate, 2-core here", "paper_crate_here"}};
     const double min_s = quick ? 0.02 : 0.2;   /* per configuration */
@@ -589,19 +577,16 @@ static int table5(int quick)
         free(ix);
         free(sample);
     }
-    printf("\nEach sample times %s; median and mean over >= 5 samples and >= %.2f s. Random ids, fixed seed.\n"
-           "The paper's columns: its Table 5, the Rust crate (cargo bench, mean of 50) on \"a standard Intel "
-           "server CPU\".\nThe paper's crate, run on one of this project's 2-core machines, measured (median) "
-           "0.35-0.58 ms for 32 x 512 at ratio 0.25,\n60 ms for 2048 x 512 and 0.20 ms for 32 x (128 shared + "
-           "200 unique): compare those, not the paper's server CPU, with this table.\n\n",
-           "radix_index_build alone (consecutive builds for the fastest cases; radix_index_free is not timed)",
-           min_s);
+    printf("\nA sample times consecutive radix_index_build calls (radix_index_free is not timed); median and mean\n"
+           "over >= 5 samples and >= %.2f s. The paper's columns: its Table 5, the Rust crate (cargo bench, mean\n"
+           "of 50) on \"a standard Intel server CPU\". The same crate on one of this project's 2-core machines\n"
+           "measured (median) 0.35-0.58 ms for 32 x 512 at ratio 0.25, 60 ms for 2048 x 512 and 0.20 ms for\n"
+           "32 x (128 shared + 200 unique): the fair comparison for this table.\n\n", min_s);
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * Table 6: the gather/scatter kernel, index_select along dim 0: out[i, :] = in[index[i], :]
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- Table 6: the gather/scatter kernel ---------------------------------------------------------------------- */
+/* index_select along dim 0: out[i, :] = in[index[i], :] */
 typedef struct { const char *shape; int rows_in, dim, rows_out, elem; double candle_us, paper_us; } SelectCase;
 static const SelectCase T6[] = {   /* 3-D inputs flatten to [rows, product of the rest] */
     {"100x128", 100, 128, 200, 4, 16.436, 12.645},         {"100x128", 100, 128, 200, 2, 16.676, 12.505},
@@ -632,10 +617,10 @@ static int table6(int reps)
             return 1;
         }
         cell(&row, "%s", c->shape); cell(&row, "%d", c->rows_out); cell(&row, "%s", c->elem == 2 ? "F16" : "F32");
-        cell(&row, "%.1f", 2 * bytes * 1e-6); cell(&row, "%.3f", ms * 1e3);
+        cell(&row, "%.1f", 2 * bytes * 1e-6); cell(&row, "%.2f", ms * 1e3);
         cell(&row, "%.0f", 2 * bytes / ms * 1e-6); cell(&row, "%.0f", 2 * bytes / copy_ms * 1e-6);
         cell(&row, "%.0f%%", 100 * copy_ms / ms);
-        cell(&row, "%.3f", c->paper_us); cell(&row, "%.3f", c->candle_us);
+        cell(&row, "%g", c->paper_us); cell(&row, "%g", c->candle_us);
         table_row(&row, lead);
     }
     printf("\nGB/s = (bytes read + bytes written) / time, the 4-byte indices not counted. copy: gpu_time_copy of "
@@ -644,27 +629,25 @@ static int table6(int reps)
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * a synthetic reranking workload shaped like the paper's MS MARCO benchmark (Section 4.1 (b), (c))
- *   A (regular):  [system + instruction][query][doc tag] | passage | [suffix]   query shared in the request
- *   B (flipped):  [system][doc tag] | passage | [query tag][query][suffix]      query after the passage
- * [..] are template text, identical in every pair; | marks where the pairs of a request part. Lengths in
- * tokens are estimates of the Qwen3-Reranker template (QWEN3.md); the ids are random.
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- a synthetic reranking workload (MS MARCO-shaped, Section 4.1 (b) and (c)) ------------------------------- */
+/*   A (regular):  [system + instruction][query][doc tag] | passage | [suffix]   the query is shared
+ *   B (flipped):  [system][doc tag] | passage | [query tag][query][suffix]      the query comes last
+ * [..] is template text, identical in every pair of a request; | marks where the pairs part. Lengths in tokens
+ * are estimates for the Qwen3-Reranker template (QWEN3.md); the ids are random. With these lengths gamma comes
+ * out near 0.60 (A) and 0.72 (B); the paper measured about 0.61 and 0.71 on MS MARCO. */
 enum { RR_PAIRS = 64, RR_SYSTEM = 60, RR_INSTRUCT = 22, RR_DOC_TAG = 5, RR_QUERY_TAG = 5, RR_SUFFIX = 12 };
 
 static int reranker_batch(RxBatch *b, int flipped, uint64_t seed)
 {
     uint64_t rng = seed;
     int32_t head[128], tail[64];
-    int own[RR_PAIRS], n_head, n_tail, query = rand_in(&rng, 10, 20), rc;
+    int own[RR_PAIRS], n_head, n_tail, query = rand_in(&rng, 10, 20);
     for (int s = 0; s < RR_PAIRS; s++) own[s] = flipped ? rand_in(&rng, 65, 200) : rand_in(&rng, 75, 200);
     n_head = RR_SYSTEM + (flipped ? 0 : RR_INSTRUCT + query) + RR_DOC_TAG;
     n_tail = (flipped ? RR_QUERY_TAG + query : 0) + RR_SUFFIX;
     fill_random(head, n_head, &rng);
     fill_random(tail, n_tail, &rng);
-    rc = make_batch(b, RR_PAIRS, head, n_head, own, tail, n_tail, &rng);
-    return rc;
+    return make_batch(b, RR_PAIRS, head, n_head, own, tail, n_tail, &rng);
 }
 
 static int reranker(const ModelSpec *only, int reps, int quick)
@@ -719,9 +702,7 @@ static int reranker(const ModelSpec *only, int reps, int quick)
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------------------------
- * main: arguments, the GPU check, dispatch
- * ---------------------------------------------------------------------------------------------------------- */
+/* ---- main: arguments, the GPU check, dispatch ---------------------------------------------------------------- */
 static const char *USAGE =
     "usage: bench (--table 2|4|5|6 | --workload reranker | --replot CSV --svg FILE) [options]\n"
     "  --table 4             Qwen3-4B forward latency, B = 32, prefix P x suffix S (the paper's Table 4)\n"
@@ -730,7 +711,7 @@ static const char *USAGE =
     "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6)\n"
     "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped)\n"
     "  --model 0.6b|4b|8b    the model for --table 4 (default 4b); limits --table 2 and reranker to one model\n"
-    "  --reps N              timed repeats per measurement after one warm-up (default 5; 2 with --quick)\n"
+    "  --reps N              timed repeats after one warm-up (default 5; 2 with --quick; x4 in Table 6)\n"
     "  --quick               fewer rows and repeats, for smoke runs\n"
     "  --csv FILE            also write the table as CSV (one header row)\n"
     "  --svg FILE            with --table 4 or --replot: plot speedup vs prefix length as SVG\n"
@@ -770,7 +751,8 @@ int main(int argc, char **argv)
             if (!model) return usage_error("--model takes 0.6b, 4b or 8b, not", v);
         } else if (!strcmp(a, "--reps")) {
             long n = strtol(v, &end, 10);
-            if (*end || end == v || n < 1 || n > 10000) return usage_error("--reps takes a count from 1 to 10000, not", v);
+            if (*end || end == v || n < 1 || n > 10000)
+                return usage_error("--reps takes a count from 1 to 10000, not", v);
             reps = (int)n;
         } else if (!strcmp(a, "--csv")) csv = v;
         else if (!strcmp(a, "--svg")) svg = v;
@@ -779,7 +761,8 @@ int main(int argc, char **argv)
     if ((table != 0) + reranker_run + (replot != NULL) != 1)
         return usage_error("choose exactly one of --table N, --workload reranker, --replot CSV", NULL);
     if (replot && !svg) return usage_error("--replot needs --svg FILE", NULL);
-    if (svg && !replot && table != 4) return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
+    if (svg && !replot && table != 4)
+        return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
     if (!reps) reps = quick ? 2 : 5;
 
     if (replot) {

@@ -970,32 +970,34 @@ static int rx_batch_check(const RxBatch *b, const Qwen3Config *c) {
  *
  * A node is a whole history: its key is (parent, token, position), so the same token at the same position after a
  * different prefix is a new node. Nodes are numbered in order of first occurrence, and that number is the compact
- * row. The paper finds a child by scanning its parent's child list; we look (parent, token, position) up in one
- * open-addressing hash table instead, which costs O(1) per token however many children a node has. */
-typedef struct { uint64_t key; int32_t parent, node; } TrieSlot;     /* node < 0: empty slot */
+ * row. The paper finds a child by scanning its parent's child list. We keep each node's first child inline
+ * (first_child[c]) and compare it through gather: a node's key is its first occurrence's (token, position). Only
+ * second and later children, the branch points, go to a hash table keyed on (parent, token, position). A batch of
+ * shared prefixes then walks its first children through arrays read in order, and touches the table about once per
+ * sequence, where it leaves the shared part. */
+typedef struct { uint64_t key; int32_t parent, node_plus_1; } TrieSlot;   /* node_plus_1 == 0: empty slot */
 
 static uint64_t trie_key(int32_t token, int32_t position) {       /* the paper's (position << 32) ^ token */
     return (uint64_t)(uint32_t)position << 32 | (uint32_t)token;
 }
 
-/* Returns the node stored under (parent, key), or inserts `node` there and returns -1. */
+/* Returns the node stored under (parent, key), or stores `node` there and returns -1. */
 static int32_t trie_find_or_insert(TrieSlot *t, uint64_t mask, int32_t parent, uint64_t key, int32_t node) {
     uint64_t h = ((key ^ (uint64_t)(uint32_t)parent * 0x9E3779B97F4A7C15ull) * 0xFF51AFD7ED558CCDull) >> 20;
     for (;; h++) {
         TrieSlot *s = &t[h & mask];
-        if (s->node < 0) { s->key = key; s->parent = parent; s->node = node; return -1; }
-        if (s->key == key && s->parent == parent) return s->node;
+        if (!s->node_plus_1) { s->key = key; s->parent = parent; s->node_plus_1 = node + 1; return -1; }
+        if (s->key == key && s->parent == parent) return s->node_plus_1 - 1;
     }
 }
 
-/* A table with at least 2*n slots, all empty. */
+/* An empty table of at least 2*n slots. calloc: a large one comes as fresh zero pages from the OS, so the slots
+ * that are never touched cost nothing. */
 static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)n) cap *= 2;
-    TrieSlot *t = (TrieSlot *)malloc(cap * sizeof *t);
-    if (t) memset(t, 0xFF, cap * sizeof *t);      /* node = -1 everywhere */
     *mask = cap - 1;
-    return t;
+    return (TrieSlot *)calloc(cap, sizeof(TrieSlot));
 }
 
 int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
@@ -1032,18 +1034,32 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
         return 0;
     }
 
-    if (!(t = trie_table(n, &mask))) { radix_index_free(ix); return rx_fail("radix_index_build: out of host memory"); }
+    int32_t *first_child = (int32_t *)malloc((size_t)(n + 1) * sizeof(int32_t));  /* [N'+1]; the root is last */
+    if (!first_child || !(t = trie_table(n, &mask))) {
+        free(first_child); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory");
+    }
+    const int32_t root = n;
+    first_child[root] = -1;
     int n_compact = 0;                                                 /* N', the next compact id */
     for (int s = 0; s < n_seqs; s++) {
-        int32_t parent = -1;                                           /* the root */
+        int32_t parent = root;
         for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++) {
-            int32_t c = trie_find_or_insert(t, mask, parent, trie_key(input_ids[i], position_ids[i]), n_compact);
-            if (c < 0) { c = n_compact++; ix->gather[c] = i; }        /* new node: i is its first occurrence */
+            int32_t c = first_child[parent];
+            if (c >= 0 && (input_ids[ix->gather[c]] != input_ids[i] || position_ids[ix->gather[c]] != position_ids[i]))
+                c = trie_find_or_insert(t, mask, parent, trie_key(input_ids[i], position_ids[i]), n_compact);
+            else if (c < 0)
+                first_child[parent] = n_compact;
+            if (c < 0) {                                               /* a new node: i is its first occurrence */
+                c = n_compact++;
+                ix->gather[c] = i;
+                first_child[c] = -1;
+            }
             ix->scatter[i] = c;
             parent = c;
         }
     }
     free(t);
+    free(first_child);
     ix->n_compact = n_compact;
     return 0;
 }
@@ -1314,6 +1330,9 @@ int gpu_model_random(GpuModel **g, const Qwen3Config *c, uint64_t s) { (void)g; 
 void gpu_model_free(GpuModel *g) { (void)g; }
 int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double t, int last, float *l, GpuRunInfo *i) {
     (void)g; (void)b; (void)mode; (void)t; (void)last; (void)l; (void)i; gpu_available(); return -1; }
+int gpu_time_index_select(int a, int b, int c, int d, int e, double *f) { (void)a; (void)b; (void)c; (void)d; (void)e; (void)f; gpu_available(); return -1; }
+int gpu_time_copy(size_t a, int b, double *c) { (void)a; (void)b; (void)c; gpu_available(); return -1; }
+int gpu_time_gemm(int a, int b, int c, int d, double *e) { (void)a; (void)b; (void)c; (void)d; (void)e; gpu_available(); return -1; }
 
 /* ------------------------------------------------------------------------------------------------------- the demo */
 #ifndef RADIXMLP_NO_MAIN
