@@ -48,6 +48,11 @@
 #include <unistd.h>
 
 #include "radixmlp.h"
+#ifndef RADIXMLP_HOST_ONLY
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
 
 /* ------------------------------------------------------------------------------------------------------------ errors */
 /* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */
@@ -1322,8 +1327,893 @@ done:
     return rc;
 }
 
-/* @@GPU_SECTION@@ (temporary stand-ins until the CUDA half lands) */
-int gpu_available(void) { rx_fail("no CUDA device: the CUDA half is not built yet"); return 0; }
+#ifndef RADIXMLP_HOST_ONLY
+/* ---------------------------------------------------------------------------- cuda checks, bf16 and device memory */
+/* The host API reports errors as return codes, never exit(): on failure these macros set radix_error() to
+ * "file:line: CUDA error: <what the runtime says> (<the call>)" and return -1 from the enclosing int function.
+ * LAUNCH_CHECK() follows every <<<...>>>: a launch that cannot start (bad configuration, no kernel image for this
+ * GPU) is reported only through cudaGetLastError. TRY() passes on a failure whose message is already set. */
+#define CUDA_CHECK(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) \
+    return rx_fail("%s:%d: CUDA error: %s (%s)", __FILE__, __LINE__, cudaGetErrorString(e_), #call); } while (0)
+#define LAUNCH_CHECK() do { cudaError_t e_ = cudaGetLastError(); if (e_ != cudaSuccess) \
+    return rx_fail("%s:%d: CUDA error: %s (kernel launch)", __FILE__, __LINE__, cudaGetErrorString(e_)); } while (0)
+#define CUBLAS_CHECK(call) do { cublasStatus_t s_ = (call); if (s_ != CUBLAS_STATUS_SUCCESS) \
+    return rx_fail("%s:%d: cuBLAS error: %s (%s)", __FILE__, __LINE__, cublasGetStatusString(s_), #call); } while (0)
+#define TRY(call) do { if ((call) != 0) return -1; } while (0)
+
+/* Activations and weights are bf16 in device memory and fp32 inside every kernel: load, compute in fp32, round once
+ * to bf16 (to nearest even) on store, as PyTorch does for a bf16 model. */
+typedef __nv_bfloat16 bf16;
+static __host__ __device__ float f32(bf16 x) { return __bfloat162float(x); }
+static __host__ __device__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+static __host__ __device__ float round_bf16(float x) { return f32(to_bf16(x)); }   /* what a bf16 tensor would hold */
+static double mib(size_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+/* cudaMalloc with the one message a user can act on: what did not fit, its shape, and its size. */
+static int dev_alloc(void **p, size_t bytes, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int dev_alloc(void **p, size_t bytes, const char *fmt, ...) {
+    cudaError_t err = cudaMalloc(p, bytes);
+    if (err == cudaSuccess) return 0;
+    *p = NULL;
+    cudaGetLastError();                /* clear the error, or the next LAUNCH_CHECK would report it a second time */
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    if (err == cudaErrorMemoryAllocation)
+        return rx_fail("out of GPU memory allocating %s (%.1f MiB; %.1f of %.1f MiB free): use a smaller batch, "
+                       "last_only logits, or a GPU with more memory", what, mib(bytes), mib(free_b), mib(total_b));
+    return rx_fail("CUDA error allocating %s (%.1f MiB): %s", what, mib(bytes), cudaGetErrorString(err));
+}
+/* DEV_ALLOC(ptr, count, "what [shape]", ...): count elements of *ptr's type; returns -1 on failure. */
+#define DEV_ALLOC(ptr, count, ...) TRY(dev_alloc((void **)&(ptr), (size_t)(count) * sizeof(*(ptr)), __VA_ARGS__))
+
+static int cuda_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
+    return 0;
+}
+/* A host bf16 copy of x (malloc'd; NULL when out of host memory). */
+static bf16 *host_bf16(const float *x, size_t n) {
+    bf16 *h = (bf16 *)malloc(n * sizeof(bf16));
+    for (size_t i = 0; h && i < n; i++) h[i] = to_bf16(x[i]);
+    return h;
+}
+/* host[0..n) = fp32 of the bf16 device array dev. */
+static int download_bf16(float *host, const bf16 *dev, size_t n) {
+    bf16 *h = (bf16 *)malloc(n * sizeof(bf16));
+    if (!h) return rx_fail("out of host memory copying back %zu values (%.1f MiB)", n, mib(n * sizeof(bf16)));
+    int rc = cuda_copy(h, dev, n * sizeof(bf16), cudaMemcpyDeviceToHost);
+    for (size_t i = 0; rc == 0 && i < n; i++) host[i] = f32(h[i]);
+    free(h);
+    return rc;
+}
+
+/* Scratch: the device buffers of one benchmark or test hook, freed together by scratch_end whatever happened.
+ * After a failure every further scratch_* call returns NULL, so a hook can allocate everything, then run
+ *     int rc = s.failed || step1(...) || step2(...);   (|| stops at the first step that fails)
+ *     return scratch_end(&s, rc);                                                                                  */
+#define SCRATCH_MAX 16
+typedef struct {
+    void *dev[SCRATCH_MAX];
+    int n, failed;
+} Scratch;
+
+static void *scratch_alloc(Scratch *s, size_t bytes, const char *what) {
+    if (s->failed) return NULL;
+    if (s->n == SCRATCH_MAX) {
+        s->failed = rx_fail("internal error: more than %d scratch buffers", SCRATCH_MAX);
+        return NULL;
+    }
+    if (dev_alloc(&s->dev[s->n], bytes, "%s", what)) {
+        s->failed = 1;
+        return NULL;
+    }
+    return s->dev[s->n++];
+}
+/* A device copy of host's bytes (an index or fp32 array). */
+static void *scratch_copy(Scratch *s, const void *host, size_t bytes) {
+    void *d = scratch_alloc(s, bytes, "a test buffer");
+    if (d && cuda_copy(d, host, bytes, cudaMemcpyHostToDevice)) s->failed = 1;
+    return s->failed ? NULL : d;
+}
+/* A bf16 device copy of host (rounded to nearest even), or an uninitialised [n] bf16 buffer when host is NULL. */
+static bf16 *scratch_bf16(Scratch *s, const float *host, size_t n) {
+    bf16 *d = (bf16 *)scratch_alloc(s, n * sizeof(bf16), "a test buffer");
+    if (!d || !host) return d;
+    bf16 *h = host_bf16(host, n);
+    if (!h) s->failed = rx_fail("out of host memory converting %zu values to bf16", n);
+    else if (cuda_copy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice)) s->failed = 1;
+    free(h);
+    return s->failed ? NULL : d;
+}
+static int scratch_end(Scratch *s, int rc) {
+    for (int i = 0; i < s->n; i++) cudaFree(s->dev[i]);
+    return rc || s->failed ? -1 : 0;
+}
+
+/* -------------------------------------------------------------------------------------------------------- kernels */
+/* Every kernel below except attention is position-wise: row r of the output depends on row r of the input only. So
+ * each runs unchanged on N original rows (baseline) or on N' compact rows (radix, compact): that is the paper. */
+#define BLOCK 256            /* threads per block of the row and element-wise kernels */
+#define MAX_HEAD_DIM 256     /* the attention kernel keeps MAX_HEAD_DIM/32 values of a head per lane in registers */
+
+static unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block - 1) / per_block); }
+
+static __device__ float warp_sum(float v) {   /* every lane gets the same sum: fp32 addition is commutative */
+    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+static __device__ float block_sum(float v) {  /* blockDim.x a multiple of 32; once per kernel (shared scratch) */
+    __shared__ float warp_sums[32];
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < (int)blockDim.x / 32; i++) s += warp_sums[i];
+    return s;
+}
+
+/* out[r] = in[idx[r]] for r < gridDim.x; rows of chunks_per_row Chunks, any dtype. This one kernel is every index
+ * operation of the paper (Eqs. 5 and 7, Algorithm 1):
+ *   gather     x~ = x[I_gather]    idx = I_gather  [N'],  in [N, ...]            -> out [N', ...]
+ *   scatter    y  = y~[I_scatter]  idx = I_scatter [N],   in [N', ...]           -> out [N, ...]
+ *   embedding  h0 = E[ids]         idx = token ids [rows], in = E [vocab, hidden] -> out [rows, hidden]
+ * One block per output row. Chunk is uint4 (one 16-byte load and store per thread) when rows and pointers are 16-byte
+ * aligned, else uint16_t (one bf16). */
+template <typename Chunk>
+__global__ void rows_by_index_kernel(Chunk *out, const Chunk *in, const int32_t *idx, int64_t chunks_per_row) {
+    const Chunk *src = in + idx[blockIdx.x] * chunks_per_row;
+    Chunk *dst = out + blockIdx.x * chunks_per_row;
+    for (int64_t c = threadIdx.x; c < chunks_per_row; c += blockDim.x) dst[c] = src[c];
+}
+static int rows_by_index_gpu(cudaStream_t st, void *out, const void *in, const int32_t *idx, int n_rows,
+                             size_t row_bytes) {
+    if (((uintptr_t)out | (uintptr_t)in | row_bytes) % 16 == 0)
+        rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint4 *)out, (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
+    else   /* row_bytes is even: rows are bf16 or fp32 */
+        rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint16_t *)out, (const uint16_t *)in, idx,
+                                                     (int64_t)(row_bytes / 2));
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* RMSNorm of each row, x [rows, dim] -> out [rows, dim] (input, post-attention and final norm; any space), in the
+ * rounding order of Hugging Face: out = bf16(w * bf16(x * rsqrt(mean(x^2) + eps))). One block per row. Safe in place
+ * (out == x): each thread rewrites only the elements it read, after the barrier inside block_sum. */
+__global__ void rmsnorm_kernel(bf16 *out, const bf16 *x, const bf16 *w, int dim, float eps) {
+    const bf16 *xr = x + (int64_t)blockIdx.x * dim;
+    bf16 *yr = out + (int64_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += f32(xr[i]) * f32(xr[i]);
+    float inv_rms = rsqrtf(block_sum(ss) / dim + eps);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = to_bf16(f32(w[i]) * round_bf16(f32(xr[i]) * inv_rms));
+}
+static int rmsnorm(cudaStream_t st, bf16 *out, const bf16 *x, const bf16 *w, int rows, int dim, float eps) {
+    rmsnorm_kernel<<<rows, BLOCK, 0, st>>>(out, x, w, dim, eps);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+static int check_heads(int n_heads, int n_kv_heads, int head_dim) {
+    if (n_heads < 1 || n_kv_heads < 1 || n_heads % n_kv_heads)
+        return rx_fail("n_heads (%d) must be a positive multiple of n_kv_heads (%d)", n_heads, n_kv_heads);
+    if (head_dim < 2 || head_dim % 2 || head_dim > MAX_HEAD_DIM)
+        return rx_fail("head_dim %d is not supported: the GPU kernels need an even head_dim of at most %d", head_dim,
+                       MAX_HEAD_DIM);
+    return 0;
+}
+
+/* inv_freq[i] = 1 / theta^(2i/head_dim) for i < head_dim/2: the default RoPE frequencies, as an fp32 table. */
+static void rope_inv_freq(float *inv_freq, int head_dim, double theta) {   /* the reference's exact expression */
+    for (int i = 0; i < head_dim / 2; i++)
+        inv_freq[i] = 1.0f / (float)pow((float)theta, (float)(2 * i) / (float)head_dim);
+}
+
+/* Qwen3's q_norm / k_norm, then RoPE, in place on x [rows, n_heads*head_dim] (q or k; N or N' rows). One warp per
+ * (row, head); lane l owns the rotate-half pairs (i, i + d/2) for i = l, l+32, ... < d/2 (d = head_dim):
+ *   a = bf16(w[i] * bf16(x[i] * r)),  b = the same for i + d/2       per-head RMSNorm, r = rsqrt(mean(x^2) + eps)
+ *   x[i] = a cos - b sin,  x[i+d/2] = b cos + a sin,                 angle = pos[row] * inv_freq[i] in fp32
+ * pos is each row's own position: compact rows carry p[I_gather] (Algorithm 1, line 6), so RoPE runs in compact
+ * space. */
+__global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
+                                    int n_heads, int head_dim, float eps) {
+    int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32, half = head_dim / 2;
+    if (warp >= rows * n_heads) return;
+    bf16 *xh = x + (int64_t)warp * head_dim;                /* row warp / n_heads, head warp % n_heads */
+    float ss = 0.0f;
+    for (int i = lane; i < half; i += 32) ss += f32(xh[i]) * f32(xh[i]) + f32(xh[i + half]) * f32(xh[i + half]);
+    float inv_rms = rsqrtf(warp_sum(ss) / head_dim + eps);
+    float p = (float)pos[warp / n_heads];
+    for (int i = lane; i < half; i += 32) {
+        float a = round_bf16(f32(w[i]) * round_bf16(f32(xh[i]) * inv_rms));
+        float b = round_bf16(f32(w[i + half]) * round_bf16(f32(xh[i + half]) * inv_rms));
+        float s, c;
+        sincosf(p * inv_freq[i], &s, &c);
+        xh[i] = to_bf16(a * c - b * s);
+        xh[i + half] = to_bf16(b * c + a * s);
+    }
+}
+static int qk_norm_rope(cudaStream_t st, bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
+                        int n_heads, int head_dim, float eps) {
+    TRY(check_heads(n_heads, 1, head_dim));
+    qk_norm_rope_kernel<<<blocks_for((int64_t)rows * n_heads, BLOCK / 32), BLOCK, 0, st>>>(x, w, pos, inv_freq, rows,
+                                                                                         n_heads, head_dim, eps);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* out = silu(gate) * up, element-wise over [rows, intermediate]; silu(g) = g * sigmoid(g). Safe in place. */
+__global__ void silu_mul_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = f32(gate[i]);
+    out[i] = to_bf16(g / (1.0f + expf(-g)) * f32(up[i]));
+}
+static int silu_mul(cudaStream_t st, bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
+    silu_mul_kernel<<<blocks_for(n, BLOCK), BLOCK, 0, st>>>(out, gate, up, n);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* x += y: the residual connection, element-wise over [rows, hidden] (a position-wise op: compact space in radix). */
+__global__ void add_kernel(bf16 *x, const bf16 *y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) x[i] = to_bf16(f32(x[i]) + f32(y[i]));
+}
+static int add_inplace(cudaStream_t st, bf16 *x, const bf16 *y, int64_t n) {
+    add_kernel<<<blocks_for(n, BLOCK), BLOCK, 0, st>>>(x, y, n);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* w[i] = center + half_width * u, u uniform in (-1, 1): a hash of (seed, i), so a weight of any size fills in one
+ * launch, on the device, with no state. u = (k + 0.5) / 2^22 - 1 for a 23-bit integer k is exact in fp32 and never 0,
+ * so no weight is ever zero. */
+static __device__ uint64_t mix64(uint64_t z) {   /* splitmix64's finaliser */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+__global__ void fill_uniform_kernel(bf16 *w, int64_t n, uint64_t seed, float center, float half_width) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    uint64_t k = mix64(seed * 0x9e3779b97f4a7c15ull + mix64((uint64_t)i)) >> 41;
+    float u = ((float)k + 0.5f) * (1.0f / 4194304.0f) - 1.0f;
+    w[i] = to_bf16(center + half_width * u);
+}
+static int fill_uniform(cudaStream_t st, bf16 *w, int64_t n, uint64_t seed, float center, float half_width) {
+    fill_uniform_kernel<<<blocks_for(n, BLOCK), BLOCK, 0, st>>>(w, n, seed, center, half_width);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------ attention */
+/* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
+ *   q, out [n_q, n_heads*head_dim]   query rows: N original rows, or N' compact rows
+ *   k, v   [*, n_kv*head_dim]        key/value rows, addressed through kv_row
+ *   seq_start [N], kv_row [N]        original space
+ * Query row r stands for original position g = q_orig ? q_orig[r] : r and attends to the original positions
+ * t = seq_start[g] .. g, whose key/value rows are kv_row ? kv_row[t] : t. Query head h reads kv head
+ * h / (n_heads / n_kv).
+ * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
+ * softmax in fp32: keep the running max m, the running sum l of exp(score - m) and the weighted sum acc of values,
+ * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l.
+ *
+ * Compact mode (q_orig = I_gather, kv_row = I_scatter, queries are the N' compact rows) is exact, not an
+ * approximation: the original positions mapped to one compact row have identical (token, position) histories, hence
+ * identical q; and their histories map position by position onto the same compact rows, so the keys and values read
+ * through I_scatter are the very vectors the scattered N-row layout would hold. Same inputs, same order of
+ * operations: the result is bit-identical to scatter -> attention -> gather, without the copies. */
+__global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int n_q,
+                                 const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row, int n_heads,
+                                 int n_kv_heads, int head_dim) {
+    enum { PER_LANE = MAX_HEAD_DIM / 32 };                       /* values of a head per lane, in registers */
+    int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp >= n_q * n_heads) return;
+    int r = warp / n_heads, h = warp % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
+    int g = q_orig ? q_orig[r] : r;                              /* the original position row r stands for */
+    const bf16 *qh = q + (int64_t)warp * head_dim;               /* row r, head h */
+    float scale = 1.0f / sqrtf((float)head_dim), qr[PER_LANE], acc[PER_LANE], m = -INFINITY, l = 0.0f;
+    for (int j = 0; j < PER_LANE; j++) {
+        qr[j] = lane + 32 * j < head_dim ? f32(qh[lane + 32 * j]) : 0.0f;
+        acc[j] = 0.0f;
+    }
+    for (int t = seq_start[g]; t <= g; t++) {                    /* causal, inside g's own sequence */
+        int64_t kv_off = ((int64_t)(kv_row ? kv_row[t] : t) * n_kv_heads + kvh) * head_dim;
+        float s = 0.0f;
+        for (int j = 0; j < PER_LANE; j++)
+            if (lane + 32 * j < head_dim) s += qr[j] * f32(k[kv_off + lane + 32 * j]);
+        s = warp_sum(s) * scale;
+        float m_new = fmaxf(m, s), rescale = expf(m - m_new), p = expf(s - m_new);
+        l = l * rescale + p;
+        for (int j = 0; j < PER_LANE; j++)
+            if (lane + 32 * j < head_dim) acc[j] = acc[j] * rescale + p * f32(v[kv_off + lane + 32 * j]);
+        m = m_new;
+    }
+    bf16 *oh = out + (int64_t)warp * head_dim;
+    for (int j = 0; j < PER_LANE; j++)
+        if (lane + 32 * j < head_dim) oh[lane + 32 * j] = to_bf16(acc[j] / l);
+}
+static int attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int n_q,
+                     const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row, int n_heads,
+                     int n_kv_heads, int head_dim) {
+    TRY(check_heads(n_heads, n_kv_heads, head_dim));
+    attention_kernel<<<blocks_for((int64_t)n_q * n_heads, BLOCK / 32), BLOCK, 0, st>>>(
+        out, q, k, v, n_q, q_orig, seq_start, kv_row, n_heads, n_kv_heads, head_dim);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* --------------------------------------------------------------------------------------------------------- cublas */
+/* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
+ * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once.
+ *
+ * cuBLAS is column-major. A row-major [r, c] matrix is, byte for byte, the column-major [c, r] matrix, its
+ * transpose, with leading dimension c. So cuBLAS sees x as x^T [in, rows], W as W^T [in, out] and the buffer y as
+ * y^T [out, rows], and we ask it for y^T = W x^T, i.e. C = op(A) op(B) with, argument by argument:
+ *   transa = T, A = W, lda = in     A is seen as W^T [in, out]; op(A) = W [out, in]
+ *   transb = N, B = x, ldb = in     B is seen as x^T [in, rows]; op(B) = x^T
+ *   m = out, n = rows, k = in       C = op(A) op(B) is [out, rows]
+ *   C = y, ldc = out                y^T [out, rows] column-major is exactly y [rows, out] row-major
+ * No copy and no explicit transpose anywhere. */
+static int gemm(cublasHandle_t blas, bf16 *y, const bf16 *x, const bf16 *W, int rows, int in, int out) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, W, CUDA_R_16BF, in, x, CUDA_R_16BF,
+                              in, &zero, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+/* -------------------------------------------------------------------------------------------------- the gpu model */
+typedef struct {                     /* one decoder layer on the device, bf16, [out, in] as nn.Linear stores them */
+    bf16 *input_norm, *post_norm;    /* [hidden]                                   */
+    bf16 *q_proj;                    /* [n_heads*head_dim, hidden]                 */
+    bf16 *k_proj, *v_proj;           /* [n_kv*head_dim, hidden]                    */
+    bf16 *o_proj;                    /* [hidden, n_heads*head_dim]                 */
+    bf16 *q_norm, *k_norm;           /* [head_dim]                                 */
+    bf16 *gate_proj, *up_proj;       /* [intermediate, hidden]                     */
+    bf16 *down_proj;                 /* [hidden, intermediate]                     */
+} GpuLayer;
+
+struct GpuModel {
+    Qwen3Config cfg;
+    bf16 *embed;                     /* [vocab, hidden]                            */
+    GpuLayer *layers;                /* [n_layers], a host array of device pointers */
+    bf16 *final_norm;                /* [hidden]                                   */
+    bf16 *lm_head;                   /* [vocab, hidden]; == embed when tied        */
+    float *inv_freq;                 /* [head_dim/2] RoPE frequencies              */
+    cudaStream_t stream;             /* every kernel and GEMM of a forward         */
+    cublasHandle_t blas;             /* bound to stream                            */
+};
+
+/* The current device's properties; the error when there is none (cleared, so no later check reports it again). */
+static cudaError_t device_props(cudaDeviceProp *p) {
+    int n = 0, dev = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err == cudaSuccess && n == 0) err = cudaErrorNoDevice;
+    if (err == cudaSuccess) err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaGetDeviceProperties(p, dev);
+    if (err != cudaSuccess) cudaGetLastError();
+    return err;
+}
+int gpu_available(void) {
+    cudaDeviceProp p;
+    cudaError_t err = device_props(&p);
+    if (err != cudaSuccess) {
+        rx_fail("no CUDA device: %s", cudaGetErrorString(err));
+        return 0;
+    }
+    if (p.major < 8) {
+        rx_fail("the CUDA device %s has compute capability %d.%d; the bf16 kernels need 8.0 or newer", p.name,
+                p.major, p.minor);
+        return 0;
+    }
+    return 1;
+}
+const char *gpu_device_name(void) {
+    static cudaDeviceProp p;
+    return device_props(&p) == cudaSuccess ? p.name : "";
+}
+
+static int check_config(const Qwen3Config *c) {
+    if (c->vocab_size < 1 || c->hidden_size < 1 || c->intermediate_size < 1 || c->n_layers < 1 ||
+        c->max_position_embeddings < 1)
+        return rx_fail("the model config has a size below 1 (vocab %d, hidden %d, intermediate %d, layers %d, "
+                       "max_position_embeddings %d)", c->vocab_size, c->hidden_size, c->intermediate_size,
+                       c->n_layers, c->max_position_embeddings);
+    return check_heads(c->n_heads, c->n_kv_heads, c->head_dim);
+}
+
+/* Allocates one weight of n elements (what, of layer `layer`, or of the model when layer < 0) and fills it: from the
+ * checkpoint tensor t of m (F32, F16 or BF16, via fp32, rounded to bf16 to nearest even), or, when m is NULL, with
+ * random values made on the device: uniform in +-1/sqrt(fan_in) for matrices (nn.Linear's init scale), 0.5..1.5 for
+ * norm weights (fan_in 0), which start at 1.0 in a fresh model and would hide a mistake in the multiply order. */
+static int weight(GpuModel *g, const Qwen3Model *m, bf16 **dst, const RxTensor *t, int64_t n, int fan_in,
+                  uint64_t seed, int layer, const char *what) {
+    char name[96];
+    if (layer < 0) snprintf(name, sizeof name, "%s", what);
+    else snprintf(name, sizeof name, "layers.%d.%s", layer, what);
+    DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", name, (long long)n);
+    if (!m && fan_in) return fill_uniform(g->stream, *dst, n, seed, 0.0f, 1.0f / sqrtf((float)fan_in));
+    if (!m) return fill_uniform(g->stream, *dst, n, seed, 1.0f, 0.5f);
+    if (!t) return rx_fail("the checkpoint has no tensor for %s", name);
+    if (rx_numel(t) != n)
+        return rx_fail("%s: tensor %s has %lld elements; the config says %s has %lld", t->file, t->name,
+                       (long long)rx_numel(t), name, (long long)n);
+    if (t->dtype != RX_F32 && t->dtype != RX_F16 && t->dtype != RX_BF16)
+        return rx_fail("%s: tensor %s has dtype %s; only F32, F16 and BF16 weights are supported", t->file, t->name,
+                       t->dtype_name);
+    float *f = (float *)malloc((size_t)n * sizeof(float));
+    bf16 *h = NULL;
+    if (f) {
+        rx_tensor_to_f32(t, f);
+        h = host_bf16(f, (size_t)n);
+    }
+    int rc = !h ? rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * 6))
+                : cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
+    free(f);
+    free(h);
+    return rc;
+}
+
+/* Allocates and fills every weight of g: from m, or randomly from seed when m is NULL. */
+static int model_build(GpuModel *g, const Qwen3Model *m, uint64_t seed) {
+    static const Qwen3Layer no_tensors = {};          /* the random model reads no tensor */
+    const Qwen3Config *c = &g->cfg;
+    const int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    const int64_t QD = c->n_heads * D, KVD = c->n_kv_heads * D;
+    CUDA_CHECK(cudaStreamCreate(&g->stream));
+    CUBLAS_CHECK(cublasCreate(&g->blas));
+    CUBLAS_CHECK(cublasSetStream(g->blas, g->stream));
+    g->layers = (GpuLayer *)calloc(c->n_layers, sizeof(GpuLayer));
+    if (!g->layers) return rx_fail("out of host memory for %d layers", c->n_layers);
+
+    TRY(weight(g, m, &g->embed, m ? m->embed : NULL, c->vocab_size * H, (int)H, seed, -1, "embed_tokens"));
+    for (int l = 0; l < c->n_layers; l++) {
+        const Qwen3Layer *L = m ? &m->layers[l] : &no_tensors;
+        GpuLayer *G = &g->layers[l];
+        uint64_t s = seed + 16 * (uint64_t)(l + 1);   /* a distinct seed per random weight */
+        TRY(weight(g, m, &G->input_norm, L->input_norm, H, 0, s + 0, l, "input_layernorm"));
+        TRY(weight(g, m, &G->q_proj, L->q_proj, QD * H, (int)H, s + 1, l, "self_attn.q_proj"));
+        TRY(weight(g, m, &G->k_proj, L->k_proj, KVD * H, (int)H, s + 2, l, "self_attn.k_proj"));
+        TRY(weight(g, m, &G->v_proj, L->v_proj, KVD * H, (int)H, s + 3, l, "self_attn.v_proj"));
+        TRY(weight(g, m, &G->o_proj, L->o_proj, H * QD, (int)QD, s + 4, l, "self_attn.o_proj"));
+        TRY(weight(g, m, &G->q_norm, L->q_norm, D, 0, s + 5, l, "self_attn.q_norm"));
+        TRY(weight(g, m, &G->k_norm, L->k_norm, D, 0, s + 6, l, "self_attn.k_norm"));
+        TRY(weight(g, m, &G->post_norm, L->post_norm, H, 0, s + 7, l, "post_attention_layernorm"));
+        TRY(weight(g, m, &G->gate_proj, L->gate_proj, I * H, (int)H, s + 8, l, "mlp.gate_proj"));
+        TRY(weight(g, m, &G->up_proj, L->up_proj, I * H, (int)H, s + 9, l, "mlp.up_proj"));
+        TRY(weight(g, m, &G->down_proj, L->down_proj, H * I, (int)I, s + 10, l, "mlp.down_proj"));
+    }
+    TRY(weight(g, m, &g->final_norm, m ? m->final_norm : NULL, H, 0, seed + 1, -1, "norm"));
+    /* tie_word_embeddings: the LM head is embed_tokens itself, whether or not the file also holds lm_head.weight */
+    if (c->tie_word_embeddings || (m && (!m->lm_head || m->lm_head == m->embed)))
+        g->lm_head = g->embed;
+    else
+        TRY(weight(g, m, &g->lm_head, m ? m->lm_head : NULL, c->vocab_size * H, (int)H, seed + 2, -1, "lm_head"));
+
+    float inv_freq[MAX_HEAD_DIM / 2];
+    rope_inv_freq(inv_freq, c->head_dim, c->rope_theta);
+    DEV_ALLOC(g->inv_freq, D / 2, "the RoPE frequencies [%d]", (int)(D / 2));
+    TRY(cuda_copy(g->inv_freq, inv_freq, (size_t)(D / 2) * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaStreamSynchronize(g->stream));   /* the random fills, and any error they hit */
+    return 0;
+}
+
+void gpu_model_free(GpuModel *g) {
+    if (!g) return;
+    for (int l = 0; g->layers && l < g->cfg.n_layers; l++) {
+        GpuLayer *L = &g->layers[l];
+        cudaFree(L->input_norm), cudaFree(L->q_proj), cudaFree(L->k_proj), cudaFree(L->v_proj);
+        cudaFree(L->o_proj), cudaFree(L->q_norm), cudaFree(L->k_norm), cudaFree(L->post_norm);
+        cudaFree(L->gate_proj), cudaFree(L->up_proj), cudaFree(L->down_proj);
+    }
+    if (g->lm_head != g->embed) cudaFree(g->lm_head);
+    cudaFree(g->embed), cudaFree(g->final_norm), cudaFree(g->inv_freq);
+    free(g->layers);
+    if (g->blas) cublasDestroy(g->blas);
+    if (g->stream) cudaStreamDestroy(g->stream);
+    free(g);
+}
+
+static int model_create(GpuModel **out, const Qwen3Config *cfg, const Qwen3Model *m, uint64_t seed) {
+    *out = NULL;
+    if (!gpu_available() || check_config(cfg)) return -1;
+    GpuModel *g = (GpuModel *)calloc(1, sizeof *g);
+    if (!g) return rx_fail("out of host memory for the GPU model");
+    g->cfg = *cfg;
+    if (model_build(g, m, seed)) {
+        gpu_model_free(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+int gpu_model_upload(GpuModel **g, const Qwen3Model *m) {
+    return m ? model_create(g, &m->cfg, m, 0) : rx_fail("gpu_model_upload needs a model");
+}
+int gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed) { return model_create(g, cfg, NULL, seed); }
+
+/* ---------------------------------------------------------------------------------- the gpu forward (algorithm 1) */
+/* One layer in radix mode, the paper's sandwich: only attention sees the original layout.
+ *
+ *   compact [N', .]                                  original [N, .]                 compact [N', .]
+ *   x -> norm -> q,k,v = x W^T -> q/k norm, RoPE --scatter(I_scatter)--> attention --gather(I_gather)--> o_proj -> +x
+ *     -> norm -> MLP -> +x
+ *
+ * Compact mode drops the two copies: attention runs on the N' rows and reads keys through I_scatter (see attention).
+ * Baseline runs every op on the N original rows. */
+
+/* A device copy of one of the batch's index arrays, int32 [n]. */
+static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what) {
+    DEV_ALLOC(*dst, n, "%s [%d]", what, n);
+    return cuda_copy(*dst, src, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice);
+}
+
+typedef struct {             /* everything one forward allocates; rows = N (baseline) or N' (radix, compact)      */
+    RadixIndex ix;           /* I_gather [N'], I_scatter [N] on the host                                         */
+    int have_ix;
+    int32_t *h_ids, *h_pos;  /* host [rows]: token id and position of each row                                   */
+    int32_t *h_seq_start;    /* host [N] original space: first position of each token's sequence                */
+    int32_t *h_last;         /* host [n_seqs]: the row holding each sequence's last token                        */
+    int32_t *ids, *pos;      /* [rows]                                                                            */
+    int32_t *gather;         /* [N']  I_gather:  compact row -> first original position                          */
+    int32_t *scatter;        /* [N]   I_scatter: original position -> compact row                                */
+    int32_t *seq_start;      /* [N]   original space                                                              */
+    int32_t *last;           /* [n_seqs] rows space                                                               */
+    bf16 *x, *xn;            /* [rows, hidden] residual stream; norm output, reused for o_proj and down_proj out  */
+    bf16 *q, *att;           /* [rows, n_heads*head_dim]                                                          */
+    bf16 *k, *v;             /* [rows, n_kv*head_dim]                                                             */
+    bf16 *gate, *up;         /* [rows, intermediate]                                                              */
+    bf16 *q_n, *att_n;       /* radix only: [N, n_heads*head_dim] original space                                  */
+    bf16 *k_n, *v_n;         /* radix only: [N, n_kv*head_dim] original space                                     */
+    bf16 *x_last;            /* last_only: [n_seqs, hidden]                                                       */
+    bf16 *logits;            /* [rows or n_seqs, vocab] as computed                                               */
+    bf16 *logits_n;          /* compact modes, every token: [N, vocab] scattered back to original order          */
+    cudaEvent_t t0, t1;
+} GpuWork;
+
+static void work_free(GpuWork *w) {
+    void *dev[] = {w->ids,  w->pos, w->gather, w->scatter, w->seq_start, w->last,   w->x,      w->xn,
+                   w->q,    w->att, w->k,      w->v,       w->gate,      w->up,     w->q_n,    w->att_n,
+                   w->k_n,  w->v_n, w->x_last, w->logits,  w->logits_n};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+    if (w->t0) cudaEventDestroy(w->t0);
+    if (w->t1) cudaEventDestroy(w->t1);
+    if (w->have_ix) radix_index_free(&w->ix);
+    free(w->h_ids), free(w->h_pos), free(w->h_seq_start), free(w->h_last);
+}
+
+static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
+                       float *logits, GpuRunInfo *info, GpuWork *w) {
+    const Qwen3Config *c = &g->cfg;
+    const int N = b->n_tokens, S = b->n_seqs, H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    const float eps = (float)c->rms_norm_eps;
+    const int32_t *cu = b->cu_seqlens;
+    cudaStream_t st = g->stream;
+    if (N < 1 || S < 1) return rx_fail("the batch is empty (%d sequences, %d tokens)", S, N);
+    TRY(rx_batch_check(b, c));
+
+    /* lines 1-5: the trie and its indices, on the CPU (baseline needs none: it reports N' = N) */
+    info->n_tokens = info->n_compact = N;
+    if (mode != RX_BASELINE) {
+        double t = rx_now_ms();
+        TRY(radix_index_build(&w->ix, b->input_ids, b->position_ids, cu, S));
+        w->have_ix = 1;
+        info->index_ms = rx_now_ms() - t;
+        info->n_compact = w->ix.n_compact;
+        if (mode == RX_AUTO) mode = (double)w->ix.n_compact / N < auto_threshold ? RX_COMPACT : RX_BASELINE;
+    }
+    info->mode = mode;
+    /* rows: what every position-wise op runs on, N' compact rows in radix and compact mode, else the N originals */
+    const int compact = mode != RX_BASELINE, rows = compact ? w->ix.n_compact : N, n_logits = last_only ? S : rows;
+    const char *sp = compact ? "N'" : "N";
+
+    /* lines 6 and 8: the token id and position of every row: x~ = x[I_gather], p~ = p[I_gather] in compact space */
+    w->h_ids = (int32_t *)rx_alloc(rows * sizeof(int32_t), "the token ids of the rows");
+    w->h_pos = (int32_t *)rx_alloc(rows * sizeof(int32_t), "the positions of the rows");
+    w->h_seq_start = (int32_t *)rx_alloc(N * sizeof(int32_t), "the sequence starts");
+    w->h_last = (int32_t *)rx_alloc(S * sizeof(int32_t), "the last-token rows");
+    if (!w->h_ids || !w->h_pos || !w->h_seq_start || !w->h_last) return -1;
+    for (int r = 0; r < rows; r++) {
+        int t = compact ? w->ix.gather[r] : r;
+        w->h_ids[r] = b->input_ids[t], w->h_pos[r] = b->position_ids[t];
+    }
+    for (int s = 0; s < S; s++) {
+        for (int t = cu[s]; t < cu[s + 1]; t++) w->h_seq_start[t] = cu[s];
+        w->h_last[s] = compact ? w->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
+    }
+
+    /* every buffer before the timed region: cudaMalloc stalls the host and would be counted as GPU time */
+    TRY(upload_i32(&w->ids, w->h_ids, rows, "the token ids"));
+    TRY(upload_i32(&w->pos, w->h_pos, rows, "the positions"));
+    TRY(upload_i32(&w->seq_start, w->h_seq_start, N, "the sequence starts"));
+    TRY(upload_i32(&w->last, w->h_last, S, "the last-token rows"));
+    if (compact) TRY(upload_i32(&w->gather, w->ix.gather, rows, "I_gather"));
+    if (compact) TRY(upload_i32(&w->scatter, w->ix.scatter, N, "I_scatter"));
+    DEV_ALLOC(w->x, (size_t)rows * H, "the residual stream [%s=%d, hidden=%d]", sp, rows, H);
+    DEV_ALLOC(w->xn, (size_t)rows * H, "the normed activations [%s=%d, hidden=%d]", sp, rows, H);
+    DEV_ALLOC(w->q, (size_t)rows * QD, "the queries [%s=%d, n_heads*head_dim=%d]", sp, rows, QD);
+    DEV_ALLOC(w->att, (size_t)rows * QD, "the attention output [%s=%d, n_heads*head_dim=%d]", sp, rows, QD);
+    DEV_ALLOC(w->k, (size_t)rows * KVD, "the keys [%s=%d, n_kv*head_dim=%d]", sp, rows, KVD);
+    DEV_ALLOC(w->v, (size_t)rows * KVD, "the values [%s=%d, n_kv*head_dim=%d]", sp, rows, KVD);
+    DEV_ALLOC(w->gate, (size_t)rows * I, "the MLP gate [%s=%d, intermediate=%d]", sp, rows, I);
+    DEV_ALLOC(w->up, (size_t)rows * I, "the MLP up projection [%s=%d, intermediate=%d]", sp, rows, I);
+    if (mode == RX_RADIX) {
+        DEV_ALLOC(w->q_n, (size_t)N * QD, "the scattered queries [N=%d, n_heads*head_dim=%d]", N, QD);
+        DEV_ALLOC(w->att_n, (size_t)N * QD, "the attention output [N=%d, n_heads*head_dim=%d]", N, QD);
+        DEV_ALLOC(w->k_n, (size_t)N * KVD, "the scattered keys [N=%d, n_kv*head_dim=%d]", N, KVD);
+        DEV_ALLOC(w->v_n, (size_t)N * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", N, KVD);
+    }
+    if (last_only) DEV_ALLOC(w->x_last, (size_t)S * H, "the last tokens' states [n_seqs=%d, hidden=%d]", S, H);
+    DEV_ALLOC(w->logits, (size_t)n_logits * V, "the logits [%s=%d, vocab=%d]", last_only ? "n_seqs" : sp, n_logits,
+              V);
+    if (compact && !last_only) DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
+    CUDA_CHECK(cudaEventCreate(&w->t0));
+    CUDA_CHECK(cudaEventCreate(&w->t1));
+
+    /* GPU time, embedding to logits (forward_ms) */
+    CUDA_CHECK(cudaEventRecord(w->t0, st));
+    /* line 9: the embedding is a row gather from the table, h0 = E[x~]  [rows, hidden] */
+    TRY(rows_by_index_gpu(st, w->x, g->embed, w->ids, rows, H * sizeof(bf16)));
+    for (int l = 0; l < c->n_layers; l++) {
+        const GpuLayer *L = &g->layers[l];
+        TRY(rmsnorm(st, w->xn, w->x, L->input_norm, rows, H, eps));   /* xn = input_layernorm(x) [rows, hidden] */
+        TRY(gemm(g->blas, w->q, w->xn, L->q_proj, rows, H, QD));      /* q = xn @ Wq^T     [rows, n_heads*head_dim] */
+        TRY(gemm(g->blas, w->k, w->xn, L->k_proj, rows, H, KVD));     /* k = xn @ Wk^T     [rows, n_kv*head_dim]    */
+        TRY(gemm(g->blas, w->v, w->xn, L->v_proj, rows, H, KVD));     /* v = xn @ Wv^T     [rows, n_kv*head_dim]    */
+        TRY(qk_norm_rope(st, w->q, L->q_norm, w->pos, g->inv_freq, rows, c->n_heads, c->head_dim, eps));
+        TRY(qk_norm_rope(st, w->k, L->k_norm, w->pos, g->inv_freq, rows, c->n_kv_heads, c->head_dim, eps));
+        if (mode == RX_RADIX) {   /* lines 20-23: scatter q, k, v to the N original rows, attend, gather back */
+            TRY(rows_by_index_gpu(st, w->q_n, w->q, w->scatter, N, QD * sizeof(bf16)));
+            TRY(rows_by_index_gpu(st, w->k_n, w->k, w->scatter, N, KVD * sizeof(bf16)));
+            TRY(rows_by_index_gpu(st, w->v_n, w->v, w->scatter, N, KVD * sizeof(bf16)));
+            TRY(attention(st, w->att_n, w->q_n, w->k_n, w->v_n, N, NULL, w->seq_start, NULL, c->n_heads,
+                          c->n_kv_heads, c->head_dim));
+            TRY(rows_by_index_gpu(st, w->att, w->att_n, w->gather, rows, QD * sizeof(bf16)));
+        } else {   /* baseline: gather, scatter are NULL; compact: N' query rows, keys read through I_scatter */
+            TRY(attention(st, w->att, w->q, w->k, w->v, rows, w->gather, w->seq_start, w->scatter, c->n_heads,
+                          c->n_kv_heads, c->head_dim));
+        }
+        TRY(gemm(g->blas, w->xn, w->att, L->o_proj, rows, QD, H));    /* xn = att @ Wo^T   [rows, hidden]           */
+        TRY(add_inplace(st, w->x, w->xn, (int64_t)rows * H));
+        TRY(rmsnorm(st, w->xn, w->x, L->post_norm, rows, H, eps));
+        TRY(gemm(g->blas, w->gate, w->xn, L->gate_proj, rows, H, I)); /* gate = xn @ Wg^T  [rows, intermediate]     */
+        TRY(gemm(g->blas, w->up, w->xn, L->up_proj, rows, H, I));     /* up = xn @ Wu^T    [rows, intermediate]     */
+        TRY(silu_mul(st, w->gate, w->gate, w->up, (int64_t)rows * I));
+        TRY(gemm(g->blas, w->xn, w->gate, L->down_proj, rows, I, H)); /* xn = (silu(gate)*up) @ Wd^T [rows, hidden] */
+        TRY(add_inplace(st, w->x, w->xn, (int64_t)rows * H));
+    }
+
+    /* lines 31-33: the final norm and the LM head, only on the rows whose logits are wanted */
+    const bf16 *h = w->x;
+    bf16 *hn = w->xn;
+    if (last_only) {   /* each sequence's last token: its row in the rows space, w->last */
+        TRY(rows_by_index_gpu(st, w->x_last, w->x, w->last, S, H * sizeof(bf16)));
+        h = hn = w->x_last;
+    }
+    TRY(rmsnorm(st, hn, h, g->final_norm, n_logits, H, eps));
+    TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_logits, H, V));   /* logits = hn @ W_lm^T  [n_logits, vocab] */
+    const bf16 *out = w->logits;
+    if (compact && !last_only) {                                     /* y = y_c[I_scatter]  [N, vocab] */
+        TRY(rows_by_index_gpu(st, w->logits_n, w->logits, w->scatter, N, V * sizeof(bf16)));
+        out = w->logits_n;
+    }
+    CUDA_CHECK(cudaEventRecord(w->t1, st));
+    CUDA_CHECK(cudaEventSynchronize(w->t1));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, w->t0, w->t1));
+    info->forward_ms = ms;
+    return logits ? download_bf16(logits, out, (size_t)(last_only ? S : N) * V) : 0;
+}
+
+int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
+                GpuRunInfo *info) {
+    GpuRunInfo unused;
+    if (!info) info = &unused;
+    memset(info, 0, sizeof *info);
+    if (!g || !b) return rx_fail("gpu_forward needs a GPU model and a batch");
+    if (auto_threshold <= 0) auto_threshold = 0.95;   /* 0: the default threshold */
+    GpuWork w;
+    memset(&w, 0, sizeof w);
+    int rc = forward_run(g, b, mode, auto_threshold, last_only, logits, info, &w);
+    work_free(&w);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------- gpu micro-benchmarks */
+typedef enum { TIME_INDEX_SELECT, TIME_COPY, TIME_GEMM } TimedOp;
+typedef struct {               /* one timed operation and what it reads */
+    TimedOp op;
+    void *out;
+    const void *in, *w;
+    const int32_t *idx;
+    int m, n, k;               /* index_select: m rows out; gemm: y [m, n] = x [m, k] @ W^T */
+    size_t bytes;              /* index_select: bytes per row; copy: bytes */
+    cublasHandle_t blas;
+} Timed;
+
+static int run_timed(const Timed *a) {
+    if (a->op == TIME_INDEX_SELECT) return rows_by_index_gpu(0, a->out, a->in, a->idx, a->m, a->bytes);
+    if (a->op == TIME_GEMM)
+        return gemm(a->blas, (bf16 *)a->out, (const bf16 *)a->in, (const bf16 *)a->w, a->m, a->k, a->n);
+    CUDA_CHECK(cudaMemcpyAsync(a->out, a->in, a->bytes, cudaMemcpyDeviceToDevice, 0));
+    return 0;
+}
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+static int time_reps(const Timed *a, int reps, float *ms, cudaEvent_t *ev) {
+    CUDA_CHECK(cudaEventCreate(&ev[0]));
+    CUDA_CHECK(cudaEventCreate(&ev[1]));
+    TRY(run_timed(a));                                     /* warm-up, not counted */
+    for (int i = 0; i < reps; i++) {
+        CUDA_CHECK(cudaEventRecord(ev[0], 0));
+        TRY(run_timed(a));
+        CUDA_CHECK(cudaEventRecord(ev[1], 0));
+        CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[0], ev[1]));
+    }
+    return 0;
+}
+/* CUDA events around each of reps runs after one warm-up; *median_ms = the median. */
+static int time_median(const Timed *a, int reps, double *median_ms) {
+    cudaEvent_t ev[2] = {NULL, NULL};
+    float *ms = (float *)malloc(reps * sizeof(float));
+    int rc = ms ? time_reps(a, reps, ms, ev) : rx_fail("out of host memory for %d timings", reps);
+    if (rc == 0) {
+        qsort(ms, reps, sizeof(float), cmp_float);
+        *median_ms = ms[reps / 2];
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    free(ms);
+    return rc;
+}
+static int blas_create(cublasHandle_t *blas) {
+    CUBLAS_CHECK(cublasCreate(blas));
+    return 0;
+}
+static int fill_bytes(void *dev, size_t bytes) {   /* 0x3f in every byte: ~0.75 in bf16 and fp32, not zeros */
+    CUDA_CHECK(cudaMemset(dev, 0x3f, bytes));
+    return 0;
+}
+
+/* index_select (Table 6): out [rows_out, dim] = in [rows_in, dim][idx], idx a fixed pseudo-random sequence. */
+int gpu_time_index_select(int rows_in, int dim, int rows_out, int elem_bytes, int reps, double *median_ms) {
+    if (!gpu_available()) return -1;
+    if (rows_in < 1 || dim < 1 || rows_out < 1 || reps < 1 || (elem_bytes != 2 && elem_bytes != 4))
+        return rx_fail("gpu_time_index_select: sizes and reps must be positive and elem_bytes 2 or 4");
+    int32_t *idx = (int32_t *)malloc(rows_out * sizeof(int32_t));
+    if (!idx) return rx_fail("out of host memory for %d indices", rows_out);
+    for (int r = 0; r < rows_out; r++) idx[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)rows_in);
+    Scratch s = {};
+    Timed a = {};
+    a.op = TIME_INDEX_SELECT, a.m = rows_out, a.bytes = (size_t)dim * elem_bytes;
+    void *in = scratch_alloc(&s, (size_t)rows_in * a.bytes, "the index_select input");
+    a.in = in, a.out = scratch_alloc(&s, (size_t)rows_out * a.bytes, "the index_select output");
+    a.idx = (const int32_t *)scratch_copy(&s, idx, rows_out * sizeof(int32_t));
+    free(idx);
+    int rc = s.failed || fill_bytes(in, (size_t)rows_in * a.bytes) || time_median(&a, reps, median_ms);
+    return scratch_end(&s, rc);
+}
+
+/* A device-to-device copy of nbytes: the memory roofline the index kernels are measured against. */
+int gpu_time_copy(size_t nbytes, int reps, double *median_ms) {
+    if (!gpu_available()) return -1;
+    if (nbytes < 1 || reps < 1) return rx_fail("gpu_time_copy: nbytes and reps must be positive");
+    Scratch s = {};
+    Timed a = {};
+    void *in = scratch_alloc(&s, nbytes, "the copy source");
+    a.op = TIME_COPY, a.in = in, a.out = scratch_alloc(&s, nbytes, "the copy destination"), a.bytes = nbytes;
+    int rc = s.failed || fill_bytes(in, nbytes) || time_median(&a, reps, median_ms);
+    return scratch_end(&s, rc);
+}
+
+/* The GEMM of every projection: y [m, n] = x [m, k] @ W^T, W [n, k]; 2mnk FLOPs. */
+int gpu_time_gemm(int m, int n, int k, int reps, double *median_ms) {
+    if (!gpu_available()) return -1;
+    if (m < 1 || n < 1 || k < 1 || reps < 1) return rx_fail("gpu_time_gemm: sizes and reps must be positive");
+    Scratch s = {};
+    Timed a = {};
+    bf16 *x = (bf16 *)scratch_alloc(&s, (size_t)m * k * sizeof(bf16), "the GEMM input x");
+    bf16 *w = (bf16 *)scratch_alloc(&s, (size_t)n * k * sizeof(bf16), "the GEMM weight W");
+    a.in = x, a.w = w, a.out = scratch_alloc(&s, (size_t)m * n * sizeof(bf16), "the GEMM output y");
+    a.op = TIME_GEMM, a.m = m, a.n = n, a.k = k;
+    int rc = s.failed || fill_uniform(0, x, (int64_t)m * k, 1, 0.0f, 1.0f) ||
+             fill_uniform(0, w, (int64_t)n * k, 2, 0.0f, 1.0f / sqrtf((float)k)) || blas_create(&a.blas) ||
+             time_median(&a, reps, median_ms);
+    if (a.blas) cublasDestroy(a.blas);
+    return scratch_end(&s, rc);
+}
+
+/* ------------------------------------------------------------------------------------------------- gpu test hooks */
+/* For test_radixmlp.c: each hook takes host fp32 arrays, uploads them (as bf16 where the kernel reads bf16), runs
+ * exactly one kernel, and copies the result back as fp32, to be compared with the rx_*_ref oracle. */
+
+int gpu_test_rows_by_index(float *out, const float *in, const int32_t *idx, int rows_out, int rows_in, int dim,
+                           int elem_bytes) {
+    if (!gpu_available()) return -1;
+    if (elem_bytes != 2 && elem_bytes != 4) return rx_fail("gpu_test_rows_by_index: elem_bytes must be 2 or 4");
+    Scratch s = {};
+    size_t n_in = (size_t)rows_in * dim, n_out = (size_t)rows_out * dim;
+    void *d_in = elem_bytes == 2 ? (void *)scratch_bf16(&s, in, n_in) : scratch_copy(&s, in, n_in * sizeof(float));
+    void *d_out = scratch_alloc(&s, n_out * elem_bytes, "a test buffer");
+    int32_t *d_idx = (int32_t *)scratch_copy(&s, idx, rows_out * sizeof(int32_t));
+    int rc = s.failed || rows_by_index_gpu(0, d_out, d_in, d_idx, rows_out, (size_t)dim * elem_bytes) ||
+             (elem_bytes == 2 ? download_bf16(out, (const bf16 *)d_out, n_out)
+                              : cuda_copy(out, d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
+    return scratch_end(&s, rc);
+}
+
+int gpu_test_rmsnorm(float *out, const float *x, const float *w, int rows, int dim, float eps) {
+    if (!gpu_available()) return -1;
+    Scratch s = {};
+    size_t n = (size_t)rows * dim;
+    bf16 *d_x = scratch_bf16(&s, x, n), *d_w = scratch_bf16(&s, w, dim), *d_out = scratch_bf16(&s, NULL, n);
+    int rc = s.failed || rmsnorm(0, d_out, d_x, d_w, rows, dim, eps) || download_bf16(out, d_out, n);
+    return scratch_end(&s, rc);
+}
+
+int gpu_test_qk_norm_rope(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
+                          float eps, double rope_theta) {
+    if (!gpu_available() || check_heads(n_heads, 1, head_dim)) return -1;
+    float inv_freq[MAX_HEAD_DIM / 2];
+    rope_inv_freq(inv_freq, head_dim, rope_theta);
+    Scratch s = {};
+    size_t n = (size_t)rows * n_heads * head_dim;
+    bf16 *d_x = scratch_bf16(&s, x, n), *d_w = scratch_bf16(&s, w, head_dim);
+    int32_t *d_pos = (int32_t *)scratch_copy(&s, pos, rows * sizeof(int32_t));
+    float *d_inv_freq = (float *)scratch_copy(&s, inv_freq, head_dim / 2 * sizeof(float));
+    int rc = s.failed || qk_norm_rope(0, d_x, d_w, d_pos, d_inv_freq, rows, n_heads, head_dim, eps) ||
+             download_bf16(x, d_x, n);
+    return scratch_end(&s, rc);
+}
+
+int gpu_test_silu_mul(float *out, const float *gate, const float *up, size_t n) {
+    if (!gpu_available()) return -1;
+    Scratch s = {};
+    bf16 *d_gate = scratch_bf16(&s, gate, n), *d_up = scratch_bf16(&s, up, n), *d_out = scratch_bf16(&s, NULL, n);
+    int rc = s.failed || silu_mul(0, d_out, d_gate, d_up, (int64_t)n) || download_bf16(out, d_out, n);
+    return scratch_end(&s, rc);
+}
+
+int gpu_test_gemm(float *y, const float *x, const float *w, int rows, int in, int out) {
+    if (!gpu_available()) return -1;
+    Scratch s = {};
+    cublasHandle_t blas = NULL;
+    bf16 *d_x = scratch_bf16(&s, x, (size_t)rows * in), *d_w = scratch_bf16(&s, w, (size_t)out * in);
+    bf16 *d_y = scratch_bf16(&s, NULL, (size_t)rows * out);
+    int rc = s.failed || blas_create(&blas) || gemm(blas, d_y, d_x, d_w, rows, in, out) ||
+             download_bf16(y, d_y, (size_t)rows * out);
+    if (blas) cublasDestroy(blas);
+    return scratch_end(&s, rc);
+}
+
+int gpu_test_attention(const float *q, const float *k, const float *v, float *out, int n_q, const int32_t *q_orig,
+                       const int32_t *seq_start, const int32_t *kv_row, int n_orig, int n_kv_rows, int n_heads,
+                       int n_kv_heads, int head_dim) {
+    if (!gpu_available()) return -1;
+    Scratch s = {};
+    size_t nq = (size_t)n_q * n_heads * head_dim, nkv = (size_t)n_kv_rows * n_kv_heads * head_dim;
+    bf16 *d_q = scratch_bf16(&s, q, nq), *d_k = scratch_bf16(&s, k, nkv), *d_v = scratch_bf16(&s, v, nkv);
+    bf16 *d_out = scratch_bf16(&s, NULL, nq);
+    int32_t *d_seq_start = (int32_t *)scratch_copy(&s, seq_start, n_orig * sizeof(int32_t));
+    int32_t *d_q_orig = q_orig ? (int32_t *)scratch_copy(&s, q_orig, n_q * sizeof(int32_t)) : NULL;
+    int32_t *d_kv_row = kv_row ? (int32_t *)scratch_copy(&s, kv_row, n_orig * sizeof(int32_t)) : NULL;
+    int rc = s.failed || attention(0, d_out, d_q, d_k, d_v, n_q, d_q_orig, d_seq_start, d_kv_row, n_heads,
+                                   n_kv_heads, head_dim) || download_bf16(out, d_out, nq);
+    return scratch_end(&s, rc);
+}
+
+#else /* RADIXMLP_HOST_ONLY */
+/* Built by a plain C/C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
+ * function reports that there is no device. */
+int gpu_available(void) { rx_fail("no CUDA device: this is a host-only build (RADIXMLP_HOST_ONLY)"); return 0; }
 const char *gpu_device_name(void) { return ""; }
 int gpu_model_upload(GpuModel **g, const Qwen3Model *m) { (void)g; (void)m; gpu_available(); return -1; }
 int gpu_model_random(GpuModel **g, const Qwen3Config *c, uint64_t s) { (void)g; (void)c; (void)s; gpu_available(); return -1; }
@@ -1333,6 +2223,7 @@ int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double t, int last, 
 int gpu_time_index_select(int a, int b, int c, int d, int e, double *f) { (void)a; (void)b; (void)c; (void)d; (void)e; (void)f; gpu_available(); return -1; }
 int gpu_time_copy(size_t a, int b, double *c) { (void)a; (void)b; (void)c; gpu_available(); return -1; }
 int gpu_time_gemm(int a, int b, int c, int d, double *e) { (void)a; (void)b; (void)c; (void)d; (void)e; gpu_available(); return -1; }
+#endif /* RADIXMLP_HOST_ONLY */
 
 /* ------------------------------------------------------------------------------------------------------- the demo */
 #ifndef RADIXMLP_NO_MAIN

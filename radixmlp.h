@@ -192,6 +192,22 @@ int gpu_time_index_select(int rows_in, int dim, int rows_out, int elem_bytes, in
 int gpu_time_copy(size_t nbytes, int reps, double *median_ms);              /* device-to-device, the roofline */
 int gpu_time_gemm(int m, int n, int k, int reps, double *median_ms);        /* bf16 [m,k] @ [k,n], fp32 accum  */
 
+/* Test hooks of the CUDA kernels, for test_radixmlp.c. Each takes host fp32 arrays, uploads them (as bf16 where the
+ * kernel reads bf16, rounding to nearest even), runs exactly one kernel, and copies the result back as fp32.
+ * Arguments mirror the rx_*_ref oracle of the same kernel; each returns 0, or -1 with radix_error() set. */
+/* out [rows_out, dim] = in [rows_in, dim][idx]; elem_bytes 2 moves bf16 rows, 4 moves fp32 rows (bit-exact copy). */
+int gpu_test_rows_by_index(float *out, const float *in, const int32_t *idx, int rows_out, int rows_in, int dim,
+                           int elem_bytes);
+int gpu_test_rmsnorm(float *out, const float *x, const float *w, int rows, int dim, float eps);
+int gpu_test_qk_norm_rope(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
+                          float eps, double rope_theta);
+int gpu_test_silu_mul(float *out, const float *gate, const float *up, size_t n);
+int gpu_test_gemm(float *y, const float *x, const float *w, int rows, int in, int out);     /* y = x @ w^T */
+/* As rx_attention_ref; seq_start and kv_row hold n_orig (N) entries, k and v n_kv_rows rows. */
+int gpu_test_attention(const float *q, const float *k, const float *v, float *out, int n_q, const int32_t *q_orig,
+                       const int32_t *seq_start, const int32_t *kv_row, int n_orig, int n_kv_rows, int n_heads,
+                       int n_kv_heads, int head_dim);
+
 #ifdef __cplusplus
 }
 #endif

@@ -805,6 +805,433 @@ static void test_tokens_file(void) {
     remove_dir(dir);
 }
 
+/* ------------------------------------------------------------------------------------------------------ the GPU */
+/* Uses the framework above: expect, note, skip_test, rng_int, rand_floats, max_abs_diff, mean_abs_diff, max_abs,
+ * batch_of, and from the reference tests table7a, pattern_batch and tiny_config.
+ *
+ * Tolerances. bf16 keeps 8 significant bits (7 stored and the implicit leading one), so rounding to nearest even
+ * moves a value by at most half an ulp: a relative 2^-8 ~ 0.39% (about half that on average). The kernel tests
+ * round their random inputs to bf16 first (round_to_bf16, exactly as the upload does) and hand the oracle those same
+ * values, so what is left is the kernel's own roundings, each at most 2^-8 of the value it rounds, plus fp32
+ * differences in the order of summation (~1e-7 relative, negligible). Each kernel's tolerance is a multiple of
+ * BF16_U = 2^-8 times max|ref|, counting that kernel's roundings. */
+#define BF16_U (1.0 / 256.0)
+
+/* The whole forward in bf16 against the fp32 reference: every weight is rounded once, and every activation is
+ * rounded after each of ~15 ops per layer (2 norms, 3 projections, q/k norm and RoPE, attention, o_proj, 2 residual
+ * adds, gate, up, silu*up, down) and 3 at the end (final norm, lm_head). Independent roundings add in quadrature:
+ * with a rounding error of standard deviation 2^-8/sqrt(3) ~ 0.0023 of the value, sqrt(2 * 15 + 3) * 0.0023 ~ 0.013
+ * of a typical value for this 2-layer model. max|diff| / max|ref| compares two tails: we expect ~1e-2, allow 2e-2. */
+#define FORWARD_TOL 2e-2
+
+static void round_to_bf16(float *x, size_t n) {   /* in place, to nearest even, like the upload (inputs are finite) */
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&x[i], &u, sizeof u);
+    }
+}
+
+static float *floats(size_t n) { return (float *)malloc(n * sizeof(float)); }
+
+/* rc is the GPU call's result; passes when it succeeded and max|got - ref| <= tol_rel * max|ref|. */
+static void expect_close(const char *what, int rc, const float *got, const float *ref, size_t n, double tol_rel) {
+    expect(rc == 0, "%s: the GPU call failed: %s", what, radix_error());
+    if (rc != 0) return;
+    double d = max_abs_diff(got, ref, n), tol = tol_rel * max_abs(ref, n);
+    note("%-58s max|diff| %.3g  tol %.3g", what, d, tol);
+    expect(d <= tol, "%s: max|diff| %.3g > tol %.3g", what, d, tol);
+}
+
+static void test_gpu_rows_by_index(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    /* {rows_in, rows_out, dim}: a single row; 257 rows out of 3 (repeated indices, as a scatter has); dim 1001 makes
+     * rows of 2002 and 4004 bytes, not multiples of 16, which take the 2-byte path instead of the 16-byte one */
+    static const int shapes[][3] = {{1, 1, 8}, {3, 257, 1000}, {257, 3, 72}, {5, 9, 1001}};
+    uint64_t rng = 11;
+    for (int c = 0; c < 4; c++)
+        for (int elem = 2; elem <= 4; elem += 2) {
+            int ri = shapes[c][0], ro = shapes[c][1], dim = shapes[c][2];
+            float *in = rand_floats((size_t)ri * dim, -4.0f, 4.0f, &rng), *ref = floats((size_t)ro * dim);
+            float *got = floats((size_t)ro * dim);
+            int32_t *idx = (int32_t *)malloc((size_t)ro * sizeof(int32_t));
+            if (elem == 2) round_to_bf16(in, (size_t)ri * dim);
+            for (int r = 0; r < ro; r++) {
+                idx[r] = rng_int(&rng, ri);
+                memcpy(ref + (size_t)r * dim, in + (size_t)idx[r] * dim, (size_t)dim * sizeof(float));
+            }
+            char what[96];
+            snprintf(what, sizeof what, "rows_by_index %s [%d, %d] -> [%d, %d] (a copy: exact)",
+                     elem == 2 ? "bf16" : "fp32", ri, dim, ro, dim);
+            int rc = gpu_test_rows_by_index(got, in, idx, ro, ri, dim, elem);
+            expect_close(what, rc, got, ref, (size_t)ro * dim, 0.0);
+            free(in); free(ref); free(got); free(idx);
+        }
+}
+
+static void test_gpu_rmsnorm(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const int shapes[][2] = {{1, 72}, {3, 1000}, {257, 64}, {2, 4096}, {5, 1001}};   /* {rows, dim} */
+    uint64_t rng = 12;
+    for (int c = 0; c < 5; c++) {
+        int rows = shapes[c][0], dim = shapes[c][1];
+        size_t n = (size_t)rows * dim;
+        float *x = rand_floats(n, -2.0f, 2.0f, &rng), *w = rand_floats((size_t)dim, 0.5f, 1.5f, &rng);
+        float *ref = floats(n), *got = floats(n);
+        round_to_bf16(x, n);
+        round_to_bf16(w, (size_t)dim);
+        rx_rmsnorm_ref(ref, x, w, rows, dim, 1e-6f);
+        char what[96];
+        snprintf(what, sizeof what, "rmsnorm [%d, %d]", rows, dim);
+        /* two roundings, Hugging Face's order: x * rsqrt(...) to bf16, then w * that to bf16 */
+        expect_close(what, gpu_test_rmsnorm(got, x, w, rows, dim, 1e-6f), got, ref, n, 3 * BF16_U);
+        free(x); free(w); free(ref); free(got);
+    }
+}
+
+static void test_gpu_qk_norm_rope(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    /* {rows, n_heads, head_dim}; head_dim 72 has 36 rotate-half pairs: some lanes own two, others one */
+    static const int shapes[][3] = {{1, 1, 32}, {3, 4, 72}, {257, 2, 128}, {2, 3, 256}};
+    uint64_t rng = 13;
+    for (int c = 0; c < 4; c++) {
+        int rows = shapes[c][0], heads = shapes[c][1], hd = shapes[c][2];
+        size_t n = (size_t)rows * heads * hd;
+        float *x = rand_floats(n, -2.0f, 2.0f, &rng), *w = rand_floats((size_t)hd, 0.5f, 1.5f, &rng);
+        float *ref = floats(n), *got = floats(n);
+        int32_t *pos = (int32_t *)malloc((size_t)rows * sizeof(int32_t));
+        round_to_bf16(x, n);
+        round_to_bf16(w, (size_t)hd);
+        for (int r = 0; r < rows; r++) pos[r] = rng_int(&rng, 4096);
+        memcpy(ref, x, n * sizeof(float));
+        memcpy(got, x, n * sizeof(float));
+        rx_qk_norm_rope_ref(ref, w, pos, rows, heads, hd, 1e-6f, 1e6);
+        char what[96];
+        snprintf(what, sizeof what, "qk_norm_rope [%d, %d heads x %d]", rows, heads, hd);
+        /* the norm's two roundings, then the rotation mixes two such values, then one more rounding:
+         * (2 sqrt 2 + 1) 2^-8 of the pair's length; the fp32 angle is computed as in the reference */
+        expect_close(what, gpu_test_qk_norm_rope(got, w, pos, rows, heads, hd, 1e-6f, 1e6), got, ref, n, 5 * BF16_U);
+        free(x); free(w); free(ref); free(got); free(pos);
+    }
+}
+
+static void test_gpu_silu_mul(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const size_t sizes[] = {1, 1000, 257 * 72 + 3};
+    uint64_t rng = 14;
+    for (int c = 0; c < 3; c++) {
+        size_t n = sizes[c];
+        float *gate = rand_floats(n, -6.0f, 6.0f, &rng), *up = rand_floats(n, -2.0f, 2.0f, &rng);
+        float *ref = floats(n), *got = floats(n);
+        round_to_bf16(gate, n);
+        round_to_bf16(up, n);
+        rx_silu_mul_ref(ref, gate, up, n);
+        char what[96];
+        snprintf(what, sizeof what, "silu_mul [%zu]", n);
+        expect_close(what, gpu_test_silu_mul(got, gate, up, n), got, ref, n, 2 * BF16_U);   /* one rounding */
+        free(gate); free(up); free(ref); free(got);
+    }
+}
+
+static void test_gpu_gemm(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const int shapes[][3] = {{1, 64, 64}, {3, 1000, 72}, {257, 72, 1000}, {5, 1024, 3}};   /* rows, in, out */
+    uint64_t rng = 15;
+    for (int c = 0; c < 4; c++) {
+        int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
+        float s = 1.0f / sqrtf((float)in);
+        float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng), *w = rand_floats((size_t)out * in, -s, s, &rng);
+        float *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
+        round_to_bf16(x, (size_t)rows * in);
+        round_to_bf16(w, (size_t)out * in);
+        rx_matmul_ref(ref, x, w, rows, in, out);
+        char what[96];
+        snprintf(what, sizeof what, "gemm [%d, %d] @ [%d, %d]^T", rows, in, out, in);
+        /* one rounding of y; fp32 sums in another order differ by ~in * 2^-24 relative, far below it */
+        expect_close(what, gpu_test_gemm(got, x, w, rows, in, out), got, ref, (size_t)rows * out, 2 * BF16_U);
+        free(x); free(w); free(ref); free(got);
+    }
+}
+
+/* Attention in its three index modes on a shared-prefix batch: sequences 0-2 share a 5-token prefix (sequence 2 is
+ * the prefix itself), sequence 3 shares nothing. */
+static void test_gpu_attention(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const int heads[][3] = {{4, 2, 32}, {2, 2, 72}, {8, 1, 128}};   /* n_heads, n_kv, head_dim: GQA MHA MQA */
+    int lens[4] = {9, 7, 5, 4};
+    int32_t ids[25] = {5, 6, 7, 8, 9, 1, 2, 3, 4,   5, 6, 7, 8, 9, 3, 3,   5, 6, 7, 8, 9,   6, 6, 7, 8};
+    RxBatch b = batch_of(4, lens, ids, NULL);
+    RadixIndex ix;
+    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
+        expect(0, "radix_index_build: %s", radix_error());
+        rx_batch_free(&b);
+        return;
+    }
+    int N = b.n_tokens, Nc = ix.n_compact;
+    int32_t *seq_start = (int32_t *)malloc((size_t)N * sizeof(int32_t));
+    for (int s = 0; s < b.n_seqs; s++)
+        for (int t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; t++) seq_start[t] = b.cu_seqlens[s];
+    note("batch: N = %d, N' = %d", N, Nc);
+    uint64_t rng = 16;
+    for (int c = 0; c < 3; c++) {
+        int nh = heads[c][0], nkv = heads[c][1], hd = heads[c][2], qd = nh * hd, kvd = nkv * hd;
+        size_t nq = (size_t)N * qd, nkv_n = (size_t)N * kvd, nq_c = (size_t)Nc * qd, nkv_c = (size_t)Nc * kvd;
+        char what[96];
+        /* baseline: N independent rows, no indices. out is a convex combination of rows of v, rounded once. */
+        float *q = rand_floats(nq, -2, 2, &rng), *k = rand_floats(nkv_n, -2, 2, &rng);
+        float *v = rand_floats(nkv_n, -2, 2, &rng);
+        float *ref_n = floats(nq), *got_n = floats(nq), *ref_c = floats(nq_c), *got_c = floats(nq_c);
+        round_to_bf16(q, nq);
+        round_to_bf16(k, nkv_n);
+        round_to_bf16(v, nkv_n);
+        expect(rx_attention_ref(q, k, v, ref_n, N, NULL, seq_start, NULL, nh, nkv, hd) == 0, "%s", radix_error());
+        snprintf(what, sizeof what, "attention baseline (%d heads, %d kv, dim %d)", nh, nkv, hd);
+        int rc = gpu_test_attention(q, k, v, got_n, N, NULL, seq_start, NULL, N, N, nh, nkv, hd);
+        expect_close(what, rc, got_n, ref_n, nq, 2 * BF16_U);
+        /* radix: compact rows scattered to the N original rows (Algorithm 1, line 20), then the same kernel */
+        float *qc = rand_floats(nq_c, -2, 2, &rng), *kc = rand_floats(nkv_c, -2, 2, &rng);
+        float *vc = rand_floats(nkv_c, -2, 2, &rng);
+        round_to_bf16(qc, nq_c);
+        round_to_bf16(kc, nkv_c);
+        round_to_bf16(vc, nkv_c);
+        for (int t = 0; t < N; t++) {
+            memcpy(q + (size_t)t * qd, qc + (size_t)ix.scatter[t] * qd, (size_t)qd * sizeof(float));
+            memcpy(k + (size_t)t * kvd, kc + (size_t)ix.scatter[t] * kvd, (size_t)kvd * sizeof(float));
+            memcpy(v + (size_t)t * kvd, vc + (size_t)ix.scatter[t] * kvd, (size_t)kvd * sizeof(float));
+        }
+        expect(rx_attention_ref(q, k, v, ref_n, N, NULL, seq_start, NULL, nh, nkv, hd) == 0, "%s", radix_error());
+        rc = gpu_test_attention(q, k, v, got_n, N, NULL, seq_start, NULL, N, N, nh, nkv, hd);
+        expect_close("attention radix (scattered rows)", rc, got_n, ref_n, nq, 2 * BF16_U);
+        /* compact: the N' rows themselves, q_orig = I_gather, kv_row = I_scatter */
+        expect(rx_attention_ref(qc, kc, vc, ref_c, Nc, ix.gather, seq_start, ix.scatter, nh, nkv, hd) == 0, "%s",
+               radix_error());
+        int rc_c = gpu_test_attention(qc, kc, vc, got_c, Nc, ix.gather, seq_start, ix.scatter, N, Nc, nh, nkv, hd);
+        expect_close("attention compact (q_orig = I_gather, kv_row = I_scatter)", rc_c, got_c, ref_c, nq_c,
+                     2 * BF16_U);
+        /* compact is the radix sandwich without the copies: its row j is row I_gather[j] of radix, bit for bit */
+        double d = 0.0;
+        for (int j = 0; rc == 0 && rc_c == 0 && j < Nc; j++)
+            d = fmax(d, max_abs_diff(got_c + (size_t)j * qd, got_n + (size_t)ix.gather[j] * qd, (size_t)qd));
+        note("attention compact row j vs radix row I_gather[j]: max|diff| %g (must be 0)", d);
+        expect(d == 0.0, "compact attention differs from the gathered radix attention by %g", d);
+        free(q); free(k); free(v); free(qc); free(kc); free(vc);
+        free(ref_n); free(got_n); free(ref_c); free(got_c);
+    }
+    free(seq_start);
+    radix_index_free(&ix);
+    rx_batch_free(&b);
+}
+
+/* The whole forward on a tiny random model (head_dim != hidden/heads, GQA), tied and untied, against the C
+ * reference, in every mode. */
+static void test_gpu_forward_matches_reference(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    for (int tied = 0; tied <= 1; tied++) {
+        Qwen3Config cfg = tiny_config();
+        cfg.tie_word_embeddings = tied;
+        Qwen3Model m;
+        GpuModel *g = NULL;
+        if (qwen3_random(&m, &cfg, 7 + (uint64_t)tied)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+        if (gpu_model_upload(&g, &m)) { expect(0, "gpu_model_upload: %s", radix_error()); qwen3_free(&m); return; }
+        RxBatch b = pattern_batch(&table7a[5], cfg.vocab_size, 21);   /* complex_sharing */
+        size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+        float *ref = floats(n), *got = floats(n);
+        int rc_ref = qwen3_forward_ref(&m, &b, RX_BASELINE, ref);
+        expect(rc_ref == 0, "qwen3_forward_ref: %s", radix_error());
+        for (int k = 0; rc_ref == 0 && k < 3; k++) {
+            char what[96];
+            snprintf(what, sizeof what, "forward %s, %s, vs the C reference (bf16 budget)", rx_mode_name(modes[k]),
+                     tied ? "tied" : "untied");
+            expect_close(what, gpu_forward(g, &b, modes[k], 0.95, 0, got, NULL), got, ref, n, FORWARD_TOL);
+        }
+        free(ref); free(got);
+        rx_batch_free(&b);
+        gpu_model_free(g);
+        qwen3_free(&m);
+    }
+}
+
+/* Radix and compact against the GPU baseline on Table 7a's patterns (the paper, fp32 SDPA: 0 everywhere but
+ * complex_sharing, 4.8e-7). Here the difference is bf16's: cuBLAS may pick another kernel, hence another fp32
+ * summation order, for N' rows than for N, and a flipped last bit of a bf16 value travels through the layers. Compact
+ * and radix run the same kernels on the same N' rows, so they must agree bit for bit. */
+static void test_gpu_radix_and_compact_match_baseline_table7a(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    Qwen3Config cfg = tiny_config();
+    GpuModel *g = NULL;
+    if (gpu_model_random(&g, &cfg, 31)) { expect(0, "gpu_model_random: %s", radix_error()); return; }
+    note("%-20s %4s %4s   %-24s %-24s %s", "pattern", "N", "N'", "radix (max, mean)", "compact (max, mean)", "tol");
+    for (size_t p = 0; p < sizeof table7a / sizeof table7a[0]; p++) {
+        RxBatch b = pattern_batch(&table7a[p], cfg.vocab_size, 100 + p);
+        RadixIndex ix;
+        int built = radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs) == 0;
+        size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+        float *base = floats(n), *radix = floats(n), *comp = floats(n);
+        GpuRunInfo ir, ic;
+        int rc = !built || gpu_forward(g, &b, RX_BASELINE, 0.95, 0, base, NULL) ||
+             gpu_forward(g, &b, RX_RADIX, 0.95, 0, radix, &ir) || gpu_forward(g, &b, RX_COMPACT, 0.95, 0, comp, &ic);
+        expect(rc == 0, "%s: %s", table7a[p].name, radix_error());
+        if (rc == 0) {
+            double tol = FORWARD_TOL * max_abs(base, n), dr = max_abs_diff(radix, base, n);
+            double dc = max_abs_diff(comp, base, n), dcr = max_abs_diff(comp, radix, n);
+            note("%-20s %4d %4d   (%.3g, %.3g)%*s(%.3g, %.3g)%*s%.3g", table7a[p].name, b.n_tokens, ir.n_compact, dr,
+                 mean_abs_diff(radix, base, n), 8, "", dc, mean_abs_diff(comp, base, n), 8, "", tol);
+            expect(ir.n_compact == ix.n_compact && ic.n_compact == ix.n_compact, "%s: N' = %d, %d; the trie has %d",
+                   table7a[p].name, ir.n_compact, ic.n_compact, ix.n_compact);
+            expect(dr <= tol && dc <= tol, "%s: radix %.3g, compact %.3g from baseline > %.3g", table7a[p].name, dr,
+                   dc, tol);
+            expect(dcr == 0.0, "%s: compact differs from radix by %g; they must be bit-identical", table7a[p].name,
+                   dcr);
+        }
+        if (built) radix_index_free(&ix);
+        free(base); free(radix); free(comp);
+        rx_batch_free(&b);
+    }
+    gpu_model_free(g);
+}
+
+/* last_only runs the final norm and lm_head on n_seqs rows instead of N; cuBLAS may choose another kernel for another
+ * row count, which can flip the last bit of a bf16 logit (2^-7 relative): allow 2 * BF16_U of max|logit|. */
+static void test_gpu_last_only_logits_equal_rows_of_full_logits(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    Qwen3Config cfg = tiny_config();
+    GpuModel *g = NULL;
+    if (gpu_model_random(&g, &cfg, 42)) { expect(0, "gpu_model_random: %s", radix_error()); return; }
+    RxBatch b = pattern_batch(&table7a[5], cfg.vocab_size, 41);
+    int V = cfg.vocab_size;
+    float *full = floats((size_t)b.n_tokens * V), *last = floats((size_t)b.n_seqs * V);
+    float *want = floats((size_t)b.n_seqs * V);
+    for (int k = 0; k < 3; k++) {
+        int rc = gpu_forward(g, &b, modes[k], 0.95, 0, full, NULL);
+        for (int s = 0; rc == 0 && s < b.n_seqs; s++)
+            memcpy(want + (size_t)s * V, full + (size_t)(b.cu_seqlens[s + 1] - 1) * V, (size_t)V * sizeof(float));
+        rc = rc || gpu_forward(g, &b, modes[k], 0.95, 1, last, NULL);
+        char what[96];
+        snprintf(what, sizeof what, "last_only %s vs the last rows of the full logits", rx_mode_name(modes[k]));
+        expect_close(what, rc, last, want, (size_t)b.n_seqs * V, 2 * BF16_U);
+    }
+    free(full); free(last); free(want);
+    rx_batch_free(&b);
+    gpu_model_free(g);
+}
+
+static void test_gpu_forward_is_deterministic(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    Qwen3Config cfg = tiny_config();
+    GpuModel *g = NULL;
+    if (gpu_model_random(&g, &cfg, 52)) { expect(0, "gpu_model_random: %s", radix_error()); return; }
+    RxBatch b = pattern_batch(&table7a[5], cfg.vocab_size, 51);
+    size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+    float *a = floats(n), *c = floats(n);
+    for (int k = 0; k < 3; k++) {
+        int rc = gpu_forward(g, &b, modes[k], 0.95, 0, a, NULL) || gpu_forward(g, &b, modes[k], 0.95, 0, c, NULL);
+        expect(rc == 0, "%s: %s", rx_mode_name(modes[k]), radix_error());
+        int same = rc == 0 && memcmp(a, c, n * sizeof(float)) == 0;
+        note("%-8s the same batch twice: %s", rx_mode_name(modes[k]), same ? "bit-identical" : "DIFFERENT");
+        expect(rc != 0 || same, "%s: two runs of the same batch differ", rx_mode_name(modes[k]));
+    }
+    free(a); free(c);
+    rx_batch_free(&b);
+    gpu_model_free(g);
+}
+
+static void test_gpu_auto_mode_picks_compact_only_below_threshold(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const struct { int pattern; double threshold; RxMode want; } cases[3] = {
+        {1, 0.95, RX_COMPACT},    /* identical_sequences: gamma = 9/36 = 0.25 */
+        {1, 0.20, RX_BASELINE},   /* the same batch under a stricter threshold */
+        {3, 0.95, RX_BASELINE},   /* no_sharing: gamma ~ 1 */
+    };
+    Qwen3Config cfg = tiny_config();
+    GpuModel *g = NULL;
+    if (gpu_model_random(&g, &cfg, 61)) { expect(0, "gpu_model_random: %s", radix_error()); return; }
+    for (int c = 0; c < 3; c++) {
+        RxBatch b = pattern_batch(&table7a[cases[c].pattern], cfg.vocab_size, 62);
+        GpuRunInfo info;
+        int rc = gpu_forward(g, &b, RX_AUTO, cases[c].threshold, 1, NULL, &info);
+        expect(rc == 0, "gpu_forward: %s", radix_error());
+        note("auto on %-20s gamma %.2f, threshold %.2f: ran %s", table7a[cases[c].pattern].name,
+             (double)info.n_compact / info.n_tokens, cases[c].threshold, rx_mode_name(info.mode));
+        expect(rc != 0 || info.mode == cases[c].want, "auto ran %s, expected %s", rx_mode_name(info.mode),
+               rx_mode_name(cases[c].want));
+        rx_batch_free(&b);
+    }
+    gpu_model_free(g);
+}
+
+static void test_gpu_forward_rejects_bad_batches(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    Qwen3Config cfg = tiny_config();
+    GpuModel *g = NULL;
+    if (gpu_model_random(&g, &cfg, 72)) { expect(0, "gpu_model_random: %s", radix_error()); return; }
+    RxBatch b = pattern_batch(&table7a[2], cfg.vocab_size, 71);
+    for (int c = 0; c < 3; c++) {   /* a token id = vocab, a position = max_position_embeddings, an empty sequence */
+        int32_t *field = c == 0 ? &b.input_ids[3] : c == 1 ? &b.position_ids[3] : &b.cu_seqlens[1];
+        int32_t saved = *field;
+        *field = c == 0 ? cfg.vocab_size : c == 1 ? cfg.max_position_embeddings : 0;
+        int rc = gpu_forward(g, &b, RX_COMPACT, 0.95, 0, NULL, NULL);
+        note("rejected: %s", radix_error());
+        expect(rc != 0 && radix_error()[0] != '\0', "an invalid batch (case %d) was accepted", c);
+        *field = saved;
+    }
+    rx_batch_free(&b);
+    gpu_model_free(g);
+}
+
+static void test_gpu_timers_return_positive_medians(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    double t_index = -1.0, t_copy = -1.0, t_gemm = -1.0;
+    int rc = gpu_time_index_select(100, 128, 200, 2, 5, &t_index) || gpu_time_copy((size_t)1 << 20, 5, &t_copy) ||
+             gpu_time_gemm(64, 72, 1000, 5, &t_gemm);
+    note("on %s: index_select %.4f ms, copy of 1 MiB %.4f ms, gemm 64x72x1000 %.4f ms", gpu_device_name(), t_index,
+         t_copy, t_gemm);
+    expect(rc == 0, "a timer failed: %s", radix_error());
+    expect(t_index > 0 && t_copy > 0 && t_gemm > 0, "a median is not positive");
+}
+
+/* Runs only where there is no usable CUDA device: every GPU entry point must fail cleanly and say why. */
+static void test_gpu_functions_fail_cleanly_without_device(void) {
+    if (gpu_available()) { skip_test("a CUDA device is present"); return; }
+    Qwen3Config cfg = tiny_config();
+    GpuModel *g = NULL;
+    float x[4] = {1, 2, 3, 4}, y[4];
+    double ms = 0.0;
+    int lens[1] = {3};
+    int32_t ids[3] = {1, 2, 3};
+    RxBatch b = batch_of(1, lens, ids, NULL);
+    note("gpu_available() = 0: %s", radix_error());
+    expect(gpu_model_random(&g, &cfg, 1) != 0 && g == NULL, "gpu_model_random succeeded without a device");
+    expect(radix_error()[0] != '\0', "no error message was set");
+    expect(gpu_test_gemm(y, x, x, 1, 4, 1) != 0, "gpu_test_gemm succeeded without a device");
+    expect(gpu_test_rmsnorm(y, x, x, 1, 4, 1e-6f) != 0, "gpu_test_rmsnorm succeeded without a device");
+    expect(gpu_time_copy(1024, 3, &ms) != 0, "gpu_time_copy succeeded without a device");
+    expect(gpu_forward(NULL, &b, RX_BASELINE, 0.95, 0, NULL, NULL) != 0, "gpu_forward succeeded without a model");
+    expect(gpu_device_name() != NULL, "gpu_device_name returned NULL");
+    gpu_model_free(NULL);
+    rx_batch_free(&b);
+}
+
+/* Entries for the test table:
+    {"gpu", "functions_fail_cleanly_without_device", test_gpu_functions_fail_cleanly_without_device},
+    {"gpu", "rows_by_index_copies_rows_exactly", test_gpu_rows_by_index},
+    {"gpu", "rmsnorm_kernel_matches_reference", test_gpu_rmsnorm},
+    {"gpu", "qk_norm_rope_kernel_matches_reference", test_gpu_qk_norm_rope},
+    {"gpu", "silu_mul_kernel_matches_reference", test_gpu_silu_mul},
+    {"gpu", "gemm_matches_reference", test_gpu_gemm},
+    {"gpu", "attention_matches_reference_in_all_index_modes", test_gpu_attention},
+    {"gpu", "forward_matches_c_reference", test_gpu_forward_matches_reference},
+    {"gpu", "radix_and_compact_match_baseline_table7a", test_gpu_radix_and_compact_match_baseline_table7a},
+    {"gpu", "last_only_logits_equal_rows_of_full_logits", test_gpu_last_only_logits_equal_rows_of_full_logits},
+    {"gpu", "forward_is_deterministic", test_gpu_forward_is_deterministic},
+    {"gpu", "auto_mode_picks_compact_only_below_threshold", test_gpu_auto_mode_picks_compact_only_below_threshold},
+    {"gpu", "forward_rejects_bad_batches", test_gpu_forward_rejects_bad_batches},
+    {"gpu", "timers_return_positive_medians", test_gpu_timers_return_positive_medians},
+*/
+
 /* ---------------------------------------------------------------------------------------------------- the CLI */
 /* Runs a command; returns its exit code and its stdout+stderr in out. */
 static int run_cmd(const char *cmd, char *out, size_t n) {
@@ -871,6 +1298,20 @@ static const Test tests[] = {
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
     {"reference", "tokens_file", test_tokens_file},
+    {"gpu", "functions_fail_cleanly_without_device", test_gpu_functions_fail_cleanly_without_device},
+    {"gpu", "rows_by_index_copies_rows_exactly", test_gpu_rows_by_index},
+    {"gpu", "rmsnorm_kernel_matches_reference", test_gpu_rmsnorm},
+    {"gpu", "qk_norm_rope_kernel_matches_reference", test_gpu_qk_norm_rope},
+    {"gpu", "silu_mul_kernel_matches_reference", test_gpu_silu_mul},
+    {"gpu", "gemm_matches_reference", test_gpu_gemm},
+    {"gpu", "attention_matches_reference_in_all_index_modes", test_gpu_attention},
+    {"gpu", "forward_matches_c_reference", test_gpu_forward_matches_reference},
+    {"gpu", "radix_and_compact_match_baseline_table7a", test_gpu_radix_and_compact_match_baseline_table7a},
+    {"gpu", "last_only_logits_equal_rows_of_full_logits", test_gpu_last_only_logits_equal_rows_of_full_logits},
+    {"gpu", "forward_is_deterministic", test_gpu_forward_is_deterministic},
+    {"gpu", "auto_mode_picks_compact_only_below_threshold", test_gpu_auto_mode_picks_compact_only_below_threshold},
+    {"gpu", "forward_rejects_bad_batches", test_gpu_forward_rejects_bad_batches},
+    {"gpu", "timers_return_positive_medians", test_gpu_timers_return_positive_medians},
     {"cli", "cli", test_cli},
 };
 
