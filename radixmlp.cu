@@ -67,7 +67,7 @@ static int rx_fail(const char *fmt, ...) {
     return -1;
 }
 
-static double rx_now_ms(void) {
+static inline double rx_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
@@ -2211,18 +2211,25 @@ int gpu_test_attention(const float *q, const float *k, const float *v, float *ou
 }
 
 #else /* RADIXMLP_HOST_ONLY */
-/* Built by a plain C/C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
- * function reports that there is no device. */
+/* Built by a plain C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
+ * function reports that there is no device. (Unnamed parameters: this file is always compiled as C++.) */
 int gpu_available(void) { rx_fail("no CUDA device: this is a host-only build (RADIXMLP_HOST_ONLY)"); return 0; }
 const char *gpu_device_name(void) { return ""; }
-int gpu_model_upload(GpuModel **g, const Qwen3Model *m) { (void)g; (void)m; gpu_available(); return -1; }
-int gpu_model_random(GpuModel **g, const Qwen3Config *c, uint64_t s) { (void)g; (void)c; (void)s; gpu_available(); return -1; }
-void gpu_model_free(GpuModel *g) { (void)g; }
-int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double t, int last, float *l, GpuRunInfo *i) {
-    (void)g; (void)b; (void)mode; (void)t; (void)last; (void)l; (void)i; gpu_available(); return -1; }
-int gpu_time_index_select(int a, int b, int c, int d, int e, double *f) { (void)a; (void)b; (void)c; (void)d; (void)e; (void)f; gpu_available(); return -1; }
-int gpu_time_copy(size_t a, int b, double *c) { (void)a; (void)b; (void)c; gpu_available(); return -1; }
-int gpu_time_gemm(int a, int b, int c, int d, double *e) { (void)a; (void)b; (void)c; (void)d; (void)e; gpu_available(); return -1; }
+static int no_gpu(void) { gpu_available(); return -1; }
+int gpu_model_upload(GpuModel **, const Qwen3Model *) { return no_gpu(); }
+int gpu_model_random(GpuModel **, const Qwen3Config *, uint64_t) { return no_gpu(); }
+void gpu_model_free(GpuModel *) {}
+int gpu_forward(GpuModel *, const RxBatch *, RxMode, double, int, float *, GpuRunInfo *) { return no_gpu(); }
+int gpu_time_index_select(int, int, int, int, int, double *) { return no_gpu(); }
+int gpu_time_copy(size_t, int, double *) { return no_gpu(); }
+int gpu_time_gemm(int, int, int, int, double *) { return no_gpu(); }
+int gpu_test_rows_by_index(float *, const float *, const int32_t *, int, int, int, int) { return no_gpu(); }
+int gpu_test_rmsnorm(float *, const float *, const float *, int, int, float) { return no_gpu(); }
+int gpu_test_qk_norm_rope(float *, const float *, const int32_t *, int, int, int, float, double) { return no_gpu(); }
+int gpu_test_silu_mul(float *, const float *, const float *, size_t) { return no_gpu(); }
+int gpu_test_gemm(float *, const float *, const float *, int, int, int) { return no_gpu(); }
+int gpu_test_attention(const float *, const float *, const float *, float *, int, const int32_t *, const int32_t *,
+                       const int32_t *, int, int, int, int, int) { return no_gpu(); }
 #endif /* RADIXMLP_HOST_ONLY */
 
 /* ------------------------------------------------------------------------------------------------------- the demo */
