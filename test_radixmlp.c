@@ -1271,6 +1271,93 @@ static void test_cli(void) {
     }
 }
 
+/* -------------------------------------------------------------------------------------------------- the bench */
+static void test_bench_table5_csv(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[8192], path[] = "/tmp/radixmlp-t5-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) { expect(0, "mkstemp"); return; }
+    close(fd);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "./bench --table 5 --quick --csv %s", path);
+    int rc = run_cmd(cmd, out, sizeof out);
+    expect(rc == 0, "'%s' exited %d:\n%s", cmd, rc, out);
+    size_t len;
+    char *csv = (char *)read_file(path, &len);
+    int lines = 0, commas0 = -1, ragged = 0, found = 0;
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n"), lines++) {
+        int commas = 0;
+        for (char *c = line; *c; c++) commas += *c == ',';
+        if (commas0 < 0) commas0 = commas;
+        ragged |= commas != commas0;
+        int B, L, shared, N, Nc;   /* cpu,configuration,B,L,shared,N,N_compact,... */
+        char *f = strchr(line, ',');
+        f = f ? strchr(f + 1, ',') : NULL;
+        if (f && sscanf(f + 1, "%d,%d,%d,%d,%d", &B, &L, &shared, &N, &Nc) == 5 && B == 32 && L == 512 && shared == 128) {
+            /* a shared prefix P and B unique suffixes S: N = B(P+S), N' = P + B*S (the paper's Table 4 caption) */
+            expect(N == 32 * 512 && Nc == 128 + 32 * 384, "32x512 ratio 0.25: N = %d, N' = %d, expected %d, %d", N, Nc,
+                   32 * 512, 128 + 32 * 384);
+            found = 1;
+        }
+    }
+    expect(lines >= 2 && !ragged, "the CSV has %d lines, %s", lines, ragged ? "with ragged rows" : "all of one width");
+    expect(found, "no 32 x 512 ratio 0.25 row in the CSV");
+    note("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416", lines, commas0 + 1);
+    free(csv);
+    unlink(path);
+}
+
+static void test_bench_replot_draws_every_series(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    /* A made-up Table 4 CSV (test input, not a measurement): two prefixes x two suffixes. */
+    const char *csv =
+        "model,device,P,S,N,N_compact,gamma,base_ms,radix_ms,compact_ms,radix_x,compact_x,radix_ktok_s,paper_radix_ms,"
+        "paper_base_ms,paper_x\n"
+        "4b,test,128,256,12288,8320,0.677,10,8,7,1.25,1.43,1,190.5,261.6,1.37\n"
+        "4b,test,2048,256,73728,10240,0.139,100,25,20,4.00,5.00,1,399.7,1655.8,4.14\n"
+        "4b,test,128,1024,36864,32896,0.892,30,28,27,1.07,1.11,1,748.0,792.4,1.06\n"
+        "4b,test,2048,1024,98304,34816,0.354,200,90,80,2.22,2.50,1,1019.4,2318.1,2.27\n";
+    char dir[] = "/tmp/radixmlp-svg-XXXXXX", cmd[1024], out[4096], svg_path[256];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "t4.csv", csv, strlen(csv));
+    snprintf(svg_path, sizeof svg_path, "%s/t4.svg", dir);
+    snprintf(cmd, sizeof cmd, "./bench --replot %s/t4.csv --svg %s", dir, svg_path);
+    int rc = run_cmd(cmd, out, sizeof out);
+    size_t len = 0;
+    char *svg = (char *)read_file(svg_path, &len);
+    expect(rc == 0 && svg, "'%s' exited %d:\n%s", cmd, rc, out);
+    if (svg) {
+        int lines = 0;
+        for (char *p = svg; (p = strstr(p, "<polyline")); p++) lines++;
+        expect(!strncmp(svg, "<svg", 4) && strstr(svg, "</svg>"), "not a complete SVG document");
+        /* radix, compact and the paper's dashed line for each of the two suffix lengths */
+        expect(lines == 6, "%d polylines, expected 6 (3 series x 2 suffix lengths)", lines);
+        /* the y axis spans 0..6 over pixels 430..60, so a 4.00x radix speedup sits at 430 - 4/6 * 370 = 183.3 */
+        expect(strstr(svg, "600.0,183.3") != NULL, "the 4.00x point at P = 2048 is not at y = 183.3");
+        note("replot: %zu-byte SVG, %d series; the 4.00x point lands where the axis says", len, lines);
+    }
+    free(svg);
+    unlink(svg_path);
+    snprintf(svg_path, sizeof svg_path, "%s/t4.csv", dir);
+    unlink(svg_path);
+    rmdir(dir);
+}
+
+static void test_bench_rejects_bad_arguments(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[4096];
+    const char *bad[] = {"./bench --table 9", "./bench --reps 0", "./bench --frobnicate", "./bench --table"};
+    for (int i = 0; i < 4; i++) {
+        int rc = run_cmd(bad[i], out, sizeof out);
+        expect(rc == 2 && strstr(out, "bench: "), "'%s': exit %d, expected 2 with a message:\n%s", bad[i], rc, out);
+    }
+    if (!gpu_available()) {
+        int rc = run_cmd("./bench --table 4 --quick", out, sizeof out);
+        expect(rc == 1 && strstr(out, "needs a CUDA device"), "--table 4 without a GPU: exit %d\n%s", rc, out);
+        note("without a GPU: %s", out);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------------- main */
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
@@ -1313,6 +1400,9 @@ static const Test tests[] = {
     {"gpu", "forward_rejects_bad_batches", test_gpu_forward_rejects_bad_batches},
     {"gpu", "timers_return_positive_medians", test_gpu_timers_return_positive_medians},
     {"cli", "cli", test_cli},
+    {"bench", "table5_csv_has_the_papers_rows", test_bench_table5_csv},
+    {"bench", "replot_draws_every_series", test_bench_replot_draws_every_series},
+    {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
 };
 
 int main(int argc, char **argv) {
