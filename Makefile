@@ -5,14 +5,15 @@ NVCC      := $(CUDA_HOME)/bin/nvcc
 CUDA_ARCH ?= 80 90
 CC        ?= gcc
 
+comma     := ,
+space     := $() $()
 ifeq ($(wildcard $(NVCC)),)
   $(error nvcc not found at $(NVCC): install the CUDA toolkit or run `make CUDA_HOME=/path/to/cuda`)
 endif
 ifeq ($(MAKECMDGOALS),clean)
 else
-  $(info radixmlp: nvcc $(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at $(NVCC); building for sm_$(subst $() $(),$(comma)sm_,$(CUDA_ARCH)) + PTX compute_$(lastword $(CUDA_ARCH)) (override with CUDA_ARCH="...")$(if $(shell command -v nvidia-smi 2>/dev/null),, ; no nvidia-smi here: GPU tests will report themselves skipped))
+  $(info radixmlp: nvcc $(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at $(NVCC); building for sm_$(subst $(space),$(comma) sm_,$(strip $(CUDA_ARCH))) + PTX compute_$(lastword $(CUDA_ARCH)) (override with CUDA_ARCH="...")$(if $(shell command -v nvidia-smi 2>/dev/null),, ; no nvidia-smi here: GPU tests will report themselves skipped))
 endif
-comma     := ,
 GENCODE   := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 CFLAGS    ?= -O2
