@@ -763,7 +763,7 @@ static float f16_to_f32(uint16_t h) {
 
 /* Converts a tensor of any supported dtype to fp32 (exactly: F16 and BF16 are subsets of F32). memcpy because the
  * data inside a mmap need not be aligned. */
-static void rx_tensor_to_f32(const RxTensor *t, float *dst) {
+void rx_tensor_to_f32(const RxTensor *t, float *dst) {
     int64_t n = rx_numel(t);
     const uint8_t *s = (const uint8_t *)t->data;
     if (t->dtype == RX_F32) { memcpy(dst, s, (size_t)n * 4); return; }

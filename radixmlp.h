@@ -118,6 +118,9 @@ void qwen3_free(Qwen3Model *m);
 /* Prints the config and the tensor inventory. */
 void qwen3_print_inventory(FILE *out, const Qwen3Model *m);
 
+/* Converts a tensor's elements (F32, F16 or BF16) to fp32, exactly: both half formats are subsets of fp32. */
+void rx_tensor_to_f32(const RxTensor *t, float *dst);
+
 /* The raw parsers, exposed for tests and fuzzing. Each returns 0 or sets radix_error(). */
 int  rx_parse_config(Qwen3Config *cfg, const char *json, size_t len, const char *file);
 int  rx_parse_safetensors(const uint8_t *bytes, size_t len, const char *file, RxTensor **tensors, int *n_tensors);

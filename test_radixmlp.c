@@ -405,6 +405,29 @@ static void test_safetensors_edge_cases_accepted(void) {
     free(b);
 }
 
+static void test_half_formats_decode_exactly(void) {
+    /* IEEE 754 binary16 and bfloat16 bit patterns whose values the standards fix: normal, negative, the largest
+     * finite half, the smallest half subnormal (2^-24), infinity, and 1/3 rounded to each format. */
+    uint16_t f16[] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x7C00, 0x3555, 0x8000};
+    float f16_want[] = {1.0f, -2.0f, 65504.0f, 0x1p-24f, INFINITY, 0.333251953125f, -0.0f};
+    uint16_t bf16[] = {0x3F80, 0xC000, 0x7F7F, 0x0001, 0x7F80, 0x3EAB, 0x8000};
+    float bf16_want[] = {1.0f, -2.0f, 0x1.FEp127f, 0x1p-133f, INFINITY, 0.333984375f, -0.0f};
+    RxTensor t;
+    float got[7];
+    memset(&t, 0, sizeof t);
+    t.rank = 1; t.shape[0] = 7;
+    for (int f = 0; f < 2; f++) {
+        t.dtype = f ? RX_BF16 : RX_F16;
+        t.data = f ? bf16 : f16;
+        rx_tensor_to_f32(&t, got);
+        const float *want = f ? bf16_want : f16_want;
+        for (int i = 0; i < 7; i++)
+            expect(memcmp(&got[i], &want[i], 4) == 0, "%s 0x%04X -> %g, expected %g", f ? "BF16" : "F16",
+                   f ? bf16[i] : f16[i], got[i], want[i]);
+    }
+    note("F16 and BF16: 7 bit patterns each (normal, negative, max, subnormal, inf, 1/3, -0) decode exactly");
+}
+
 static void test_config_parsing(void) {
     Qwen3Config c;
     const char *good = "{\"vocab_size\":151936,\"hidden_size\":1024,\"intermediate_size\":3072,\"num_hidden_layers\":28,"
@@ -1376,6 +1399,7 @@ static const Test tests[] = {
     {"trie", "draw_trie_of_toy_example", test_draw_trie_of_toy_example},
     {"loader", "safetensors_rejections", test_safetensors_rejections},
     {"loader", "safetensors_edge_cases_accepted", test_safetensors_edge_cases_accepted},
+    {"loader", "half_formats_decode_exactly", test_half_formats_decode_exactly},
     {"loader", "config_parsing", test_config_parsing},
     {"loader", "shard_index_names", test_shard_index_names},
     {"loader", "fixture_checkpoints_load", test_fixture_checkpoints_load},
