@@ -208,7 +208,7 @@ static int time_modes(GpuModel *g, const RxBatch *b, int reps, double ms[3], Gpu
     GpuRunInfo info;
     for (int r = -1; r < reps; r++)   /* round -1 is the warm-up: not recorded */
         for (int k = 0; k < 3; k++) {
-            if (gpu_forward(g, b, MODES[k], 0.95, 1, NULL, &info)) {
+            if (gpu_forward(g, b, MODES[k], RX_AUTO_THRESHOLD, 1, NULL, &info)) {
                 fprintf(stderr, "bench: gpu_forward (%s) failed: %s\n", rx_mode_name(MODES[k]), radix_error());
                 free(t);
                 return 1;

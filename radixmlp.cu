@@ -1005,6 +1005,9 @@ static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     return (TrieSlot *)calloc(cap, sizeof(TrieSlot));
 }
 
+/* The batch is the whole history: two sequences that start with the same (token, position) are merged from their
+ * first token on, whatever position ids they carry. That is exact for this cache-free forward, where nothing
+ * precedes a sequence. A caller with a KV cache must key each sequence by its cached prefix too. */
 int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                       const int32_t *cu_seqlens, int n_seqs) {
     memset(ix, 0, sizeof *ix);
@@ -1229,13 +1232,17 @@ int rx_mode_parse(const char *s, RxMode *mode) {
     return rx_fail("unknown mode '%s' (use baseline, radix, compact or auto)", s);
 }
 
+RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold) {
+    return n_tokens > 0 && (double)n_compact / n_tokens < threshold ? RX_COMPACT : RX_BASELINE;
+}
+
 int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
     RadixIndex ix;
     if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
     int N = b->n_tokens;
-    if (mode == RX_AUTO) mode = ix.n_compact < 0.95 * N ? RX_COMPACT : RX_BASELINE;
+    if (mode == RX_AUTO) mode = rx_auto_mode(ix.n_compact, N, RX_AUTO_THRESHOLD);
     int R = mode == RX_BASELINE ? N : ix.n_compact;       /* rows we compute on: N, or N' in radix/compact mode */
     int H = c->hidden_size, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim, I = c->intermediate_size;
     size_t wmax = (size_t)c->vocab_size * H;              /* the largest weight */
@@ -1905,7 +1912,7 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
         w->have_ix = 1;
         info->index_ms = rx_now_ms() - t;
         info->n_compact = w->ix.n_compact;
-        if (mode == RX_AUTO) mode = (double)w->ix.n_compact / N < auto_threshold ? RX_COMPACT : RX_BASELINE;
+        if (mode == RX_AUTO) mode = rx_auto_mode(w->ix.n_compact, N, auto_threshold);
     }
     info->mode = mode;
     /* rows: what every position-wise op runs on, N' compact rows in radix and compact mode, else the N originals */
@@ -2016,7 +2023,7 @@ int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshol
     if (!info) info = &unused;
     memset(info, 0, sizeof *info);
     if (!g || !b) return rx_fail("gpu_forward needs a GPU model and a batch");
-    if (auto_threshold <= 0) auto_threshold = 0.95;   /* 0: the default threshold */
+    if (auto_threshold <= 0) auto_threshold = RX_AUTO_THRESHOLD;   /* 0: the default threshold */
     GpuWork w;
     memset(&w, 0, sizeof w);
     int rc = forward_run(g, b, mode, auto_threshold, last_only, logits, info, &w);
@@ -2267,7 +2274,7 @@ static int gpu_compare(const Qwen3Model *m, const RxBatch *b, const float *ref, 
     printf("GPU forward on %s (bf16 weights, fp32 accumulation):\n", gpu_device_name());
     for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
         GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
-        if (gpu_forward(g, b, (RxMode)mode, 0.95, 0, logits, &info)) { gpu_model_free(g); return -1; }
+        if (gpu_forward(g, b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info)) { gpu_model_free(g); return -1; }
         printf("  %-8s %8.3f ms   max|GPU - C reference| / max|ref| = %.2e\n", rx_mode_name((RxMode)mode),
                info.forward_ms, max_abs_diff(logits, ref, n) / max_abs(ref, n));
     }
@@ -2340,14 +2347,16 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
     if (!(logits = (float *)rx_alloc(n * sizeof(float), "the logits [N, vocab]"))) goto done;
     if (!force_cpu && gpu_available()) {
         GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
-        if (gpu_model_upload(&g, &m) || gpu_forward(g, &b, mode, 0.95, 0, logits, &info)) goto done;
+        if (gpu_model_upload(&g, &m) || gpu_forward(g, &b, mode, RX_AUTO_THRESHOLD, 0, logits, &info)) goto done;
         printf("GPU %s, mode %s: forward %.3f ms, index build %.3f ms\n", gpu_device_name(), rx_mode_name(info.mode),
                info.forward_ms, info.index_ms);
     } else {
         if (!force_cpu) printf("no GPU (%s): running the C reference\n", radix_error());
+        RxMode ran = mode == RX_AUTO ? rx_auto_mode(ix.n_compact, ix.n_tokens, RX_AUTO_THRESHOLD) : mode;
         double t0 = rx_now_ms();
-        if (qwen3_forward_ref(&m, &b, mode, logits)) goto done;
-        printf("C reference, mode %s: %.1f ms\n", rx_mode_name(mode), rx_now_ms() - t0);
+        if (qwen3_forward_ref(&m, &b, ran, logits)) goto done;
+        printf("C reference, mode %s%s: %.1f ms\n", rx_mode_name(ran), mode == RX_AUTO ? " (chosen by auto)" : "",
+               rx_now_ms() - t0);
     }
     for (int s = 0; s < b.n_seqs; s++) {                /* the greedy next token of each sequence */
         const float *row = logits + (size_t)(b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;

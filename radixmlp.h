@@ -137,6 +137,9 @@ typedef enum {
 } RxMode;
 const char *rx_mode_name(RxMode mode);
 int rx_mode_parse(const char *s, RxMode *mode);
+/* What RX_AUTO runs: RX_COMPACT when gamma = N'/N < threshold, else RX_BASELINE (like TEI's radix-mlp-threshold). */
+#define RX_AUTO_THRESHOLD 0.95
+RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold);
 
 /* The plain-C fp32 reference forward. logits: [N, vocab] in original token order.
  * Every weight is upcast to fp32; every sum accumulates in fp32 in a fixed order. */
