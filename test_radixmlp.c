@@ -805,6 +805,18 @@ static void test_tokens_file(void) {
     remove_dir(dir);
 }
 
+static void test_config_default_head_dim_checked(void) {
+    /* Found by fuzzing (make fuzz, target config): without "head_dim", HF's default hidden/heads can be 0 (hidden 1,
+     * 2 heads), and it used to be accepted unchecked: a model of zero-width heads. */
+    const char *c0 = "{\"vocab_size\":8,\"hidden_size\":1,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+                     "\"num_attention_heads\":2}";
+    Qwen3Config c;
+    int rc = rx_parse_config(&c, c0, strlen(c0), "config.json");
+    expect(rc != 0 && strstr(radix_error(), "\"head_dim\" is missing and its default, 0, is not in [2, 1024]"),
+           "hidden 1, 2 heads, no head_dim: rc %d, head_dim %d, '%s'", rc, c.head_dim, radix_error());
+    note("hidden 1, 2 heads, no head_dim -> %s", radix_error());
+}
+
 /* ---------------------------------------------------------------------------------------------------- the CLI */
 /* Runs a command; returns its exit code and its stdout+stderr in out. */
 static int run_cmd(const char *cmd, char *out, size_t n) {
@@ -872,6 +884,7 @@ static const Test tests[] = {
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
     {"reference", "tokens_file", test_tokens_file},
     {"cli", "cli", test_cli},
+    {"loader", "config_default_head_dim_checked", test_config_default_head_dim_checked},
 };
 
 int main(int argc, char **argv) {
