@@ -1325,7 +1325,13 @@ done:
 }
 
 /* @@GPU_SECTION@@ (temporary stand-ins until the CUDA half lands) */
-int gpu_available(void) { rx_fail("no CUDA device: the CUDA half is not built yet"); return 0; }
+#ifdef RADIXMLP_HOST_ONLY
+/* A host-only build (clang with sanitizers, the fuzzers: no CUDA headers): every GPU entry point fails cleanly. */
+#define RX_NO_GPU "no CUDA device: this is a host-only build (RADIXMLP_HOST_ONLY)"
+#else
+#define RX_NO_GPU "no CUDA device: the CUDA half is not built yet"
+#endif
+int gpu_available(void) { rx_fail(RX_NO_GPU); return 0; }
 const char *gpu_device_name(void) { return ""; }
 int gpu_model_upload(GpuModel **g, const Qwen3Model *m) { (void)g; (void)m; gpu_available(); return -1; }
 int gpu_model_random(GpuModel **g, const Qwen3Config *c, uint64_t s) { (void)g; (void)c; (void)s; gpu_available(); return -1; }
