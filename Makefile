@@ -1,4 +1,5 @@
 # radixmlp: `make` builds radixmlp, test_radixmlp and bench; `make run` runs the demo; `make test` runs the tests.
+# `make test-asan`, `make test-valgrind` and `make fuzz` (FUZZ_SECONDS=60 per target) check the host half with clang.
 # Needs the CUDA toolkit (nvcc, cuBLAS) to build; a GPU only to run the CUDA path (everything else runs on the CPU).
 CUDA_HOME ?= /usr/local/cuda
 NVCC      := $(CUDA_HOME)/bin/nvcc
@@ -7,11 +8,12 @@ CC        ?= gcc
 
 comma     := ,
 space     := $() $()
+# The clang-only goals (sanitizers, fuzzers) and clean need no CUDA toolkit.
+HOST_GOALS := clean test-asan fuzz build/%
+ifeq ($(and $(MAKECMDGOALS),$(if $(filter-out $(HOST_GOALS),$(MAKECMDGOALS)),,host)),)
 ifeq ($(wildcard $(NVCC)),)
   $(error nvcc not found at $(NVCC): install the CUDA toolkit or run `make CUDA_HOME=/path/to/cuda`)
 endif
-ifeq ($(MAKECMDGOALS),clean)
-else
   $(info radixmlp: nvcc $(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p') at $(NVCC); building for sm_$(subst $(space),$(comma) sm_,$(strip $(CUDA_ARCH))) + PTX compute_$(lastword $(CUDA_ARCH)) (override with CUDA_ARCH="...")$(if $(shell command -v nvidia-smi 2>/dev/null),, ; no nvidia-smi here: GPU tests will report themselves skipped))
 endif
 GENCODE   := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -44,7 +46,63 @@ run: radixmlp
 test: test_radixmlp
 	./test_radixmlp
 
+# ---- host-only checks with clang, no CUDA needed: sanitizers, valgrind, libFuzzer (see docs/fuzzing.md)
+# radixmlp.cu is compiled as C++ with -DRADIXMLP_HOST_ONLY: the host half alone, the GPU entry points fail cleanly
+# (GPU tests report themselves skipped). Without main() or the CUDA half some static helpers go unused: hence
+# -Wno-unused-function for the host-only objects. Outputs go to build/.
+CLANG        ?= clang
+CLANGXX      ?= clang++
+SAN          := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+HOST_CU      := -x c++ -std=c++17 -Wall -Wextra -Wno-unused-function -DRADIXMLP_HOST_ONLY
+HOST_C       := -x c -std=c99 -Wall -Wextra -D_DEFAULT_SOURCE
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := safetensors config shard_index radix_index
+FUZZ_FLAGS   := -timeout=10 -print_final_stats=1 -artifact_prefix=build/
+
+build/radixmlp_asan: radixmlp.cu radixmlp.h
+	@mkdir -p build
+	$(CLANGXX) $(HOST_CU) $(SAN) -o $@ radixmlp.cu -lm
+
+build/test_radixmlp_asan: test_radixmlp.c radixmlp.cu radixmlp.h
+	@mkdir -p build
+	$(CLANGXX) $(HOST_CU) $(SAN) -DRADIXMLP_NO_MAIN -c -o build/radixmlp_lib_asan.o radixmlp.cu
+	$(CLANGXX) $(HOST_C) $(SAN) -o $@ test_radixmlp.c -x none build/radixmlp_lib_asan.o -lm
+
+# Every host test under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included); the CLI tests run the
+# sanitized host-only CLI.
+test-asan: build/test_radixmlp_asan build/radixmlp_asan
+	RADIXMLP_CLI=build/radixmlp_asan build/test_radixmlp_asan
+
+# The loader tests, the broken-checkpoint corpus among them, under valgrind memcheck: no invalid access, no leak.
+test-valgrind: test_radixmlp
+	valgrind -q --leak-check=full --errors-for-leak-kinds=all --error-exitcode=1 ./test_radixmlp loader
+
+# One libFuzzer binary per entry point of test_radixmlp.c (RADIXMLP_FUZZ=1..4).
+build/fuzz_safetensors: FUZZ_ID := 1
+build/fuzz_config: FUZZ_ID := 2
+build/fuzz_shard_index: FUZZ_ID := 3
+build/fuzz_radix_index: FUZZ_ID := 4
+build/radixmlp_lib_fuzz.o: radixmlp.cu radixmlp.h
+	@mkdir -p build
+	$(CLANGXX) $(HOST_CU) $(SAN) -fsanitize=fuzzer-no-link -DRADIXMLP_NO_MAIN -c -o $@ radixmlp.cu
+build/fuzz_%: test_radixmlp.c radixmlp.h build/radixmlp_lib_fuzz.o     # the test table goes unused without main()
+	$(CLANGXX) $(HOST_C) -Wno-unused-const-variable $(SAN) -fsanitize=fuzzer -DRADIXMLP_FUZZ=$(FUZZ_ID) \
+	    -o $@ test_radixmlp.c -x none build/radixmlp_lib_fuzz.o -lm
+
+# Each target for FUZZ_SECONDS, from the committed seeds (fixtures/fuzz/<target>, read-only) into a working corpus
+# build/corpus/<target>; a crash or hang stops make and leaves its input in build/.
+fuzz: $(FUZZ_TARGETS:%=build/fuzz_%)
+	@for t in $(FUZZ_TARGETS); do \
+	    mkdir -p build/corpus/$$t; \
+	    dict=; [ $$t = radix_index ] || dict=-dict=fixtures/fuzz/json.dict; \
+	    echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	    build/fuzz_$$t $(FUZZ_FLAGS) $$dict -max_total_time=$(FUZZ_SECONDS) build/corpus/$$t fixtures/fuzz/$$t \
+	        2>build/fuzz_$$t.log || { tail -40 build/fuzz_$$t.log; exit 1; }; \
+	    grep -E '^#[0-9]+.*(DONE|pulse)|stat::number_of_executed_units|stat::peak_rss' build/fuzz_$$t.log | tail -3; \
+	done
+
 clean:
 	rm -f radixmlp test_radixmlp bench *.o
+	rm -rf build
 
-.PHONY: all run test clean
+.PHONY: all run test test-asan test-valgrind fuzz clean

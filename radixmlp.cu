@@ -474,6 +474,8 @@ static int cfg_int(const Json *j, const char *key, int dflt, int lo, int hi, int
     int v = jget(j, 0, key);
     if (v < 0 || j->v[v].type == J_NULL) {
         if (dflt < 0) return rx_fail("%s: missing \"%s\"", file, key);
+        if (dflt < lo || dflt > hi)             /* a default computed from other fields: head_dim = hidden/heads */
+            return rx_fail("%s: \"%s\" is missing and its default, %d, is not in [%d, %d]", file, key, dflt, lo, hi);
         *out = dflt;
         return 0;
     }

@@ -337,6 +337,14 @@ static void expect_st_reject(const char *what, const uint8_t *bytes, size_t len,
     else note("%-34s -> %s", what, radix_error());
 }
 
+/* "[[[...]]]", 1000 levels deep: far beyond the JSON reader's limit. */
+static const char *deep_json(void) {
+    static char deep[2001];
+    memset(deep, '[', 1000);
+    memset(deep + 1000, ']', 1000);
+    return deep;
+}
+
 static void test_safetensors_rejections(void) {
     struct { const char *what, *header; size_t data; const char *msg; } cases[] = {
         {"invalid JSON", "{\"a\":", 0, "invalid JSON"},
@@ -357,13 +365,8 @@ static void test_safetensors_rejections(void) {
         {"truncated file", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, "truncated"},
         {"trailing bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 9, "trailing bytes"},
         {"metadata not strings", "{\"__metadata__\":{\"k\":1}}", 0, "__metadata__"},
-        {"nested 1000 deep", NULL, 0, "deeper than"},
+        {"nested 1000 deep", deep_json(), 0, "deeper than"},
     };
-    char deep[2100];
-    for (int i = 0; i < 1000; i++) deep[i] = '[';
-    for (int i = 0; i < 1000; i++) deep[1000 + i] = ']';
-    deep[2000] = 0;
-    cases[sizeof cases / sizeof cases[0] - 1].header = deep;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t len;
         uint8_t *b = st_file(cases[i].header, cases[i].data, &len);
@@ -538,7 +541,7 @@ static void remove_dir(const char *dir) {
         char p[768];
         if (e->d_name[0] == '.') continue;
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
+        if (unlink(p)) rmdir(p);                    /* a directory put in place of a file */
     }
     if (d) closedir(d);
     rmdir(dir);
@@ -606,46 +609,6 @@ static void expect_load_fails(const char *dir, const char *what, const char *msg
     if (rc == 0) qwen3_free(&m);
     else note("%-34s -> %s", what, radix_error());
     remove_dir(dir);
-}
-
-static void test_checkpoint_rejections(void) {
-    if (!have_fixtures()) return;
-    char *d;
-    d = copy_fixture("tiny-tied");
-    edit_file(d, "model.safetensors", "\"model.norm.weight\"", "\"model.norx.weight\"");
-    expect_load_fails(d, "missing tensor", "missing tensor 'model.norm.weight'");
-    d = copy_fixture("tiny-tied");
-    edit_file(d, "model.safetensors", "\"model.norm.weight\":{\"dtype\":\"F32\"", "\"model.norm.weight\":{\"dtype\":\"I32\"");
-    expect_load_fails(d, "unsupported dtype", "dtype I32");
-    d = copy_fixture("tiny-tied");
-    edit_file(d, "config.json", "\"vocab_size\": 512", "\"vocab_size\": 600");
-    expect_load_fails(d, "vocab disagrees with the embedding", "shape [512, 64] but config.json implies [600, 64]");
-    d = copy_fixture("tiny-tied");
-    edit_file(d, "config.json", "\"head_dim\": 32", "\"head_dim\": 16");
-    expect_load_fails(d, "head_dim disagrees with q_norm", "implies");
-    d = copy_fixture("tiny-tied");
-    edit_file(d, "config.json", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
-    expect_load_fails(d, "untied without lm_head.weight", ": missing tensor 'lm_head.weight'");
-    d = copy_fixture("tiny-untied");
-    edit_file(d, "model.safetensors.index.json", "\"model-00004-of-00004.safetensors\"", "\"../model-00004-of-00004.safetensors\"");
-    expect_load_fails(d, "shard name with ../", "not a plain file name");
-    d = copy_fixture("tiny-untied");
-    edit_file(d, "model.safetensors.index.json", "\"model-00004-of-00004.safetensors\"", "\"/etc/passwd\"");
-    expect_load_fails(d, "shard name absolute", "not a plain file name");
-    d = copy_fixture("tiny-untied");
-    {
-        char p[512];
-        snprintf(p, sizeof p, "%s/model-00004-of-00004.safetensors", d);
-        unlink(p);
-    }
-    expect_load_fails(d, "missing shard", "model-00004-of-00004.safetensors: cannot open");
-    d = copy_fixture("tiny-tied");
-    {
-        char p[512];
-        snprintf(p, sizeof p, "%s/config.json", d);
-        unlink(p);
-    }
-    expect_load_fails(d, "missing config.json", "config.json: cannot open");
 }
 
 static void test_checkpoint_variants_accepted(void) {
@@ -1253,6 +1216,147 @@ static void test_gpu_functions_fail_cleanly_without_device(void) {
 }
 
 
+static void test_config_default_head_dim_checked(void) {
+    /* Found by fuzzing (make fuzz, target config): without "head_dim", HF's default hidden/heads can be 0 (hidden 1,
+     * 2 heads), and it used to be accepted unchecked: a model of zero-width heads. */
+    const char *c0 = "{\"vocab_size\":8,\"hidden_size\":1,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+                     "\"num_attention_heads\":2}";
+    Qwen3Config c;
+    int rc = rx_parse_config(&c, c0, strlen(c0), "config.json");
+    expect(rc != 0 && strstr(radix_error(), "\"head_dim\" is missing and its default, 0, is not in [2, 1024]"),
+           "hidden 1, 2 heads, no head_dim: rc %d, head_dim %d, '%s'", rc, c.head_dim, radix_error());
+    note("hidden 1, 2 heads, no head_dim -> %s", radix_error());
+}
+
+/* ---- a corpus of broken checkpoints: each a copy of a fixture with one corruption, written here, never committed */
+typedef enum { EDIT, WRITE, RESIZE, HEADER_LEN, REMOVE, DIRECTORY, NO_READ } Corruption;
+typedef struct {
+    const char *what, *fixture, *file;
+    Corruption how;
+    const char *from, *to;  /* EDIT: the first `from` becomes `to` (in a .safetensors file, inside its header);
+                               WRITE: the file's new content is `to` */
+    long n;                 /* RESIZE: bytes added at the end (negative: cut); HEADER_LEN: added to the header length */
+    const char *msg;        /* what qwen3_load's message must contain */
+} Broken;
+
+/* Applies one corruption to the checkpoint in dir; returns 0, or 1 when it cannot be made here. */
+static int corrupt(const char *dir, const Broken *b) {
+    char p[512];
+    size_t len;
+    uint8_t *bytes;
+    snprintf(p, sizeof p, "%s/%s", dir, b->file);
+    switch (b->how) {
+    case EDIT: edit_file(dir, b->file, b->from, b->to); break;
+    case WRITE: write_file(dir, b->file, b->to, strlen(b->to)); break;
+    case RESIZE: case HEADER_LEN:
+        bytes = read_file(p, &len);
+        bytes = (uint8_t *)realloc(bytes, len + (b->n > 0 ? (size_t)b->n : 0));
+        if (b->how == RESIZE) {
+            if (b->n > 0) memset(bytes + len, 0, (size_t)b->n);
+            len = (size_t)((long)len + b->n);
+        } else {
+            uint64_t h = 0;
+            for (int i = 7; i >= 0; i--) h = h << 8 | bytes[i];
+            h += (uint64_t)b->n;
+            for (int i = 0; i < 8; i++) bytes[i] = (uint8_t)(h >> (8 * i));
+        }
+        write_file(dir, b->file, bytes, len);
+        free(bytes);
+        break;
+    case REMOVE: unlink(p); break;
+    case DIRECTORY: unlink(p); mkdir(p, 0700); break;
+    case NO_READ:                   /* root reads a mode-000 file all the same: DIRECTORY stands in for it */
+        if (geteuid() == 0) return 1;
+        chmod(p, 0);
+        break;
+    }
+    return 0;
+}
+
+static void test_broken_checkpoint_corpus(void) {
+    if (!have_fixtures()) return;
+    const char *T = "tiny-tied", *U = "tiny-untied", *ST = "model.safetensors", *CFG = "config.json",
+               *IDX = "model.safetensors.index.json", *SHARD = "model-00004-of-00004.safetensors";
+    char *huge = (char *)malloc((1 << 20) + 8);         /* a config.json of 1 MiB + 5 bytes: over read_text's limit */
+    memset(huge, ' ', (1 << 20) + 3);
+    strcpy(huge + (1 << 20) + 3, "{}");
+    const Broken corpus[] = {
+        /* safetensors: every rejection of the official reader (QWEN3.md), then ours */
+        {"file of 3 bytes", T, ST, WRITE, NULL, "abc", 0, "3 bytes, shorter than the 8-byte"},
+        {"empty file", T, ST, WRITE, NULL, "", 0, "0 bytes, shorter than the 8-byte"},
+        {"header length over 100,000,000", T, ST, HEADER_LEN, NULL, NULL, 100000000, "exceeds the 100000000-byte limit"},
+        {"header length beyond the file", T, ST, HEADER_LEN, NULL, NULL, 1000000, "points beyond the end"},
+        {"header length into the JSON", T, ST, HEADER_LEN, NULL, NULL, -1000, "invalid JSON near byte 1472"},
+        {"header not UTF-8 (overlong '/')", T, ST, EDIT, "\"pt\"", "\"p\xc0\xaf\"", 0, "header is not valid UTF-8"},
+        {"header not JSON", T, ST, EDIT, "\"F32\",\"shape\"", "\"F32\" \"shape\"", 0, "invalid JSON near byte"},
+        {"shape not an array", T, ST, EDIT, "[512,64]", "\"512x64\"", 0, "needs \"dtype\", \"shape\" and two"},
+        {"three data_offsets", T, ST, EDIT, "[0,131072]", "[0,131072,0]", 0, "needs \"dtype\", \"shape\" and two"},
+        {"__metadata__ not strings", T, ST, EDIT, "\"pt\"", "1", 0, "__metadata__ must map strings to strings"},
+        {"unknown dtype", T, ST, EDIT, "\"F32\"", "\"F31\"", 0, "unknown dtype \"F31\""},
+        {"negative shape entry", T, ST, EDIT, "[512,64]", "[-512,64]", 0, "not a non-negative integer"},
+        {"rank 9", T, ST, EDIT, "[512,64]", "[1,1,1,1,1,1,1,512,64]", 0, "rank 9, more than 8"},
+        {"shape byte size overflows", T, ST, EDIT, "[512,64]", "[512,64,4294967296,4294967296]", 0, "overflows 64 bits"},
+        {"data_offsets overflow", T, ST, EDIT, "[0,131072]", "[0,18446744073709551616]", 0, "not non-negative integers"},
+        {"size disagrees with shape", T, ST, EDIT, "[512,64]", "[512,63]", 0, "spans 131072 bytes but its shape"},
+        {"end before begin", T, ST, EDIT, "[0,131072]", "[131072,0]", 0, "end 0 before begin 131072"},
+        {"gap before a tensor", T, ST, EDIT, "[0,131072]", "[4,131076]", 0, "starts at byte 4 of the data, expected 0 (a gap)"},
+        {"overlapping tensors", T, ST, EDIT, "[131072,131328]", "[131068,131324]", 0, "(an overlap)"},
+        {"truncated data", T, ST, RESIZE, NULL, NULL, -4, "(truncated file)"},
+        {"trailing bytes", T, ST, RESIZE, NULL, NULL, 4, "(trailing bytes)"},
+        {"duplicate tensor name", T, ST, EDIT, "\"model.norm.weight\"", "\"model.layers.0.input_layernorm.weight\"", 0,
+         "duplicate tensor 'model.layers.0.input_layernorm.weight'"},
+        {"dtype I32 (unsupported)", T, ST, EDIT, "\"model.norm.weight\":{\"dtype\":\"F32\"",
+         "\"model.norm.weight\":{\"dtype\":\"I32\"", 0, "dtype I32; only F32, F16 and BF16"},
+        {"missing tensor", T, ST, EDIT, "\"model.norm.weight\"", "\"model.norx.weight\"", 0, "missing tensor 'model.norm.weight'"},
+        /* config.json */
+        {"config.json missing", T, CFG, REMOVE, NULL, NULL, 0, "config.json: cannot open: No such file"},
+        {"config.json a directory", T, CFG, DIRECTORY, NULL, NULL, 0, "config.json: read error"},
+        {"config.json over 1 MiB", T, CFG, WRITE, NULL, huge, 0, "config.json: larger than 1048576 bytes"},
+        {"config.json nested 1000 deep", T, CFG, WRITE, NULL, deep_json(), 0, "JSON nested deeper than 64 levels"},
+        {"config.json cut short", T, CFG, WRITE, NULL, "{\"vocab_size\": 512,", 0, "invalid JSON near byte 19"},
+        {"hidden_size zero", T, CFG, EDIT, "\"hidden_size\": 64", "\"hidden_size\": 0", 0, "\"hidden_size\" must be an integer in [1, 65536]"},
+        {"layers negative", T, CFG, EDIT, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2", 0, "\"num_hidden_layers\" must be"},
+        {"intermediate_size absurd", T, CFG, EDIT, "\"intermediate_size\": 128", "\"intermediate_size\": 1000000000000", 0,
+         "\"intermediate_size\" must be an integer in [1, 262144]"},
+        {"integer overflows 64 bits", T, CFG, EDIT, "\"max_position_embeddings\": 128",
+         "\"max_position_embeddings\": 100000000000000000000000", 0, "\"max_position_embeddings\" must be an integer"},
+        {"rope_theta overflows a double", T, CFG, EDIT, "\"rope_theta\": 1000000.0", "\"rope_theta\": 1e999", 0,
+         "\"rope_theta\" must be a number in (1, 1e+12)"},
+        {"heads not a multiple of kv heads", T, CFG, EDIT, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", 0,
+         "num_attention_heads 4 is not a multiple of num_key_value_heads 3"},
+        {"vocab disagrees with the embedding", T, CFG, EDIT, "\"vocab_size\": 512", "\"vocab_size\": 600", 0,
+         "shape [512, 64] but config.json implies [600, 64]"},
+        {"head_dim disagrees with q_proj", T, CFG, EDIT, "\"head_dim\": 32", "\"head_dim\": 16", 0, "but config.json implies"},
+        {"untied without lm_head.weight", T, CFG, EDIT, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", 0,
+         ": missing tensor 'lm_head.weight'"},
+        /* shards and their index */
+        {"shard name with ../", U, IDX, EDIT, "\"model-00004", "\"../model-00004", 0, "is not a plain file name"},
+        {"shard name absolute", U, IDX, EDIT, "\"model-00004-of-00004.safetensors\"", "\"/etc/passwd\"", 0,
+         "\"/etc/passwd\" for tensor 'lm_head.weight' is not a plain file name"},
+        {"empty weight_map", U, IDX, WRITE, NULL, "{\"weight_map\": {}}", 0, "needs a non-empty \"weight_map\" object"},
+        {"shard missing", U, SHARD, REMOVE, NULL, NULL, 0, "model-00004-of-00004.safetensors: cannot open: No such file"},
+        {"shard a directory", U, SHARD, DIRECTORY, NULL, NULL, 0, "model-00004-of-00004.safetensors: not a regular file"},
+        {"shard unreadable (mode 000)", U, SHARD, NO_READ, NULL, NULL, 0, "cannot open: Permission denied"},
+        {"tensor in two shards", U, SHARD, EDIT, "\"lm_head.weight\"", "\"model.norm.weight\"", 0,
+         "tensor 'model.norm.weight' appears in both"},
+    };
+    int n = (int)(sizeof corpus / sizeof corpus[0]), made = 0;
+    for (int i = 0; i < n; i++) {
+        char *d = copy_fixture(corpus[i].fixture);
+        if (corrupt(d, &corpus[i])) {
+            note("%-34s    not made: running as root, which reads a mode-000 file (see 'shard a directory')",
+                 corpus[i].what);
+            remove_dir(d);
+            continue;
+        }
+        expect_load_fails(d, corpus[i].what, corpus[i].msg);
+        made++;
+    }
+    free(huge);
+    note("%d broken checkpoints written and rejected with the expected message (%d in the table)", made, n);
+    expect(made >= 25, "only %d broken checkpoints", made);
+}
+
 /* ---------------------------------------------------------------------------------------------------- the CLI */
 /* Runs a command; returns its exit code and its stdout+stderr in out. */
 static int run_cmd(const char *cmd, char *out, size_t n) {
@@ -1265,28 +1369,47 @@ static int run_cmd(const char *cmd, char *out, size_t n) {
     return st < 0 ? -1 : WEXITSTATUS(st);
 }
 
+/* The CLI under test: ./radixmlp, or $RADIXMLP_CLI (make test-asan sets it to the sanitized host-only build). */
+static const char *cli(void) {
+    const char *c = getenv("RADIXMLP_CLI");
+    return c && *c ? c : "./radixmlp";
+}
+
+static int have_cli(void) {
+    if (access(cli(), X_OK) == 0) return have_fixtures();
+    char why[300];
+    snprintf(why, sizeof why, "%s is not built (run `make`)", cli());
+    skip_test(why);
+    return 0;
+}
+
+/* A rejection as the CLI must give it: exit code 1 and exactly one line, "radixmlp: <why>", that contains msg. */
+static void expect_one_line_error(const char *what, int rc, const char *out, const char *msg) {
+    const char *nl = strchr(out, '\n');
+    expect(rc == 1 && !strncmp(out, "radixmlp: ", 10) && nl && !nl[1] && strstr(out, msg),
+           "%s: exit %d, want 1 and one line with '%s':\n%s", what, rc, msg, out);
+    note("%-28s exit %d, %.*s", what, rc, (int)strcspn(out, "\n"), out);
+}
+
 static void test_cli(void) {
-    if (access("./radixmlp", X_OK) != 0) { skip_test("./radixmlp is not built (run `make`)"); return; }
-    if (!have_fixtures()) return;
+    if (!have_cli()) return;
     char cmd[1024], out[16384];
-    snprintf(cmd, sizeof cmd, "./radixmlp --check --model %s/tiny-untied", fixtures());
+    snprintf(cmd, sizeof cmd, "%s --check --model %s/tiny-untied", cli(), fixtures());
     int rc = run_cmd(cmd, out, sizeof out);
     expect(rc == 0 && strstr(out, "every tensor the config needs is present"), "--check on a good model: rc %d\n%s", rc, out);
     char *d = copy_fixture("tiny-tied");
     edit_file(d, "config.json", "\"vocab_size\": 512", "\"vocab_size\": 600");
-    snprintf(cmd, sizeof cmd, "./radixmlp --check --model %s", d);
+    snprintf(cmd, sizeof cmd, "%s --check --model %s", cli(), d);
     rc = run_cmd(cmd, out, sizeof out);
-    char *nl = strchr(out, '\n');
-    expect(rc == 1 && !strncmp(out, "radixmlp: ", 10) && nl && !nl[1], "--check on a bad model: rc %d, want one line:\n%s", rc, out);
-    note("--check on a bad model: exit %d, %s", rc, out);
+    expect_one_line_error("--check on a bad model", rc, out, "config.json implies [600, 64]");
     remove_dir(d);
-    snprintf(cmd, sizeof cmd, "./radixmlp --model %s/tiny-bf16 --tokens %s/batches/mixed.txt --cpu --mode radix",
-             fixtures(), fixtures());
+    snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --tokens %s/batches/mixed.txt --cpu --mode radix",
+             cli(), fixtures(), fixtures());
     rc = run_cmd(cmd, out, sizeof out);
     expect(rc == 0 && strstr(out, "sequence 4: next token"), "running a checkpoint: rc %d\n%s", rc, out);
     const char *bad[] = {"--mode fast", "--model", "--frobnicate", "--tokens x.txt"};
     for (int i = 0; i < 4; i++) {
-        snprintf(cmd, sizeof cmd, "./radixmlp %s", bad[i]);
+        snprintf(cmd, sizeof cmd, "%s %s", cli(), bad[i]);
         rc = run_cmd(cmd, out, sizeof out);
         expect(rc == 2, "'%s': exit %d, expected 2", cmd, rc);
     }
@@ -1379,6 +1502,32 @@ static void test_bench_rejects_bad_arguments(void) {
     }
 }
 
+static void test_cli_rejects_bad_tokens(void) {
+    /* tiny-tied: vocab 512, max_position_embeddings 128; a line of 129 tokens reaches position 128 */
+    if (!have_cli()) return;
+    char long_line[129 * 2 + 2] = "";
+    for (int i = 0; i < 129; i++) strcat(long_line, "7 ");
+    strcat(long_line, "\n");
+    struct { const char *what, *tokens, *msg; } cases[] = {
+        {"token id = vocab size", "1 2 3\n4 512 6\n", "token id 512 at batch position 4 is outside the vocabulary [0, 512)"},
+        {"token id beyond int32", "1 99999999999\n", ":1: token id too large"},
+        {"negative token id", "1 2\n3 -4\n", ":2: '-' is not part of a token id"},
+        {"non-numeric token id", "1 two\n", ":1: 't' is not part of a token id"},
+        {"empty line", "1 2\n\n3\n", ":2: empty line"},
+        {"empty file", "", "no sequences"},
+        {"position 128 of max 128", long_line, "position 128 at batch position 128 is beyond max_position_embeddings 128"},
+    };
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1024], out[4096];
+        write_file(dir, "t.txt", cases[i].tokens, strlen(cases[i].tokens));
+        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-tied --tokens %s/t.txt", cli(), fixtures(), dir);
+        expect_one_line_error(cases[i].what, run_cmd(cmd, out, sizeof out), out, cases[i].msg);
+    }
+    remove_dir(dir);
+}
+
 /* ------------------------------------------------------------------------------------------------------- main */
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
@@ -1401,8 +1550,9 @@ static const Test tests[] = {
     {"loader", "config_parsing", test_config_parsing},
     {"loader", "shard_index_names", test_shard_index_names},
     {"loader", "fixture_checkpoints_load", test_fixture_checkpoints_load},
-    {"loader", "checkpoint_rejections", test_checkpoint_rejections},
     {"loader", "checkpoint_variants_accepted", test_checkpoint_variants_accepted},
+    {"loader", "config_default_head_dim_checked", test_config_default_head_dim_checked},
+    {"loader", "broken_checkpoint_corpus", test_broken_checkpoint_corpus},
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
@@ -1426,8 +1576,10 @@ static const Test tests[] = {
     {"bench", "table5_csv_has_the_papers_rows", test_bench_table5_csv},
     {"bench", "replot_draws_every_series", test_bench_replot_draws_every_series},
     {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
+    {"cli", "cli_rejects_bad_tokens", test_cli_rejects_bad_tokens},
 };
 
+#ifndef RADIXMLP_FUZZ
 int main(int argc, char **argv) {
     int n = (int)(sizeof tests / sizeof tests[0]), passed = 0, failed = 0, skipped = 0, ran = 0;
     for (int i = 0; i < n; i++) {
@@ -1448,3 +1600,172 @@ int main(int argc, char **argv) {
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
+
+#else
+/* ---------------------------------------------------------------------------------------------------- fuzzing */
+/* libFuzzer entry points (`make fuzz`, docs/fuzzing.md): this file without its main(), RADIXMLP_FUZZ choosing one:
+ *   1 rx_parse_safetensors   2 rx_parse_config   3 rx_parse_shard_index   4 radix_index_build
+ * Any input must be accepted or rejected cleanly (the sanitizers catch the rest); a rejection must say why; an
+ * acceptance must keep its promises, checked with expect(). A failed expect() aborts: libFuzzer reports a crash
+ * and saves the input. Seeds: fixtures/fuzz/<target>/. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int fuzz_end(void) {
+    if (test_failed) { fflush(stdout); abort(); }
+    return 0;
+}
+
+#if RADIXMLP_FUZZ <= 3
+/* A file name unique to this input: a parser's message starts with it, so a rejection is seen to say why. */
+static const char *fuzz_name(void) {
+    static char name[32];
+    static unsigned long count;
+    snprintf(name, sizeof name, "input-%lu", ++count);
+    return name;
+}
+
+static int fuzz_done(int rc, const char *name) {
+    size_t k = strlen(name);
+    expect(rc == 0 || (!strncmp(radix_error(), name, k) && radix_error()[k] == ':'),
+           "rejected without its own message (last message: '%s')", radix_error());
+    return fuzz_end();
+}
+#endif
+
+#if RADIXMLP_FUZZ == 1
+static volatile uint8_t fuzz_sink;
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const char *name = fuzz_name();
+    RxTensor *t;
+    int n, rc = rx_parse_safetensors(data, size, name, &t, &n);
+    if (rc == 0) {                  /* the tensors, sorted by distinct names, tile the bytes after the header */
+        uint64_t hlen = 0, covered = 0;
+        for (int i = 7; i >= 0; i--) hlen = hlen << 8 | data[i];
+        const uint8_t *buf = data + 8 + hlen;
+        for (int i = 0; i < n && !test_failed; i++) {
+            const uint8_t *p = (const uint8_t *)t[i].data;
+            uint64_t numel = 1;
+            for (int d = 0; d < t[i].rank; d++) numel *= (uint64_t)t[i].shape[d];
+            expect(i == 0 || strcmp(t[i - 1].name, t[i].name) < 0, "names not sorted and distinct at %d", i);
+            expect(p >= buf && p + t[i].nbytes <= data + size, "tensor '%s' outside the data", t[i].name);
+            expect(t[i].dtype == RX_OTHER_DTYPE || numel * (t[i].dtype == RX_F32 ? 4 : 2) == t[i].nbytes,
+                   "tensor '%s': %zu bytes for %llu elements", t[i].name, t[i].nbytes, (unsigned long long)numel);
+            if (t[i].nbytes) fuzz_sink ^= p[0] ^ p[t[i].nbytes - 1];   /* AddressSanitizer checks both ends */
+            covered += t[i].nbytes;
+        }
+        expect(test_failed || covered == size - 8 - hlen, "tensors cover %llu of %llu data bytes",
+               (unsigned long long)covered, (unsigned long long)(size - 8 - hlen));
+        for (int i = 0; i < n; i++) free(t[i].name);
+        free(t);
+    }
+    return fuzz_done(rc, name);
+}
+
+#elif RADIXMLP_FUZZ == 2
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const char *name = fuzz_name();
+    Qwen3Config c;
+    int rc = rx_parse_config(&c, (const char *)data, size, name);
+    if (rc == 0)                    /* every dimension usable, nothing a size computation could overflow on */
+        expect(c.vocab_size >= 1 && c.vocab_size <= 1 << 22 && c.hidden_size >= 1 && c.hidden_size <= 1 << 16 &&
+               c.intermediate_size >= 1 && c.intermediate_size <= 1 << 18 && c.n_layers >= 1 && c.n_layers <= 1024 &&
+               c.n_heads >= 1 && c.n_heads <= 1024 && c.n_kv_heads >= 1 && c.n_heads % c.n_kv_heads == 0 &&
+               c.head_dim >= 2 && c.head_dim <= 1024 && c.head_dim % 2 == 0 && c.max_position_embeddings >= 1 &&
+               c.rope_theta > 1 && c.rope_theta < 1e12 && c.rms_norm_eps > 0 && c.rms_norm_eps < 1,
+               "accepted vocab %d hidden %d intermediate %d layers %d heads %d/%d head_dim %d max_pos %d theta %g eps %g",
+               c.vocab_size, c.hidden_size, c.intermediate_size, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+               c.max_position_embeddings, c.rope_theta, c.rms_norm_eps);
+    return fuzz_done(rc, name);
+}
+
+#elif RADIXMLP_FUZZ == 3
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    const char *name = fuzz_name();
+    char **shards;
+    int n, rc = rx_parse_shard_index((const char *)data, size, name, &shards, &n);
+    if (rc == 0) {                  /* distinct plain file names in the model folder */
+        expect(n >= 1, "accepted an index with no shard");
+        for (int i = 0; i < n; i++) {
+            const char *s = shards[i];
+            expect(s[0] && !strchr(s, '/') && !strchr(s, '\\') && strcmp(s, ".") && strcmp(s, ".."),
+                   "accepted the shard name \"%s\"", s);
+            for (int k = 0; k < i; k++) expect(strcmp(shards[k], s) != 0, "shard \"%s\" listed twice", s);
+        }
+        for (int i = 0; i < n; i++) free(shards[i]);
+        free(shards);
+    }
+    return fuzz_done(rc, name);
+}
+
+#elif RADIXMLP_FUZZ == 4
+/* Bytes -> a ragged batch: [bad][kind][n_seqs][cu_seqlens[0] if bad & 2][one length per sequence][tokens...], zeros
+ * past the end. bad >= 192 makes it invalid on purpose, as radix_index_build must reject: n_seqs < 0 (bit 0),
+ * cu_seqlens[0] != 0 (1), cu_seqlens stepping back (2), NULL cu_seqlens (3), input_ids (4) or position_ids (5).
+ * kind: token ids from a vocabulary of 1..8 (bits 0-2; small, so prefixes are shared) or raw int32 (bit 3);
+ * positions 0..L-1 (bits 4-5 = 0), shifted per sequence (1), random 0..3 (2) or raw int32 (3). */
+typedef struct { const uint8_t *p, *end; } FuzzIn;
+static int fuzz_byte(FuzzIn *in) { return in->p < in->end ? *in->p++ : 0; }
+static int32_t fuzz_i32(FuzzIn *in) {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; k++) v = v << 8 | (uint32_t)fuzz_byte(in);
+    return (int32_t)v;
+}
+
+/* What a successful build promises: gather strictly increasing into [0, N), scatter into [0, N'), each maps the other
+ * back; and for small batches, equality with the brute-force oracle. */
+static void check_index(const RadixIndex *ix, const RxBatch *b) {
+    int n = b->n_tokens, nc = ix->n_compact;
+    expect(ix->n_tokens == n && (n ? nc >= 1 && nc <= n : nc == 0), "N = %d, N' = %d for %d tokens", ix->n_tokens, nc, n);
+    for (int c = 0; c < nc && !test_failed; c++)
+        expect(ix->gather[c] >= 0 && ix->gather[c] < n && (c == 0 || ix->gather[c - 1] < ix->gather[c]) &&
+               ix->scatter[ix->gather[c]] == c, "gather[%d] = %d: out of order, or scatter does not map it back",
+               c, ix->gather[c]);
+    for (int i = 0; i < n && !test_failed; i++)
+        expect(ix->scatter[i] >= 0 && ix->scatter[i] < nc, "scatter[%d] = %d is outside [0, %d)", i, ix->scatter[i], nc);
+    if (!test_failed && n <= 64) check_against_oracle(ix, b, "fuzz batch");
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static FILE *devnull;
+    if (!devnull) devnull = fopen("/dev/null", "w");
+    FuzzIn in = {data, data + size};
+    int bad = fuzz_byte(&in), kind = fuzz_byte(&in), n_seqs = fuzz_byte(&in) % 17;
+    bad = bad >= 192 ? bad : 0;
+    if (bad & 1) n_seqs = -1 - n_seqs;
+    int32_t cu[18] = {bad & 2 ? 1 + fuzz_byte(&in) % 3 : 0};
+    int valid = n_seqs == 0 || (n_seqs > 0 && !(bad & 8) && cu[0] == 0), n_alloc = cu[0];
+    for (int s = 0; s < n_seqs; s++) {
+        int len = fuzz_byte(&in), step = bad & 4 && len & 128 ? -1 - (len & 3) : len & 31;
+        cu[s + 1] = cu[s] + step;
+        valid &= step >= 0;
+        n_alloc = cu[s + 1] > n_alloc ? cu[s + 1] : n_alloc;
+    }
+    int n = n_seqs > 0 ? cu[n_seqs] : 0;
+    valid &= n == 0 || !(bad & 48);
+    /* exactly as large as the batch claims, so that AddressSanitizer sees any read past it */
+    int32_t *ids = (int32_t *)calloc((size_t)n_alloc, 4), *pos = (int32_t *)calloc((size_t)n_alloc, 4);
+    for (int s = 0; s < n_seqs; s++) {
+        int shift = (kind >> 4 & 3) == 1 ? fuzz_byte(&in) : 0;
+        for (int i = cu[s] > 0 ? cu[s] : 0; i < cu[s + 1]; i++) {
+            ids[i] = kind & 8 ? fuzz_i32(&in) : fuzz_byte(&in) % (1 + (kind & 7));
+            pos[i] = (kind >> 4 & 3) == 2 ? fuzz_byte(&in) % 4 : (kind >> 4 & 3) == 3 ? fuzz_i32(&in) : i - cu[s] + shift;
+        }
+    }
+    RadixIndex ix;
+    int rc = radix_index_build(&ix, bad & 16 ? NULL : ids, bad & 32 ? NULL : pos, bad & 8 ? NULL : cu, n_seqs);
+    expect((rc == 0) == valid, "%s a%s batch: %s", rc ? "rejected" : "accepted", valid ? " valid" : "n invalid",
+           rc ? radix_error() : "");
+    if (rc) {
+        expect(!ix.gather && !ix.scatter && !ix.n_tokens && !ix.n_compact, "a failed build left the index set");
+    } else if (!test_failed) {
+        RxBatch b = {n_seqs, n, ids, pos, cu};
+        check_index(&ix, &b);
+        radix_draw_trie(devnull, &ix, ids, pos, cu, n_seqs);
+    }
+    radix_index_free(&ix);
+    free(ids); free(pos);
+    return fuzz_end();
+}
+#endif
+#endif /* RADIXMLP_FUZZ */
