@@ -105,7 +105,7 @@ fuzz: $(FUZZ_TARGETS:%=build/fuzz_%)
 	    echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 	    build/fuzz_$$t $(FUZZ_FLAGS) $$dict -max_total_time=$(FUZZ_SECONDS) build/corpus/$$t fixtures/fuzz/$$t \
 	        2>build/fuzz_$$t.log || { tail -40 build/fuzz_$$t.log; exit 1; }; \
-	    grep -E '^#[0-9]+.*(DONE|pulse)|stat::number_of_executed_units|stat::peak_rss' build/fuzz_$$t.log | tail -3; \
+	    grep -E '^#[0-9]+.*DONE|stat::number_of_executed_units|stat::peak_rss' build/fuzz_$$t.log | tail -3; \
 	done
 
 clean:
