@@ -1480,12 +1480,11 @@ __global__ void rows_by_index_kernel(Chunk *out, const Chunk *in, const int32_t 
 }
 static int rows_by_index_gpu(cudaStream_t st, void *out, const void *in, const int32_t *idx, int n_rows,
                              size_t row_bytes) {
+    int64_t n16 = (int64_t)(row_bytes / 16), n2 = (int64_t)(row_bytes / 2);   /* row_bytes is even: bf16 or fp32 */
     if (((uintptr_t)out | (uintptr_t)in | row_bytes) % 16 == 0)
-        rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint4 *)out, (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
-    else   /* row_bytes is even: rows are bf16 or fp32 */
-        rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint16_t *)out, (const uint16_t *)in, idx,
-                                                     (int64_t)(row_bytes / 2));
-    LAUNCH_CHECK();
+        rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint4 *)out, (const uint4 *)in, idx, n16);
+    else rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint16_t *)out, (const uint16_t *)in, idx, n2);
+    LAUNCH_CHECK();                                                             /* whichever of the two ran */
     return 0;
 }
 
