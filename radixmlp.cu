@@ -14,12 +14,17 @@
  *
  * Map from the paper to this file:
  *   Sec. 2.1 causal block, eq. 1-3  -> qwen3_forward_ref(), gpu_forward()
- *   Sec. 3.1 eq. 4 position-wise    -> every op between the scatter and the gather runs row by row
+ *   Sec. 3.1 eq. 4 position-wise    -> every op outside the scatter -> attention -> gather sandwich runs row by row
  *   Sec. 3.2 eq. 5-7 gather/scatter -> rows_by_index() (C) and the rows_by_index kernel (CUDA)
  *   Algorithm 1 (B.1)               -> qwen3_forward_ref() and gpu_forward(), mode RX_RADIX
  *   Algorithm 2 (B.4)               -> radix_index_build()
  *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref() and the attention kernel
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
+ *
+ * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
+ * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
+ * benchmarks and test hooks -> the plumbing (errors, JSON reader, safetensors, config, loading, batches and token
+ * files) -> the demo and CLI main(). The plumbing the algorithms call is declared just below the #includes.
  *
  * Non-obvious things:
  *   - N vs N': every buffer says which token space it lives in. [N, ...] is the user's ragged batch,
@@ -54,915 +59,12 @@
 #include <cuda_runtime.h>
 #endif
 
-/* ------------------------------------------------------------------------------------------------------------ errors */
-/* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */
-static char rx_err_buf[1024];
-const char *radix_error(void) { return rx_err_buf; }
-
-static int rx_fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(rx_err_buf, sizeof rx_err_buf, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-static inline double rx_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-/* malloc that reports what did not fit; callers check for NULL. */
-static void *rx_alloc(size_t bytes, const char *what) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) rx_fail("out of host memory allocating %s (%.1f MiB)", what, bytes / 1048576.0);
-    return p;
-}
-
-/* ------------------------------------------------------------------------------------------------------ json reader */
-/* A small strict JSON reader, just enough for safetensors headers, config.json and the shard index. It builds a flat
- * array of values; arrays and objects link their elements through child/next indices. Strings are unescaped into one
- * buffer no longer than the input (an unescaped string plus its NUL never outgrows its quoted source). */
-typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } JType;
-typedef struct {
-    JType type;
-    int child, next, count;      /* first element/member, next sibling, number of elements/members   */
-    size_t key, str, str_len;    /* offsets into Json.strs: member key, string value (NUL-terminated) */
-    double num;                  /* every number                                                      */
-    int is_uint;                 /* a non-negative integer literal that fits in uint64_t: then u       */
-    uint64_t u;
-    int boolean;
-} JVal;
-
-typedef struct {
-    JVal *v; int n, cap;
-    char *strs; size_t strs_len;
-    const char *p, *end;
-    int depth;
-} Json;
-
-#define JSON_MAX_DEPTH 64
-
-static int json_skip_ws(Json *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
-    return j->p < j->end;
-}
-
-static int json_new(Json *j, JType t) {
-    if (j->n == j->cap) {
-        int cap = j->cap ? 2 * j->cap : 64;
-        JVal *v = (JVal *)realloc(j->v, (size_t)cap * sizeof(JVal));
-        if (!v) return -1;
-        j->v = v; j->cap = cap;
-    }
-    JVal *x = &j->v[j->n];
-    memset(x, 0, sizeof *x);
-    x->type = t; x->child = x->next = -1;
-    return j->n++;
-}
-
-static void utf8_put(Json *j, uint32_t c) {
-    char *o = j->strs + j->strs_len;
-    if (c < 0x80) { o[0] = (char)c; j->strs_len += 1; }
-    else if (c < 0x800) { o[0] = (char)(0xC0 | c >> 6); o[1] = (char)(0x80 | (c & 63)); j->strs_len += 2; }
-    else if (c < 0x10000) { o[0] = (char)(0xE0 | c >> 12); o[1] = (char)(0x80 | ((c >> 6) & 63));
-                            o[2] = (char)(0x80 | (c & 63)); j->strs_len += 3; }
-    else { o[0] = (char)(0xF0 | c >> 18); o[1] = (char)(0x80 | ((c >> 12) & 63));
-           o[2] = (char)(0x80 | ((c >> 6) & 63)); o[3] = (char)(0x80 | (c & 63)); j->strs_len += 4; }
-}
-
-static int json_hex4(Json *j, uint32_t *c) {
-    if (j->end - j->p < 4) return -1;
-    *c = 0;
-    for (int i = 0; i < 4; i++) {
-        char h = *j->p++;
-        int d = isdigit((unsigned char)h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-              : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        *c = *c * 16 + (uint32_t)d;
-    }
-    return 0;
-}
-
-/* Parses a string at j->p (on the opening quote); returns its offset in strs, or (size_t)-1. */
-static size_t json_string(Json *j, size_t *len) {
-    size_t start = j->strs_len;
-    j->p++;
-    while (j->p < j->end && *j->p != '"') {
-        unsigned char ch = (unsigned char)*j->p++;
-        if (ch < 0x20) return (size_t)-1;                       /* raw control characters are not JSON */
-        if (ch != '\\') { j->strs[j->strs_len++] = (char)ch; continue; }
-        if (j->p >= j->end) return (size_t)-1;
-        char e = *j->p++;
-        uint32_t c;
-        switch (e) {
-        case '"': case '\\': case '/': j->strs[j->strs_len++] = e; break;
-        case 'b': j->strs[j->strs_len++] = '\b'; break;
-        case 'f': j->strs[j->strs_len++] = '\f'; break;
-        case 'n': j->strs[j->strs_len++] = '\n'; break;
-        case 'r': j->strs[j->strs_len++] = '\r'; break;
-        case 't': j->strs[j->strs_len++] = '\t'; break;
-        case 'u':
-            if (json_hex4(j, &c)) return (size_t)-1;
-            if (c >= 0xDC00 && c <= 0xDFFF) return (size_t)-1;  /* lone trailing surrogate */
-            if (c >= 0xD800 && c <= 0xDBFF) {                   /* a pair: \uD8xx\uDCxx     */
-                uint32_t lo;
-                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return (size_t)-1;
-                j->p += 2;
-                if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return (size_t)-1;
-                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            utf8_put(j, c);
-            break;
-        default: return (size_t)-1;
-        }
-    }
-    if (j->p >= j->end) return (size_t)-1;
-    j->p++;                                                     /* closing quote */
-    *len = j->strs_len - start;
-    j->strs[j->strs_len++] = '\0';
-    return start;
-}
-
-static int json_number(Json *j, JVal *x) {
-    const char *s = j->p;
-    int is_int = 1;
-    if (j->p < j->end && *j->p == '-') j->p++;
-    if (j->p >= j->end || !isdigit((unsigned char)*j->p)) return -1;
-    if (*j->p == '0') j->p++;
-    else while (j->p < j->end && isdigit((unsigned char)*j->p)) j->p++;
-    if (j->p < j->end && *j->p == '.') {
-        is_int = 0; j->p++;
-        if (j->p >= j->end || !isdigit((unsigned char)*j->p)) return -1;
-        while (j->p < j->end && isdigit((unsigned char)*j->p)) j->p++;
-    }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        is_int = 0; j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-        if (j->p >= j->end || !isdigit((unsigned char)*j->p)) return -1;
-        while (j->p < j->end && isdigit((unsigned char)*j->p)) j->p++;
-    }
-    char buf[128];
-    size_t n = (size_t)(j->p - s);
-    if (n >= sizeof buf) return -1;                             /* no real config needs a longer literal */
-    memcpy(buf, s, n); buf[n] = '\0';
-    x->num = strtod(buf, NULL);
-    if (is_int && s[0] != '-') {                                /* exact unsigned value, overflow detected */
-        uint64_t u = 0;
-        x->is_uint = 1;
-        for (size_t i = 0; i < n; i++) {
-            uint64_t d = (uint64_t)(buf[i] - '0');
-            if (u > (UINT64_MAX - d) / 10) { x->is_uint = 0; break; }
-            u = u * 10 + d;
-        }
-        x->u = u;
-    }
-    return 0;
-}
-
-static int json_value(Json *j);
-
-/* Parses the elements of an array or the members of an object; j->p is past the opening bracket. */
-static int json_container(Json *j, int self, char close) {
-    int last = -1, is_obj = close == '}';
-    if (!json_skip_ws(j)) return -1;
-    if (*j->p == close) { j->p++; return 0; }
-    for (;;) {
-        size_t key = 0, klen;
-        if (is_obj) {
-            if (!json_skip_ws(j) || *j->p != '"') return -1;
-            if ((key = json_string(j, &klen)) == (size_t)-1) return -1;
-            if (!json_skip_ws(j) || *j->p != ':') return -1;
-            j->p++;
-        }
-        int child = json_value(j);
-        if (child < 0) return -1;
-        j->v[child].key = key;
-        if (last < 0) j->v[self].child = child; else j->v[last].next = child;
-        last = child;
-        j->v[self].count++;
-        if (!json_skip_ws(j)) return -1;
-        if (*j->p == ',') { j->p++; continue; }
-        if (*j->p == close) { j->p++; return 0; }
-        return -1;
-    }
-}
-
-static int json_value(Json *j) {
-    if (!json_skip_ws(j)) return -1;
-    char c = *j->p;
-    int self;
-    if (c == '{' || c == '[') {
-        if (++j->depth > JSON_MAX_DEPTH) return -1;
-        if ((self = json_new(j, c == '{' ? J_OBJ : J_ARR)) < 0) return -1;
-        j->p++;
-        if (json_container(j, self, c == '{' ? '}' : ']')) return -1;
-        j->depth--;
-        return self;
-    }
-    if (c == '"') {
-        size_t len;
-        if ((self = json_new(j, J_STR)) < 0) return -1;
-        size_t off = json_string(j, &len);
-        if (off == (size_t)-1) return -1;
-        j->v[self].str = off; j->v[self].str_len = len;
-        return self;
-    }
-    if (c == '-' || isdigit((unsigned char)c)) {
-        if ((self = json_new(j, J_NUM)) < 0) return -1;
-        return json_number(j, &j->v[self]) ? -1 : self;
-    }
-    static const char *words[3] = {"true", "false", "null"};
-    for (int w = 0; w < 3; w++) {
-        size_t n = strlen(words[w]);
-        if ((size_t)(j->end - j->p) >= n && !memcmp(j->p, words[w], n)) {
-            if ((self = json_new(j, w == 2 ? J_NULL : J_BOOL)) < 0) return -1;
-            j->v[self].boolean = w == 0;
-            j->p += n;
-            return self;
-        }
-    }
-    return -1;
-}
-
-static void json_free(Json *j) { free(j->v); free(j->strs); memset(j, 0, sizeof *j); }
-
-/* Parses text[0..len) into j; the root is value 0. On error, says where. */
-static int json_parse(Json *j, const char *text, size_t len, const char *file) {
-    memset(j, 0, sizeof *j);
-    j->p = text; j->end = text + len;
-    if (!(j->strs = (char *)malloc(len + 1))) return rx_fail("%s: out of host memory parsing JSON", file);
-    int root = json_value(j);
-    if (root < 0 || json_skip_ws(j)) {
-        int too_deep = j->depth > JSON_MAX_DEPTH;
-        size_t at = (size_t)(j->p - text);
-        json_free(j);
-        if (too_deep) return rx_fail("%s: JSON nested deeper than %d levels", file, JSON_MAX_DEPTH);
-        return rx_fail("%s: invalid JSON near byte %zu", file, at);
-    }
-    return 0;
-}
-
-static const char *jkey(const Json *j, int v) { return j->strs + j->v[v].key; }
-static const char *jstr(const Json *j, int v) { return j->strs + j->v[v].str; }
-
-/* The member `key` of object `obj`, or -1. */
-static int jget(const Json *j, int obj, const char *key) {
-    if (obj < 0 || j->v[obj].type != J_OBJ) return -1;
-    for (int c = j->v[obj].child; c >= 0; c = j->v[c].next)
-        if (!strcmp(jkey(j, c), key)) return c;
-    return -1;
-}
-
-/* Checks that text is UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), as the safetensors reader does. */
-static int utf8_valid(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!len || i + (size_t)len > n) return 0;
-        uint32_t cp = len == 1 ? c : len == 2 ? (c & 31u) : len == 3 ? (c & 15u) : (c & 7u);
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 63u);
-        }
-        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += (size_t)len;
-    }
-    return 1;
-}
-
-/* -------------------------------------------------------------------------------------------------- safetensors */
-/* File layout: [8 bytes: header length H, u64 LE][H bytes: JSON header][byte buffer]. Every tensor's data_offsets
- * are [begin, end) in the byte buffer. We validate exactly what the official reader validates, so that a
- * checkpoint we accept is one it accepts, and every offset we later use lies inside the file. */
-static const struct { const char *name; int size; RxDtype dt; } st_dtypes[] = {
-    {"BOOL", 1, RX_OTHER_DTYPE}, {"U8", 1, RX_OTHER_DTYPE},  {"I8", 1, RX_OTHER_DTYPE},
-    {"F8_E5M2", 1, RX_OTHER_DTYPE}, {"F8_E4M3", 1, RX_OTHER_DTYPE}, {"I16", 2, RX_OTHER_DTYPE},
-    {"U16", 2, RX_OTHER_DTYPE}, {"F16", 2, RX_F16}, {"BF16", 2, RX_BF16}, {"I32", 4, RX_OTHER_DTYPE},
-    {"U32", 4, RX_OTHER_DTYPE}, {"F32", 4, RX_F32}, {"F64", 8, RX_OTHER_DTYPE}, {"I64", 8, RX_OTHER_DTYPE},
-    {"U64", 8, RX_OTHER_DTYPE},
-};
-#define ST_MAX_HEADER 100000000ull
-
-typedef struct { uint64_t begin, end; int idx; } StSpan;
-
-static int span_cmp(const void *a, const void *b) {
-    const StSpan *x = (const StSpan *)a, *y = (const StSpan *)b;
-    return x->begin != y->begin ? (x->begin < y->begin ? -1 : 1) : x->end != y->end ? (x->end < y->end ? -1 : 1) : 0;
-}
-static int tensor_name_cmp(const void *a, const void *b) {
-    return strcmp(((const RxTensor *)a)->name, ((const RxTensor *)b)->name);
-}
-
-static void tensors_free(RxTensor *t, int n) {
-    for (int i = 0; i < n; i++) free(t[i].name);
-    free(t);
-}
-
-/* Checks each tensor entry of a parsed header and fills t[0..*n) (names owned by t) and spans[0..*n). */
-static int st_entries(const Json *j, const char *file, RxTensor *t, StSpan *spans, int *n) {
-    for (int m = j->v[0].child; m >= 0; m = j->v[m].next) {
-        const char *name = jkey(j, m);
-        if (!strcmp(name, "__metadata__")) {            /* optional {string: string} */
-            int ok = j->v[m].type == J_OBJ;
-            for (int c = ok ? j->v[m].child : -1; c >= 0; c = j->v[c].next) ok &= j->v[c].type == J_STR;
-            if (!ok) return rx_fail("%s: __metadata__ must map strings to strings", file);
-            continue;
-        }
-        int dt = jget(j, m, "dtype"), sh = jget(j, m, "shape"), off = jget(j, m, "data_offsets");
-        if (dt < 0 || sh < 0 || off < 0 || j->v[dt].type != J_STR || j->v[sh].type != J_ARR ||
-            j->v[off].type != J_ARR || j->v[off].count != 2)
-            return rx_fail("%s: tensor '%s' needs \"dtype\", \"shape\" and two \"data_offsets\"", file, name);
-        RxTensor *x = &t[*n];
-        if (!(x->name = strdup(name))) return rx_fail("%s: out of host memory", file);
-        (*n)++;
-        x->file = file;
-        int size = 0;
-        for (size_t d = 0; d < sizeof st_dtypes / sizeof st_dtypes[0]; d++)
-            if (!strcmp(jstr(j, dt), st_dtypes[d].name)) {
-                size = st_dtypes[d].size; x->dtype = st_dtypes[d].dt; x->dtype_name = st_dtypes[d].name;
-            }
-        if (!size) return rx_fail("%s: tensor '%s' has unknown dtype \"%s\"", file, name, jstr(j, dt));
-        if (j->v[sh].count > RX_MAX_RANK)
-            return rx_fail("%s: tensor '%s' has rank %d, more than %d", file, name, j->v[sh].count, RX_MAX_RANK);
-        uint64_t bytes_needed = (uint64_t)size;     /* product(shape) * dtype size, overflow checked */
-        for (int c = j->v[sh].child; c >= 0; c = j->v[c].next) {
-            if (j->v[c].type != J_NUM || !j->v[c].is_uint)
-                return rx_fail("%s: tensor '%s' has a shape entry that is not a non-negative integer", file, name);
-            uint64_t d = j->v[c].u;
-            if (d && bytes_needed > UINT64_MAX / d)
-                return rx_fail("%s: tensor '%s' has a shape whose byte size overflows 64 bits", file, name);
-            bytes_needed *= d;
-            x->shape[x->rank++] = (int64_t)(d > INT64_MAX ? INT64_MAX : d);
-        }
-        int b = j->v[off].child, e = j->v[b].next;
-        if (j->v[b].type != J_NUM || !j->v[b].is_uint || j->v[e].type != J_NUM || !j->v[e].is_uint)
-            return rx_fail("%s: tensor '%s' has data_offsets that are not non-negative integers", file, name);
-        uint64_t begin = j->v[b].u, end = j->v[e].u;
-        if (end < begin)
-            return rx_fail("%s: tensor '%s' has data_offsets end %llu before begin %llu", file, name,
-                           (unsigned long long)end, (unsigned long long)begin);
-        if (end - begin != bytes_needed)
-            return rx_fail("%s: tensor '%s' spans %llu bytes but its shape and dtype need %llu", file, name,
-                           (unsigned long long)(end - begin), (unsigned long long)bytes_needed);
-        spans[*n - 1] = (StSpan){begin, end, *n - 1};
-    }
-    return 0;
-}
-
-/* The tensors, sorted by offset, must tile the byte buffer exactly: no gap, no overlap, nothing after. Then each
- * tensor gets its data pointer, and the table is sorted by name (duplicates rejected). */
-static int st_tile(const uint8_t *buf, uint64_t buf_len, const char *file, RxTensor *t, StSpan *spans, int n) {
-    qsort(spans, (size_t)n, sizeof *spans, span_cmp);
-    uint64_t at = 0;
-    for (int i = 0; i < n; i++) {
-        if (spans[i].begin != at)
-            return rx_fail("%s: tensor '%s' starts at byte %llu of the data, expected %llu (%s)", file,
-                           t[spans[i].idx].name, (unsigned long long)spans[i].begin, (unsigned long long)at,
-                           spans[i].begin > at ? "a gap" : "an overlap");
-        at = spans[i].end;
-        t[spans[i].idx].data = buf + spans[i].begin;
-        t[spans[i].idx].nbytes = (size_t)(spans[i].end - spans[i].begin);
-    }
-    if (at != buf_len)
-        return rx_fail("%s: the tensors cover %llu data bytes but the file holds %llu (%s)", file,
-                       (unsigned long long)at, (unsigned long long)buf_len, at < buf_len ? "trailing bytes" : "truncated file");
-    qsort(t, (size_t)n, sizeof *t, tensor_name_cmp);
-    for (int i = 1; i < n; i++)
-        if (!strcmp(t[i].name, t[i - 1].name)) return rx_fail("%s: duplicate tensor '%s'", file, t[i].name);
-    return 0;
-}
-
-/* Parses and validates one safetensors file held in memory. Tensors come back sorted by name, data pointing
- * into `bytes`. */
-int rx_parse_safetensors(const uint8_t *bytes, size_t len, const char *file, RxTensor **out, int *n_out) {
-    *out = NULL; *n_out = 0;
-    if (len < 8) return rx_fail("%s: file is %zu bytes, shorter than the 8-byte safetensors header length", file, len);
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | bytes[i];
-    if (hlen > ST_MAX_HEADER)
-        return rx_fail("%s: header length %llu exceeds the 100000000-byte limit", file, (unsigned long long)hlen);
-    if (hlen > len - 8)
-        return rx_fail("%s: header length %llu points beyond the end of the %zu-byte file",
-                       file, (unsigned long long)hlen, len);
-    const char *text = (const char *)bytes + 8;
-    if (!utf8_valid((const uint8_t *)text, hlen)) return rx_fail("%s: header is not valid UTF-8", file);
-    Json j;
-    if (json_parse(&j, text, hlen, file)) return -1;
-    int n = 0, count = j.v[0].count;
-    RxTensor *t = NULL;
-    StSpan *spans = NULL;
-    int rc = j.v[0].type != J_OBJ ? rx_fail("%s: header is not a JSON object", file) : 0;
-    if (!rc && (!(t = (RxTensor *)calloc((size_t)count + 1, sizeof *t)) ||
-                !(spans = (StSpan *)calloc((size_t)count + 1, sizeof *spans))))
-        rc = rx_fail("%s: out of host memory reading the header", file);
-    if (!rc) rc = st_entries(&j, file, t, spans, &n);
-    json_free(&j);
-    if (!rc) rc = st_tile(bytes + 8 + hlen, len - 8 - hlen, file, t, spans, n);
-    free(spans);
-    if (rc) { tensors_free(t, n); return -1; }
-    *out = t; *n_out = n;
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------- config and shard index */
-/* An integer field of config.json in [lo, hi]; absent: *out = dflt, or an error when dflt < 0. */
-static int cfg_int(const Json *j, const char *key, int dflt, int lo, int hi, int *out, const char *file) {
-    int v = jget(j, 0, key);
-    if (v < 0 || j->v[v].type == J_NULL) {
-        if (dflt < 0) return rx_fail("%s: missing \"%s\"", file, key);
-        if (dflt < lo || dflt > hi)             /* a default computed from other fields: head_dim = hidden/heads */
-            return rx_fail("%s: \"%s\" is missing and its default, %d, is not in [%d, %d]", file, key, dflt, lo, hi);
-        *out = dflt;
-        return 0;
-    }
-    if (j->v[v].type != J_NUM || !j->v[v].is_uint || j->v[v].u < (uint64_t)lo || j->v[v].u > (uint64_t)hi)
-        return rx_fail("%s: \"%s\" must be an integer in [%d, %d]", file, key, lo, hi);
-    *out = (int)j->v[v].u;
-    return 0;
-}
-
-static int cfg_num(const Json *j, int obj, const char *key, double dflt, double lo, double hi, double *out,
-                   const char *file) {
-    int v = jget(j, obj, key);
-    if (v < 0) { *out = dflt; return 0; }
-    if (j->v[v].type != J_NUM || !(j->v[v].num > lo && j->v[v].num < hi))
-        return rx_fail("%s: \"%s\" must be a number in (%g, %g)", file, key, lo, hi);
-    *out = j->v[v].num;
-    return 0;
-}
-
-static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
-    if (j->v[0].type != J_OBJ) return rx_fail("%s: not a JSON object", file);
-    /* Limits far above any real Qwen3 but low enough that sizes computed from them cannot overflow. */
-    if (cfg_int(j, "vocab_size", -1, 1, 1 << 22, &c->vocab_size, file) ||
-        cfg_int(j, "hidden_size", -1, 1, 1 << 16, &c->hidden_size, file) ||
-        cfg_int(j, "intermediate_size", -1, 1, 1 << 18, &c->intermediate_size, file) ||
-        cfg_int(j, "num_hidden_layers", -1, 1, 1024, &c->n_layers, file) ||
-        cfg_int(j, "num_attention_heads", -1, 1, 1024, &c->n_heads, file) ||
-        cfg_int(j, "num_key_value_heads", c->n_heads, 1, 1024, &c->n_kv_heads, file) ||
-        cfg_int(j, "max_position_embeddings", 32768, 1, 1 << 24, &c->max_position_embeddings, file))
-        return -1;
-    /* head_dim is its own field in Qwen3 (0.6B: 128, while hidden/heads = 64); HF falls back to hidden/heads. */
-    if (cfg_int(j, "head_dim", c->hidden_size / c->n_heads, 2, 1024, &c->head_dim, file)) return -1;
-    if (c->head_dim % 2) return rx_fail("%s: \"head_dim\" must be even for rotate-half RoPE", file);
-    if (c->n_heads % c->n_kv_heads)
-        return rx_fail("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", file, c->n_heads,
-                       c->n_kv_heads);
-    /* rope_theta at the top level, or inside rope_parameters in newer transformers versions. */
-    int rp = jget(j, 0, "rope_parameters");
-    if (cfg_num(j, 0, "rope_theta", 10000.0, 1.0, 1e12, &c->rope_theta, file) ||
-        cfg_num(j, rp, "rope_theta", c->rope_theta, 1.0, 1e12, &c->rope_theta, file) ||
-        cfg_num(j, 0, "rms_norm_eps", 1e-6, 0.0, 1.0, &c->rms_norm_eps, file))
-        return -1;
-    int rs = jget(j, 0, "rope_scaling"), rt = jget(j, rp, "rope_type");
-    if ((rs >= 0 && j->v[rs].type != J_NULL) || (rt >= 0 && (j->v[rt].type != J_STR || strcmp(jstr(j, rt), "default"))))
-        return rx_fail("%s: only the default RoPE is supported (found rope_scaling or a rope_type)", file);
-    int sw = jget(j, 0, "use_sliding_window"), tie = jget(j, 0, "tie_word_embeddings");
-    if (sw >= 0 && j->v[sw].type == J_BOOL && j->v[sw].boolean)
-        return rx_fail("%s: use_sliding_window is true; only full causal attention is supported", file);
-    if (tie >= 0 && j->v[tie].type != J_BOOL) return rx_fail("%s: tie_word_embeddings must be true or false", file);
-    c->tie_word_embeddings = tie >= 0 && j->v[tie].boolean;
-    return 0;
-}
-
-int rx_parse_config(Qwen3Config *c, const char *json, size_t len, const char *file) {
-    Json j;
-    memset(c, 0, sizeof *c);
-    if (json_parse(&j, json, len, file)) return -1;
-    int rc = config_fields(&j, c, file);
-    json_free(&j);
-    return rc;
-}
-
-/* model.safetensors.index.json: {"weight_map": {"tensor name": "shard file", ...}}. Returns the distinct shard
- * names, each checked to be a plain file name in the model folder (no "../x", no "/abs"). */
-int rx_parse_shard_index(const char *json, size_t len, const char *file, char ***shards, int *n_shards) {
-    Json j;
-    *shards = NULL; *n_shards = 0;
-    if (json_parse(&j, json, len, file)) return -1;
-    int wm = jget(&j, 0, "weight_map"), n = 0, rc = -1;
-    char **out = NULL;
-    if (wm < 0 || j.v[wm].type != J_OBJ || j.v[wm].count == 0) {
-        rx_fail("%s: needs a non-empty \"weight_map\" object", file); goto done;
-    }
-    if (!(out = (char **)calloc((size_t)j.v[wm].count, sizeof *out))) { rx_fail("%s: out of host memory", file); goto done; }
-    for (int m = j.v[wm].child; m >= 0; m = j.v[m].next) {
-        if (j.v[m].type != J_STR) { rx_fail("%s: weight_map entry '%s' is not a file name", file, jkey(&j, m)); goto done; }
-        const char *s = jstr(&j, m);
-        if (!s[0] || strchr(s, '/') || strchr(s, '\\') || !strcmp(s, ".") || !strcmp(s, "..") ||
-            strlen(s) != j.v[m].str_len) {
-            rx_fail("%s: shard name \"%s\" for tensor '%s' is not a plain file name in the model folder", file, s,
-                    jkey(&j, m)); goto done;
-        }
-        int seen = 0;
-        for (int i = 0; i < n && !seen; i++) seen = !strcmp(out[i], s);
-        if (!seen && !(out[n++] = strdup(s))) { rx_fail("%s: out of host memory", file); goto done; }
-    }
-    *shards = out; *n_shards = n; out = NULL;
-    rc = 0;
-done:
-    if (out) { for (int i = 0; i < n; i++) free(out[i]); free(out); }
-    json_free(&j);
-    return rc;
-}
-
-/* ------------------------------------------------------------------------------------------------ loading a model */
-typedef struct { void *map; size_t len; char *path; } MappedFile;
-typedef struct { MappedFile *files; int n_files; void *owned; } ModelPriv;
-
-/* Reads a whole (small) text file; at most max_bytes. */
-static char *read_text(const char *path, size_t max_bytes, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { rx_fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    char *buf = (char *)malloc(max_bytes + 1);
-    size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err || n > max_bytes) {
-        free(buf);
-        rx_fail(!buf ? "%s: out of host memory" : err ? "%s: read error" : "%s: larger than %zu bytes", path, max_bytes);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
-static int map_file(MappedFile *mf, const char *path) {
-    memset(mf, 0, sizeof *mf);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
-    mf->len = (size_t)st.st_size;
-    if (mf->len) {              /* mmap of 0 bytes fails; an empty file is rejected by the parser instead */
-        mf->map = mmap(NULL, mf->len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (mf->map == MAP_FAILED) { mf->map = NULL; close(fd); return rx_fail("%s: mmap failed: %s", path, strerror(errno)); }
-    }
-    close(fd);
-    if (!(mf->path = strdup(path))) return rx_fail("%s: out of host memory", path);
-    return 0;
-}
-
-static const RxTensor *find_tensor(const Qwen3Model *m, const char *name) {
-    RxTensor key;
-    key.name = (char *)name;
-    return (const RxTensor *)bsearch(&key, m->tensors, (size_t)m->n_tensors, sizeof key, tensor_name_cmp);
-}
-
-/* Looks up prefix+name and checks its dtype and that its shape is [d0] or [d0, d1] as config.json implies. */
-static int bind(const Qwen3Model *m, const char *where, const char *prefix, const char *name, int64_t d0,
-                int64_t d1, const RxTensor **out) {
-    char full[256];
-    snprintf(full, sizeof full, "%s%s", prefix, name);
-    const RxTensor *t = find_tensor(m, full);
-    if (!t) return rx_fail("%s: missing tensor '%s'", where, full);
-    if (t->dtype == RX_OTHER_DTYPE)
-        return rx_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", t->file, full, t->dtype_name);
-    int rank = d1 ? 2 : 1;
-    if (t->rank != rank || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
-        char got[128] = "", want[64];
-        for (int i = 0; i < t->rank; i++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
-        if (d1) snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
-        else snprintf(want, sizeof want, "%lld", (long long)d0);
-        return rx_fail("%s: tensor '%s' has shape [%s] but config.json implies [%s]", t->file, full, got, want);
-    }
-    *out = t;
-    return 0;
-}
-
-/* Points every weight of the model at its tensor, validating names, dtypes and shapes against the config. */
-static int bind_model(Qwen3Model *m, const char *where) {
-    const Qwen3Config *c = &m->cfg;
-    /* Qwen3ForCausalLM writes "model.layers..."; Qwen3-Embedding checkpoints use flat names "layers...". */
-    const char *pre = find_tensor(m, "model.embed_tokens.weight") ? "model." : find_tensor(m, "embed_tokens.weight") ? "" : "model.";
-    int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
-    if (!(m->layers = (Qwen3Layer *)calloc((size_t)c->n_layers, sizeof *m->layers)))
-        return rx_fail("out of host memory");
-    if (bind(m, where, pre, "embed_tokens.weight", c->vocab_size, h, &m->embed) ||
-        bind(m, where, pre, "norm.weight", h, 0, &m->final_norm)) return -1;
-    for (int l = 0; l < c->n_layers; l++) {
-        Qwen3Layer *L = &m->layers[l];
-        char p[64];
-        snprintf(p, sizeof p, "%slayers.%d.", pre, l);
-        if (bind(m, where, p, "input_layernorm.weight", h, 0, &L->input_norm) ||
-            bind(m, where, p, "self_attn.q_proj.weight", q, h, &L->q_proj) ||
-            bind(m, where, p, "self_attn.k_proj.weight", kv, h, &L->k_proj) ||
-            bind(m, where, p, "self_attn.v_proj.weight", kv, h, &L->v_proj) ||
-            bind(m, where, p, "self_attn.o_proj.weight", h, q, &L->o_proj) ||
-            bind(m, where, p, "self_attn.q_norm.weight", c->head_dim, 0, &L->q_norm) ||
-            bind(m, where, p, "self_attn.k_norm.weight", c->head_dim, 0, &L->k_norm) ||
-            bind(m, where, p, "post_attention_layernorm.weight", h, 0, &L->post_norm) ||
-            bind(m, where, p, "mlp.gate_proj.weight", c->intermediate_size, h, &L->gate_proj) ||
-            bind(m, where, p, "mlp.up_proj.weight", c->intermediate_size, h, &L->up_proj) ||
-            bind(m, where, p, "mlp.down_proj.weight", h, c->intermediate_size, &L->down_proj)) return -1;
-    }
-    /* Tied: the LM head is the embedding, whether or not the file also stores lm_head.weight. */
-    if (c->tie_word_embeddings) m->lm_head = m->embed;
-    else if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
-    return 0;
-}
-
-void qwen3_free(Qwen3Model *m) {
-    ModelPriv *p = (ModelPriv *)m->priv;
-    tensors_free(m->tensors, m->n_tensors);
-    free(m->layers);
-    if (p) {
-        for (int i = 0; i < p->n_files; i++) {
-            if (p->files[i].map) munmap(p->files[i].map, p->files[i].len);
-            free(p->files[i].path);
-        }
-        free(p->files); free(p->owned); free(p);
-    }
-    memset(m, 0, sizeof *m);
-}
-
-/* Maps one safetensors file and appends its tensors to the model's table. */
-static int add_shard(Qwen3Model *m, const char *path) {
-    ModelPriv *p = (ModelPriv *)m->priv;
-    MappedFile *files = (MappedFile *)realloc(p->files, (size_t)(p->n_files + 1) * sizeof *files);
-    if (!files) return rx_fail("out of host memory");
-    p->files = files;
-    MappedFile *mf = &p->files[p->n_files];
-    if (map_file(mf, path)) { free(mf->path); return -1; }
-    p->n_files++;
-    RxTensor *t;
-    int n;
-    if (rx_parse_safetensors((const uint8_t *)mf->map, mf->len, mf->path, &t, &n)) return -1;
-    RxTensor *all = (RxTensor *)realloc(m->tensors, (size_t)(m->n_tensors + n + 1) * sizeof *all);
-    if (!all) { tensors_free(t, n); return rx_fail("out of host memory"); }
-    memcpy(all + m->n_tensors, t, (size_t)n * sizeof *t);
-    free(t);
-    m->tensors = all;
-    m->n_tensors += n;
-    return 0;
-}
-
-int qwen3_load(Qwen3Model *m, const char *dir) {
-    memset(m, 0, sizeof *m);
-    if (!(m->priv = calloc(1, sizeof(ModelPriv)))) return rx_fail("out of host memory");
-    char path[4096];
-    size_t len;
-    char *text;
-    int rc;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!(text = read_text(path, 1 << 20, &len))) goto fail;
-    rc = rx_parse_config(&m->cfg, text, len, path);
-    free(text);
-    if (rc) goto fail;
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (access(path, F_OK) == 0) {                    /* sharded: every shard the index names */
-        char **shards;
-        int n_shards;
-        if (!(text = read_text(path, 64u << 20, &len))) goto fail;
-        rc = rx_parse_shard_index(text, len, path, &shards, &n_shards);
-        free(text);
-        if (rc) goto fail;
-        for (int i = 0; i < n_shards; i++) {
-            char sp[4096];
-            snprintf(sp, sizeof sp, "%s/%s", dir, shards[i]);
-            if (!rc) rc = add_shard(m, sp);
-            free(shards[i]);
-        }
-        free(shards);
-        if (rc) goto fail;
-    } else {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (add_shard(m, path)) goto fail;
-    }
-    qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
-    for (int i = 1; i < m->n_tensors; i++)
-        if (!strcmp(m->tensors[i].name, m->tensors[i - 1].name)) {
-            rx_fail("tensor '%s' appears in both %s and %s", m->tensors[i].name, m->tensors[i - 1].file, m->tensors[i].file);
-            goto fail;
-        }
-    if (bind_model(m, dir)) goto fail;
-    return 0;
-fail:
-    qwen3_free(m);
-    return -1;
-}
-
-static int64_t rx_numel(const RxTensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->rank; i++) n *= t->shape[i];
-    return n;
-}
-
-/* bf16 is the top half of an fp32; fp16 needs its exponent rebiased (and subnormals, infs, NaNs kept). */
-static float bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, u;
-    if (exp == 31) u = sign | 0x7F800000u | man << 13;                           /* inf, NaN */
-    else if (exp) u = sign | (exp + 112) << 23 | man << 13;                      /* normal   */
-    else { float f = ldexpf((float)man, -24); memcpy(&u, &f, 4); u |= sign; }    /* subnormal or zero */
-    float f; memcpy(&f, &u, 4); return f;
-}
-
-/* Converts a tensor of any supported dtype to fp32 (exactly: F16 and BF16 are subsets of F32). memcpy because the
- * data inside a mmap need not be aligned. */
-void rx_tensor_to_f32(const RxTensor *t, float *dst) {
-    int64_t n = rx_numel(t);
-    const uint8_t *s = (const uint8_t *)t->data;
-    if (t->dtype == RX_F32) { memcpy(dst, s, (size_t)n * 4); return; }
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        dst[i] = t->dtype == RX_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-    }
-}
-
-/* splitmix64: a tiny seeded generator, good enough for random weights and tokens. */
-static uint64_t rx_rand(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static float rx_uniform(uint64_t *s, float lo, float hi) { return lo + (hi - lo) * (float)((rx_rand(s) >> 40) * 0x1.0p-24); }
-
-/* A random fp32 model in memory, with the tensor names of a real checkpoint, so the rest of the code cannot tell. */
-int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
-    memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    const Qwen3Config *c = cfg;
-    int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
-            in = c->intermediate_size, v = c->vocab_size;
-    struct { const char *name; int64_t d0, d1; } per_layer[] = {
-        {"input_layernorm.weight", h, 0}, {"self_attn.q_proj.weight", q, h}, {"self_attn.k_proj.weight", kv, h},
-        {"self_attn.v_proj.weight", kv, h}, {"self_attn.o_proj.weight", h, q}, {"self_attn.q_norm.weight", c->head_dim, 0},
-        {"self_attn.k_norm.weight", c->head_dim, 0}, {"post_attention_layernorm.weight", h, 0},
-        {"mlp.gate_proj.weight", in, h}, {"mlp.up_proj.weight", in, h}, {"mlp.down_proj.weight", h, in},
-    };
-    int n_per = (int)(sizeof per_layer / sizeof per_layer[0]);
-    int n = 2 + c->n_layers * n_per + !c->tie_word_embeddings;
-    ModelPriv *p = (ModelPriv *)calloc(1, sizeof *p);
-    m->priv = p;
-    m->tensors = (RxTensor *)calloc((size_t)n, sizeof *m->tensors);
-    if (!p || !m->tensors) { qwen3_free(m); return rx_fail("out of host memory"); }
-    int64_t total = 0;
-    for (int pass = 0; pass < 2; pass++) {        /* pass 0 sizes one allocation, pass 1 fills it */
-        int k = 0;
-        int64_t at = 0;
-        uint64_t rng = seed;
-        for (int i = -2; i < c->n_layers * n_per + !c->tie_word_embeddings; i++, k++) {
-            char name[96];
-            int64_t d0, d1;
-            if (i == -2) { snprintf(name, sizeof name, "model.embed_tokens.weight"); d0 = v; d1 = h; }
-            else if (i == -1) { snprintf(name, sizeof name, "model.norm.weight"); d0 = h; d1 = 0; }
-            else if (i == c->n_layers * n_per) { snprintf(name, sizeof name, "lm_head.weight"); d0 = v; d1 = h; }
-            else {
-                snprintf(name, sizeof name, "model.layers.%d.%s", i / n_per, per_layer[i % n_per].name);
-                d0 = per_layer[i % n_per].d0; d1 = per_layer[i % n_per].d1;
-            }
-            int64_t numel = d0 * (d1 ? d1 : 1);
-            if (pass == 1) {
-                RxTensor *t = &m->tensors[k];
-                float *data = (float *)p->owned + at;
-                if (!(t->name = strdup(name))) { m->n_tensors = k; qwen3_free(m); return rx_fail("out of host memory"); }
-                t->dtype = RX_F32; t->dtype_name = "F32"; t->file = "(random)";
-                t->rank = d1 ? 2 : 1; t->shape[0] = d0; t->shape[1] = d1;
-                t->data = data; t->nbytes = (size_t)numel * 4;
-                /* matrices ~ U(-1/sqrt(in), 1/sqrt(in)) keep activations O(1); norm weights in [0.5, 1.5] so a
-                 * wrong weight-multiply order shows; the embedding ~ U(-1, 1). */
-                float a = d1 ? (i == -2 ? 1.0f : 1.0f / sqrtf((float)d1)) : 0.5f, mid = d1 ? 0.0f : 1.0f;
-                for (int64_t e = 0; e < numel; e++) data[e] = rx_uniform(&rng, mid - a, mid + a);
-                m->n_tensors = k + 1;
-            }
-            at += numel;
-        }
-        total = at;
-        if (pass == 0 && !(p->owned = malloc((size_t)total * sizeof(float)))) {
-            qwen3_free(m);
-            return rx_fail("out of host memory for a random model (%.1f MiB)", total * 4 / 1048576.0);
-        }
-    }
-    qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
-    if (bind_model(m, "(random model)")) { qwen3_free(m); return -1; }
-    return 0;
-}
-
-void qwen3_print_inventory(FILE *out, const Qwen3Model *m) {
-    const Qwen3Config *c = &m->cfg;
-    fprintf(out, "config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
-                 "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
-            c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings, c->tie_word_embeddings ? "yes" : "no");
-    int64_t params = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const RxTensor *t = &m->tensors[i];
-        params += rx_numel(t);
-        if (m->n_tensors <= 40 || i < 12 || i >= m->n_tensors - 4) {
-            fprintf(out, "  %-52s %-5s [", t->name, t->dtype_name);
-            for (int d = 0; d < t->rank; d++) fprintf(out, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-            fprintf(out, "]\n");
-        } else if (i == 12) fprintf(out, "  ... %d more ...\n", m->n_tensors - 16);
-    }
-    fprintf(out, "%d tensors, %.3f B parameters, every tensor the config needs is present with the right shape\n",
-            m->n_tensors, params / 1e9);
-}
-
-/* --------------------------------------------------------------------------------------- batches and tokens files */
-static int batch_alloc(RxBatch *b, int n_seqs, int64_t n_tokens) {
-    memset(b, 0, sizeof *b);
-    if (n_tokens > INT32_MAX) return rx_fail("batch of %lld tokens is too large", (long long)n_tokens);
-    b->n_seqs = n_seqs; b->n_tokens = (int)n_tokens;
-    b->input_ids = (int32_t *)rx_alloc((size_t)n_tokens * 4, "the batch");
-    b->position_ids = (int32_t *)rx_alloc((size_t)n_tokens * 4, "the batch");
-    b->cu_seqlens = (int32_t *)rx_alloc((size_t)(n_seqs + 1) * 4, "the batch");
-    if (!b->input_ids || !b->position_ids || !b->cu_seqlens) { rx_batch_free(b); return -1; }
-    return 0;
-}
-
-int rx_batch_make(RxBatch *b, const int32_t *const *seqs, const int *lens, int n_seqs) {
-    int64_t n = 0;
-    for (int s = 0; s < n_seqs; s++) n += lens[s];
-    if (batch_alloc(b, n_seqs, n)) return -1;
-    int at = 0;
-    b->cu_seqlens[0] = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        for (int i = 0; i < lens[s]; i++, at++) { b->input_ids[at] = seqs[s][i]; b->position_ids[at] = i; }
-        b->cu_seqlens[s + 1] = at;
-    }
-    return 0;
-}
-
-void rx_batch_free(RxBatch *b) {
-    free(b->input_ids); free(b->position_ids); free(b->cu_seqlens);
-    memset(b, 0, sizeof *b);
-}
-
-/* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
-int rx_batch_read(RxBatch *b, const char *path) {
-    size_t len;
-    memset(b, 0, sizeof *b);
-    char *text = read_text(path, 256u << 20, &len);
-    if (!text) return -1;
-    int n_seqs = 0, line = 0, rc = -1;
-    int64_t n_tok = 0;
-    for (int pass = 0; pass < 2; pass++) {          /* pass 0 counts and validates, pass 1 fills */
-        const char *p = text, *end = text + len;
-        int s = 0, at = 0;
-        line = 0;
-        while (p < end) {
-            const char *eol = (const char *)memchr(p, '\n', (size_t)(end - p));
-            if (!eol) eol = end;
-            line++;
-            int count = 0;
-            for (const char *q = p; q < eol;) {
-                if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
-                if (!isdigit((unsigned char)*q)) {
-                    rx_fail("%s:%d: '%c' is not part of a token id (ids are non-negative decimal integers)", path, line, *q);
-                    goto done;
-                }
-                int64_t v = 0;
-                while (q < eol && isdigit((unsigned char)*q)) {
-                    v = v * 10 + (*q++ - '0');
-                    if (v > INT32_MAX) { rx_fail("%s:%d: token id too large", path, line); goto done; }
-                }
-                if (q < eol && *q != ' ' && *q != '\t' && *q != '\r') {
-                    rx_fail("%s:%d: '%c' is not part of a token id (ids are non-negative decimal integers)", path, line, *q);
-                    goto done;
-                }
-                if (pass) { b->input_ids[at] = (int32_t)v; b->position_ids[at] = count; at++; }
-                count++;
-            }
-            if (!count) { rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line); goto done; }
-            if (pass) b->cu_seqlens[++s] = at;
-            else { n_seqs++; n_tok += count; }
-            p = eol + 1;
-        }
-        if (pass == 0) {
-            if (!n_seqs) { rx_fail("%s: no sequences", path); goto done; }
-            if (batch_alloc(b, n_seqs, n_tok)) goto done;
-            b->cu_seqlens[0] = 0;
-        }
-    }
-    rc = 0;
-done:
-    free(text);
-    if (rc) rx_batch_free(b);
-    return rc;
-}
-
-/* The checks every forward makes before touching a weight. */
-static int rx_batch_check(const RxBatch *b, const Qwen3Config *c) {
-    for (int s = 0; s < b->n_seqs; s++)
-        if (b->cu_seqlens[s + 1] <= b->cu_seqlens[s]) return rx_fail("sequence %d is empty", s);
-    for (int i = 0; i < b->n_tokens; i++) {
-        if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
-            return rx_fail("token id %d at batch position %d is outside the vocabulary [0, %d)", b->input_ids[i], i,
-                           c->vocab_size);
-        if (b->position_ids[i] < 0 || b->position_ids[i] >= c->max_position_embeddings)
-            return rx_fail("position %d at batch position %d is beyond max_position_embeddings %d",
-                           b->position_ids[i], i, c->max_position_embeddings);
-    }
-    return 0;
-}
+/* Plumbing the algorithms use, defined with the rest of the plumbing near the bottom of the file. */
+static int rx_fail(const char *fmt, ...);
+static void *rx_alloc(size_t bytes, const char *what);
+static inline double rx_now_ms(void);
+static int64_t rx_numel(const RxTensor *t);
+static int rx_batch_check(const RxBatch *b, const Qwen3Config *c);   /* tokens, positions, cu_seqlens in range */
 
 /* ----------------------------------------------------------------------------------------- the trie (algorithm 2) */
 /* The paper's toy example: sequences [1,2,3] and [1,2,4], ragged as [1,2,3,1,2,4], cu_seqlens [0,3,6].
@@ -2239,6 +1341,917 @@ int gpu_test_gemm(float *, const float *, const float *, int, int, int) { return
 int gpu_test_attention(const float *, const float *, const float *, float *, int, const int32_t *, const int32_t *,
                        const int32_t *, int, int, int, int, int) { return no_gpu(); }
 #endif /* RADIXMLP_HOST_ONLY */
+
+
+/* ------------------------------------------------------------------------------------------------------------ errors */
+/* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */
+static char rx_err_buf[1024];
+const char *radix_error(void) { return rx_err_buf; }
+
+static int rx_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rx_err_buf, sizeof rx_err_buf, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static inline double rx_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* malloc that reports what did not fit; callers check for NULL. */
+static void *rx_alloc(size_t bytes, const char *what) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) rx_fail("out of host memory allocating %s (%.1f MiB)", what, bytes / 1048576.0);
+    return p;
+}
+
+/* ------------------------------------------------------------------------------------------------------ json reader */
+/* A small strict JSON reader, just enough for safetensors headers, config.json and the shard index. It builds a flat
+ * array of values; arrays and objects link their elements through child/next indices. Strings are unescaped into one
+ * buffer no longer than the input (an unescaped string plus its NUL never outgrows its quoted source). */
+typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } JType;
+typedef struct {
+    JType type;
+    int child, next, count;      /* first element/member, next sibling, number of elements/members   */
+    size_t key, str, str_len;    /* offsets into Json.strs: member key, string value (NUL-terminated) */
+    double num;                  /* every number                                                      */
+    int is_uint;                 /* a non-negative integer literal that fits in uint64_t: then u       */
+    uint64_t u;
+    int boolean;
+} JVal;
+
+typedef struct {
+    JVal *v; int n, cap;
+    char *strs; size_t strs_len;
+    const char *p, *end;
+    int depth;
+} Json;
+
+#define JSON_MAX_DEPTH 64
+
+static int json_skip_ws(Json *j) {
+    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
+    return j->p < j->end;
+}
+
+static int json_new(Json *j, JType t) {
+    if (j->n == j->cap) {
+        int cap = j->cap ? 2 * j->cap : 64;
+        JVal *v = (JVal *)realloc(j->v, (size_t)cap * sizeof(JVal));
+        if (!v) return -1;
+        j->v = v; j->cap = cap;
+    }
+    JVal *x = &j->v[j->n];
+    memset(x, 0, sizeof *x);
+    x->type = t; x->child = x->next = -1;
+    return j->n++;
+}
+
+static void utf8_put(Json *j, uint32_t c) {
+    char *o = j->strs + j->strs_len;
+    if (c < 0x80) { o[0] = (char)c; j->strs_len += 1; }
+    else if (c < 0x800) { o[0] = (char)(0xC0 | c >> 6); o[1] = (char)(0x80 | (c & 63)); j->strs_len += 2; }
+    else if (c < 0x10000) { o[0] = (char)(0xE0 | c >> 12); o[1] = (char)(0x80 | ((c >> 6) & 63));
+                            o[2] = (char)(0x80 | (c & 63)); j->strs_len += 3; }
+    else { o[0] = (char)(0xF0 | c >> 18); o[1] = (char)(0x80 | ((c >> 12) & 63));
+           o[2] = (char)(0x80 | ((c >> 6) & 63)); o[3] = (char)(0x80 | (c & 63)); j->strs_len += 4; }
+}
+
+static int json_hex4(Json *j, uint32_t *c) {
+    if (j->end - j->p < 4) return -1;
+    *c = 0;
+    for (int i = 0; i < 4; i++) {
+        char h = *j->p++;
+        int d = isdigit((unsigned char)h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+              : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        *c = *c * 16 + (uint32_t)d;
+    }
+    return 0;
+}
+
+/* Parses a string at j->p (on the opening quote); returns its offset in strs, or (size_t)-1. */
+static size_t json_string(Json *j, size_t *len) {
+    size_t start = j->strs_len;
+    j->p++;
+    while (j->p < j->end && *j->p != '"') {
+        unsigned char ch = (unsigned char)*j->p++;
+        if (ch < 0x20) return (size_t)-1;                       /* raw control characters are not JSON */
+        if (ch != '\\') { j->strs[j->strs_len++] = (char)ch; continue; }
+        if (j->p >= j->end) return (size_t)-1;
+        char e = *j->p++;
+        uint32_t c;
+        switch (e) {
+        case '"': case '\\': case '/': j->strs[j->strs_len++] = e; break;
+        case 'b': j->strs[j->strs_len++] = '\b'; break;
+        case 'f': j->strs[j->strs_len++] = '\f'; break;
+        case 'n': j->strs[j->strs_len++] = '\n'; break;
+        case 'r': j->strs[j->strs_len++] = '\r'; break;
+        case 't': j->strs[j->strs_len++] = '\t'; break;
+        case 'u':
+            if (json_hex4(j, &c)) return (size_t)-1;
+            if (c >= 0xDC00 && c <= 0xDFFF) return (size_t)-1;  /* lone trailing surrogate */
+            if (c >= 0xD800 && c <= 0xDBFF) {                   /* a pair: \uD8xx\uDCxx     */
+                uint32_t lo;
+                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return (size_t)-1;
+                j->p += 2;
+                if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return (size_t)-1;
+                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+            }
+            utf8_put(j, c);
+            break;
+        default: return (size_t)-1;
+        }
+    }
+    if (j->p >= j->end) return (size_t)-1;
+    j->p++;                                                     /* closing quote */
+    *len = j->strs_len - start;
+    j->strs[j->strs_len++] = '\0';
+    return start;
+}
+
+static int json_number(Json *j, JVal *x) {
+    const char *s = j->p;
+    int is_int = 1;
+    if (j->p < j->end && *j->p == '-') j->p++;
+    if (j->p >= j->end || !isdigit((unsigned char)*j->p)) return -1;
+    if (*j->p == '0') j->p++;
+    else while (j->p < j->end && isdigit((unsigned char)*j->p)) j->p++;
+    if (j->p < j->end && *j->p == '.') {
+        is_int = 0; j->p++;
+        if (j->p >= j->end || !isdigit((unsigned char)*j->p)) return -1;
+        while (j->p < j->end && isdigit((unsigned char)*j->p)) j->p++;
+    }
+    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
+        is_int = 0; j->p++;
+        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
+        if (j->p >= j->end || !isdigit((unsigned char)*j->p)) return -1;
+        while (j->p < j->end && isdigit((unsigned char)*j->p)) j->p++;
+    }
+    char buf[128];
+    size_t n = (size_t)(j->p - s);
+    if (n >= sizeof buf) return -1;                             /* no real config needs a longer literal */
+    memcpy(buf, s, n); buf[n] = '\0';
+    x->num = strtod(buf, NULL);
+    if (is_int && s[0] != '-') {                                /* exact unsigned value, overflow detected */
+        uint64_t u = 0;
+        x->is_uint = 1;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t d = (uint64_t)(buf[i] - '0');
+            if (u > (UINT64_MAX - d) / 10) { x->is_uint = 0; break; }
+            u = u * 10 + d;
+        }
+        x->u = u;
+    }
+    return 0;
+}
+
+static int json_value(Json *j);
+
+/* Parses the elements of an array or the members of an object; j->p is past the opening bracket. */
+static int json_container(Json *j, int self, char close) {
+    int last = -1, is_obj = close == '}';
+    if (!json_skip_ws(j)) return -1;
+    if (*j->p == close) { j->p++; return 0; }
+    for (;;) {
+        size_t key = 0, klen;
+        if (is_obj) {
+            if (!json_skip_ws(j) || *j->p != '"') return -1;
+            if ((key = json_string(j, &klen)) == (size_t)-1) return -1;
+            if (!json_skip_ws(j) || *j->p != ':') return -1;
+            j->p++;
+        }
+        int child = json_value(j);
+        if (child < 0) return -1;
+        j->v[child].key = key;
+        if (last < 0) j->v[self].child = child; else j->v[last].next = child;
+        last = child;
+        j->v[self].count++;
+        if (!json_skip_ws(j)) return -1;
+        if (*j->p == ',') { j->p++; continue; }
+        if (*j->p == close) { j->p++; return 0; }
+        return -1;
+    }
+}
+
+static int json_value(Json *j) {
+    if (!json_skip_ws(j)) return -1;
+    char c = *j->p;
+    int self;
+    if (c == '{' || c == '[') {
+        if (++j->depth > JSON_MAX_DEPTH) return -1;
+        if ((self = json_new(j, c == '{' ? J_OBJ : J_ARR)) < 0) return -1;
+        j->p++;
+        if (json_container(j, self, c == '{' ? '}' : ']')) return -1;
+        j->depth--;
+        return self;
+    }
+    if (c == '"') {
+        size_t len;
+        if ((self = json_new(j, J_STR)) < 0) return -1;
+        size_t off = json_string(j, &len);
+        if (off == (size_t)-1) return -1;
+        j->v[self].str = off; j->v[self].str_len = len;
+        return self;
+    }
+    if (c == '-' || isdigit((unsigned char)c)) {
+        if ((self = json_new(j, J_NUM)) < 0) return -1;
+        return json_number(j, &j->v[self]) ? -1 : self;
+    }
+    static const char *words[3] = {"true", "false", "null"};
+    for (int w = 0; w < 3; w++) {
+        size_t n = strlen(words[w]);
+        if ((size_t)(j->end - j->p) >= n && !memcmp(j->p, words[w], n)) {
+            if ((self = json_new(j, w == 2 ? J_NULL : J_BOOL)) < 0) return -1;
+            j->v[self].boolean = w == 0;
+            j->p += n;
+            return self;
+        }
+    }
+    return -1;
+}
+
+static void json_free(Json *j) { free(j->v); free(j->strs); memset(j, 0, sizeof *j); }
+
+/* Parses text[0..len) into j; the root is value 0. On error, says where. */
+static int json_parse(Json *j, const char *text, size_t len, const char *file) {
+    memset(j, 0, sizeof *j);
+    j->p = text; j->end = text + len;
+    if (!(j->strs = (char *)malloc(len + 1))) return rx_fail("%s: out of host memory parsing JSON", file);
+    int root = json_value(j);
+    if (root < 0 || json_skip_ws(j)) {
+        int too_deep = j->depth > JSON_MAX_DEPTH;
+        size_t at = (size_t)(j->p - text);
+        json_free(j);
+        if (too_deep) return rx_fail("%s: JSON nested deeper than %d levels", file, JSON_MAX_DEPTH);
+        return rx_fail("%s: invalid JSON near byte %zu", file, at);
+    }
+    return 0;
+}
+
+static const char *jkey(const Json *j, int v) { return j->strs + j->v[v].key; }
+static const char *jstr(const Json *j, int v) { return j->strs + j->v[v].str; }
+
+/* The member `key` of object `obj`, or -1. */
+static int jget(const Json *j, int obj, const char *key) {
+    if (obj < 0 || j->v[obj].type != J_OBJ) return -1;
+    for (int c = j->v[obj].child; c >= 0; c = j->v[c].next)
+        if (!strcmp(jkey(j, c), key)) return c;
+    return -1;
+}
+
+/* Checks that text is UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), as the safetensors reader does. */
+static int utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!len || i + (size_t)len > n) return 0;
+        uint32_t cp = len == 1 ? c : len == 2 ? (c & 31u) : len == 3 ? (c & 15u) : (c & 7u);
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + k] & 63u);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
+/* -------------------------------------------------------------------------------------------------- safetensors */
+/* File layout: [8 bytes: header length H, u64 LE][H bytes: JSON header][byte buffer]. Every tensor's data_offsets
+ * are [begin, end) in the byte buffer. We validate exactly what the official reader validates, so that a
+ * checkpoint we accept is one it accepts, and every offset we later use lies inside the file. */
+static const struct { const char *name; int size; RxDtype dt; } st_dtypes[] = {
+    {"BOOL", 1, RX_OTHER_DTYPE}, {"U8", 1, RX_OTHER_DTYPE},  {"I8", 1, RX_OTHER_DTYPE},
+    {"F8_E5M2", 1, RX_OTHER_DTYPE}, {"F8_E4M3", 1, RX_OTHER_DTYPE}, {"I16", 2, RX_OTHER_DTYPE},
+    {"U16", 2, RX_OTHER_DTYPE}, {"F16", 2, RX_F16}, {"BF16", 2, RX_BF16}, {"I32", 4, RX_OTHER_DTYPE},
+    {"U32", 4, RX_OTHER_DTYPE}, {"F32", 4, RX_F32}, {"F64", 8, RX_OTHER_DTYPE}, {"I64", 8, RX_OTHER_DTYPE},
+    {"U64", 8, RX_OTHER_DTYPE},
+};
+#define ST_MAX_HEADER 100000000ull
+
+typedef struct { uint64_t begin, end; int idx; } StSpan;
+
+static int span_cmp(const void *a, const void *b) {
+    const StSpan *x = (const StSpan *)a, *y = (const StSpan *)b;
+    return x->begin != y->begin ? (x->begin < y->begin ? -1 : 1) : x->end != y->end ? (x->end < y->end ? -1 : 1) : 0;
+}
+static int tensor_name_cmp(const void *a, const void *b) {
+    return strcmp(((const RxTensor *)a)->name, ((const RxTensor *)b)->name);
+}
+
+static void tensors_free(RxTensor *t, int n) {
+    for (int i = 0; i < n; i++) free(t[i].name);
+    free(t);
+}
+
+/* Checks each tensor entry of a parsed header and fills t[0..*n) (names owned by t) and spans[0..*n). */
+static int st_entries(const Json *j, const char *file, RxTensor *t, StSpan *spans, int *n) {
+    for (int m = j->v[0].child; m >= 0; m = j->v[m].next) {
+        const char *name = jkey(j, m);
+        if (!strcmp(name, "__metadata__")) {            /* optional {string: string} */
+            int ok = j->v[m].type == J_OBJ;
+            for (int c = ok ? j->v[m].child : -1; c >= 0; c = j->v[c].next) ok &= j->v[c].type == J_STR;
+            if (!ok) return rx_fail("%s: __metadata__ must map strings to strings", file);
+            continue;
+        }
+        int dt = jget(j, m, "dtype"), sh = jget(j, m, "shape"), off = jget(j, m, "data_offsets");
+        if (dt < 0 || sh < 0 || off < 0 || j->v[dt].type != J_STR || j->v[sh].type != J_ARR ||
+            j->v[off].type != J_ARR || j->v[off].count != 2)
+            return rx_fail("%s: tensor '%s' needs \"dtype\", \"shape\" and two \"data_offsets\"", file, name);
+        RxTensor *x = &t[*n];
+        if (!(x->name = strdup(name))) return rx_fail("%s: out of host memory", file);
+        (*n)++;
+        x->file = file;
+        int size = 0;
+        for (size_t d = 0; d < sizeof st_dtypes / sizeof st_dtypes[0]; d++)
+            if (!strcmp(jstr(j, dt), st_dtypes[d].name)) {
+                size = st_dtypes[d].size; x->dtype = st_dtypes[d].dt; x->dtype_name = st_dtypes[d].name;
+            }
+        if (!size) return rx_fail("%s: tensor '%s' has unknown dtype \"%s\"", file, name, jstr(j, dt));
+        if (j->v[sh].count > RX_MAX_RANK)
+            return rx_fail("%s: tensor '%s' has rank %d, more than %d", file, name, j->v[sh].count, RX_MAX_RANK);
+        uint64_t bytes_needed = (uint64_t)size;     /* product(shape) * dtype size, overflow checked */
+        for (int c = j->v[sh].child; c >= 0; c = j->v[c].next) {
+            if (j->v[c].type != J_NUM || !j->v[c].is_uint)
+                return rx_fail("%s: tensor '%s' has a shape entry that is not a non-negative integer", file, name);
+            uint64_t d = j->v[c].u;
+            if (d && bytes_needed > UINT64_MAX / d)
+                return rx_fail("%s: tensor '%s' has a shape whose byte size overflows 64 bits", file, name);
+            bytes_needed *= d;
+            x->shape[x->rank++] = (int64_t)(d > INT64_MAX ? INT64_MAX : d);
+        }
+        int b = j->v[off].child, e = j->v[b].next;
+        if (j->v[b].type != J_NUM || !j->v[b].is_uint || j->v[e].type != J_NUM || !j->v[e].is_uint)
+            return rx_fail("%s: tensor '%s' has data_offsets that are not non-negative integers", file, name);
+        uint64_t begin = j->v[b].u, end = j->v[e].u;
+        if (end < begin)
+            return rx_fail("%s: tensor '%s' has data_offsets end %llu before begin %llu", file, name,
+                           (unsigned long long)end, (unsigned long long)begin);
+        if (end - begin != bytes_needed)
+            return rx_fail("%s: tensor '%s' spans %llu bytes but its shape and dtype need %llu", file, name,
+                           (unsigned long long)(end - begin), (unsigned long long)bytes_needed);
+        spans[*n - 1] = (StSpan){begin, end, *n - 1};
+    }
+    return 0;
+}
+
+/* The tensors, sorted by offset, must tile the byte buffer exactly: no gap, no overlap, nothing after. Then each
+ * tensor gets its data pointer, and the table is sorted by name (duplicates rejected). */
+static int st_tile(const uint8_t *buf, uint64_t buf_len, const char *file, RxTensor *t, StSpan *spans, int n) {
+    qsort(spans, (size_t)n, sizeof *spans, span_cmp);
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (spans[i].begin != at)
+            return rx_fail("%s: tensor '%s' starts at byte %llu of the data, expected %llu (%s)", file,
+                           t[spans[i].idx].name, (unsigned long long)spans[i].begin, (unsigned long long)at,
+                           spans[i].begin > at ? "a gap" : "an overlap");
+        at = spans[i].end;
+        t[spans[i].idx].data = buf + spans[i].begin;
+        t[spans[i].idx].nbytes = (size_t)(spans[i].end - spans[i].begin);
+    }
+    if (at != buf_len)
+        return rx_fail("%s: the tensors cover %llu data bytes but the file holds %llu (%s)", file,
+                       (unsigned long long)at, (unsigned long long)buf_len, at < buf_len ? "trailing bytes" : "truncated file");
+    qsort(t, (size_t)n, sizeof *t, tensor_name_cmp);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(t[i].name, t[i - 1].name)) return rx_fail("%s: duplicate tensor '%s'", file, t[i].name);
+    return 0;
+}
+
+/* Parses and validates one safetensors file held in memory. Tensors come back sorted by name, data pointing
+ * into `bytes`. */
+int rx_parse_safetensors(const uint8_t *bytes, size_t len, const char *file, RxTensor **out, int *n_out) {
+    *out = NULL; *n_out = 0;
+    if (len < 8) return rx_fail("%s: file is %zu bytes, shorter than the 8-byte safetensors header length", file, len);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | bytes[i];
+    if (hlen > ST_MAX_HEADER)
+        return rx_fail("%s: header length %llu exceeds the 100000000-byte limit", file, (unsigned long long)hlen);
+    if (hlen > len - 8)
+        return rx_fail("%s: header length %llu points beyond the end of the %zu-byte file",
+                       file, (unsigned long long)hlen, len);
+    const char *text = (const char *)bytes + 8;
+    if (!utf8_valid((const uint8_t *)text, hlen)) return rx_fail("%s: header is not valid UTF-8", file);
+    Json j;
+    if (json_parse(&j, text, hlen, file)) return -1;
+    int n = 0, count = j.v[0].count;
+    RxTensor *t = NULL;
+    StSpan *spans = NULL;
+    int rc = j.v[0].type != J_OBJ ? rx_fail("%s: header is not a JSON object", file) : 0;
+    if (!rc && (!(t = (RxTensor *)calloc((size_t)count + 1, sizeof *t)) ||
+                !(spans = (StSpan *)calloc((size_t)count + 1, sizeof *spans))))
+        rc = rx_fail("%s: out of host memory reading the header", file);
+    if (!rc) rc = st_entries(&j, file, t, spans, &n);
+    json_free(&j);
+    if (!rc) rc = st_tile(bytes + 8 + hlen, len - 8 - hlen, file, t, spans, n);
+    free(spans);
+    if (rc) { tensors_free(t, n); return -1; }
+    *out = t; *n_out = n;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- config and shard index */
+/* An integer field of config.json in [lo, hi]; absent: *out = dflt, or an error when dflt < 0. */
+static int cfg_int(const Json *j, const char *key, int dflt, int lo, int hi, int *out, const char *file) {
+    int v = jget(j, 0, key);
+    if (v < 0 || j->v[v].type == J_NULL) {
+        if (dflt < 0) return rx_fail("%s: missing \"%s\"", file, key);
+        if (dflt < lo || dflt > hi)             /* a default computed from other fields: head_dim = hidden/heads */
+            return rx_fail("%s: \"%s\" is missing and its default, %d, is not in [%d, %d]", file, key, dflt, lo, hi);
+        *out = dflt;
+        return 0;
+    }
+    if (j->v[v].type != J_NUM || !j->v[v].is_uint || j->v[v].u < (uint64_t)lo || j->v[v].u > (uint64_t)hi)
+        return rx_fail("%s: \"%s\" must be an integer in [%d, %d]", file, key, lo, hi);
+    *out = (int)j->v[v].u;
+    return 0;
+}
+
+static int cfg_num(const Json *j, int obj, const char *key, double dflt, double lo, double hi, double *out,
+                   const char *file) {
+    int v = jget(j, obj, key);
+    if (v < 0) { *out = dflt; return 0; }
+    if (j->v[v].type != J_NUM || !(j->v[v].num > lo && j->v[v].num < hi))
+        return rx_fail("%s: \"%s\" must be a number in (%g, %g)", file, key, lo, hi);
+    *out = j->v[v].num;
+    return 0;
+}
+
+static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
+    if (j->v[0].type != J_OBJ) return rx_fail("%s: not a JSON object", file);
+    /* Limits far above any real Qwen3 but low enough that sizes computed from them cannot overflow. */
+    if (cfg_int(j, "vocab_size", -1, 1, 1 << 22, &c->vocab_size, file) ||
+        cfg_int(j, "hidden_size", -1, 1, 1 << 16, &c->hidden_size, file) ||
+        cfg_int(j, "intermediate_size", -1, 1, 1 << 18, &c->intermediate_size, file) ||
+        cfg_int(j, "num_hidden_layers", -1, 1, 1024, &c->n_layers, file) ||
+        cfg_int(j, "num_attention_heads", -1, 1, 1024, &c->n_heads, file) ||
+        cfg_int(j, "num_key_value_heads", c->n_heads, 1, 1024, &c->n_kv_heads, file) ||
+        cfg_int(j, "max_position_embeddings", 32768, 1, 1 << 24, &c->max_position_embeddings, file))
+        return -1;
+    /* head_dim is its own field in Qwen3 (0.6B: 128, while hidden/heads = 64); HF falls back to hidden/heads. */
+    if (cfg_int(j, "head_dim", c->hidden_size / c->n_heads, 2, 1024, &c->head_dim, file)) return -1;
+    if (c->head_dim % 2) return rx_fail("%s: \"head_dim\" must be even for rotate-half RoPE", file);
+    if (c->n_heads % c->n_kv_heads)
+        return rx_fail("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", file, c->n_heads,
+                       c->n_kv_heads);
+    /* rope_theta at the top level, or inside rope_parameters in newer transformers versions. */
+    int rp = jget(j, 0, "rope_parameters");
+    if (cfg_num(j, 0, "rope_theta", 10000.0, 1.0, 1e12, &c->rope_theta, file) ||
+        cfg_num(j, rp, "rope_theta", c->rope_theta, 1.0, 1e12, &c->rope_theta, file) ||
+        cfg_num(j, 0, "rms_norm_eps", 1e-6, 0.0, 1.0, &c->rms_norm_eps, file))
+        return -1;
+    int rs = jget(j, 0, "rope_scaling"), rt = jget(j, rp, "rope_type");
+    if ((rs >= 0 && j->v[rs].type != J_NULL) || (rt >= 0 && (j->v[rt].type != J_STR || strcmp(jstr(j, rt), "default"))))
+        return rx_fail("%s: only the default RoPE is supported (found rope_scaling or a rope_type)", file);
+    int sw = jget(j, 0, "use_sliding_window"), tie = jget(j, 0, "tie_word_embeddings");
+    if (sw >= 0 && j->v[sw].type == J_BOOL && j->v[sw].boolean)
+        return rx_fail("%s: use_sliding_window is true; only full causal attention is supported", file);
+    if (tie >= 0 && j->v[tie].type != J_BOOL) return rx_fail("%s: tie_word_embeddings must be true or false", file);
+    c->tie_word_embeddings = tie >= 0 && j->v[tie].boolean;
+    return 0;
+}
+
+int rx_parse_config(Qwen3Config *c, const char *json, size_t len, const char *file) {
+    Json j;
+    memset(c, 0, sizeof *c);
+    if (json_parse(&j, json, len, file)) return -1;
+    int rc = config_fields(&j, c, file);
+    json_free(&j);
+    return rc;
+}
+
+/* model.safetensors.index.json: {"weight_map": {"tensor name": "shard file", ...}}. Returns the distinct shard
+ * names, each checked to be a plain file name in the model folder (no "../x", no "/abs"). */
+int rx_parse_shard_index(const char *json, size_t len, const char *file, char ***shards, int *n_shards) {
+    Json j;
+    *shards = NULL; *n_shards = 0;
+    if (json_parse(&j, json, len, file)) return -1;
+    int wm = jget(&j, 0, "weight_map"), n = 0, rc = -1;
+    char **out = NULL;
+    if (wm < 0 || j.v[wm].type != J_OBJ || j.v[wm].count == 0) {
+        rx_fail("%s: needs a non-empty \"weight_map\" object", file); goto done;
+    }
+    if (!(out = (char **)calloc((size_t)j.v[wm].count, sizeof *out))) { rx_fail("%s: out of host memory", file); goto done; }
+    for (int m = j.v[wm].child; m >= 0; m = j.v[m].next) {
+        if (j.v[m].type != J_STR) { rx_fail("%s: weight_map entry '%s' is not a file name", file, jkey(&j, m)); goto done; }
+        const char *s = jstr(&j, m);
+        if (!s[0] || strchr(s, '/') || strchr(s, '\\') || !strcmp(s, ".") || !strcmp(s, "..") ||
+            strlen(s) != j.v[m].str_len) {
+            rx_fail("%s: shard name \"%s\" for tensor '%s' is not a plain file name in the model folder", file, s,
+                    jkey(&j, m)); goto done;
+        }
+        int seen = 0;
+        for (int i = 0; i < n && !seen; i++) seen = !strcmp(out[i], s);
+        if (!seen && !(out[n++] = strdup(s))) { rx_fail("%s: out of host memory", file); goto done; }
+    }
+    *shards = out; *n_shards = n; out = NULL;
+    rc = 0;
+done:
+    if (out) { for (int i = 0; i < n; i++) free(out[i]); free(out); }
+    json_free(&j);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------------ loading a model */
+typedef struct { void *map; size_t len; char *path; } MappedFile;
+typedef struct { MappedFile *files; int n_files; void *owned; } ModelPriv;
+
+/* Reads a whole (small) text file; at most max_bytes. */
+static char *read_text(const char *path, size_t max_bytes, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { rx_fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
+    char *buf = (char *)malloc(max_bytes + 1);
+    size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    if (!buf || err || n > max_bytes) {
+        free(buf);
+        rx_fail(!buf ? "%s: out of host memory" : err ? "%s: read error" : "%s: larger than %zu bytes", path, max_bytes);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static int map_file(MappedFile *mf, const char *path) {
+    memset(mf, 0, sizeof *mf);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
+    mf->len = (size_t)st.st_size;
+    if (mf->len) {              /* mmap of 0 bytes fails; an empty file is rejected by the parser instead */
+        mf->map = mmap(NULL, mf->len, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (mf->map == MAP_FAILED) { mf->map = NULL; close(fd); return rx_fail("%s: mmap failed: %s", path, strerror(errno)); }
+    }
+    close(fd);
+    if (!(mf->path = strdup(path))) return rx_fail("%s: out of host memory", path);
+    return 0;
+}
+
+static const RxTensor *find_tensor(const Qwen3Model *m, const char *name) {
+    RxTensor key;
+    key.name = (char *)name;
+    return (const RxTensor *)bsearch(&key, m->tensors, (size_t)m->n_tensors, sizeof key, tensor_name_cmp);
+}
+
+/* Looks up prefix+name and checks its dtype and that its shape is [d0] or [d0, d1] as config.json implies. */
+static int bind(const Qwen3Model *m, const char *where, const char *prefix, const char *name, int64_t d0,
+                int64_t d1, const RxTensor **out) {
+    char full[256];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    const RxTensor *t = find_tensor(m, full);
+    if (!t) return rx_fail("%s: missing tensor '%s'", where, full);
+    if (t->dtype == RX_OTHER_DTYPE)
+        return rx_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", t->file, full, t->dtype_name);
+    int rank = d1 ? 2 : 1;
+    if (t->rank != rank || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
+        char got[128] = "", want[64];
+        for (int i = 0; i < t->rank; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+        if (d1) snprintf(want, sizeof want, "%lld, %lld", (long long)d0, (long long)d1);
+        else snprintf(want, sizeof want, "%lld", (long long)d0);
+        return rx_fail("%s: tensor '%s' has shape [%s] but config.json implies [%s]", t->file, full, got, want);
+    }
+    *out = t;
+    return 0;
+}
+
+/* Points every weight of the model at its tensor, validating names, dtypes and shapes against the config. */
+static int bind_model(Qwen3Model *m, const char *where) {
+    const Qwen3Config *c = &m->cfg;
+    /* Qwen3ForCausalLM writes "model.layers..."; Qwen3-Embedding checkpoints use flat names "layers...". */
+    const char *pre = find_tensor(m, "model.embed_tokens.weight") ? "model." : find_tensor(m, "embed_tokens.weight") ? "" : "model.";
+    int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
+    if (!(m->layers = (Qwen3Layer *)calloc((size_t)c->n_layers, sizeof *m->layers)))
+        return rx_fail("out of host memory");
+    if (bind(m, where, pre, "embed_tokens.weight", c->vocab_size, h, &m->embed) ||
+        bind(m, where, pre, "norm.weight", h, 0, &m->final_norm)) return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        Qwen3Layer *L = &m->layers[l];
+        char p[64];
+        snprintf(p, sizeof p, "%slayers.%d.", pre, l);
+        if (bind(m, where, p, "input_layernorm.weight", h, 0, &L->input_norm) ||
+            bind(m, where, p, "self_attn.q_proj.weight", q, h, &L->q_proj) ||
+            bind(m, where, p, "self_attn.k_proj.weight", kv, h, &L->k_proj) ||
+            bind(m, where, p, "self_attn.v_proj.weight", kv, h, &L->v_proj) ||
+            bind(m, where, p, "self_attn.o_proj.weight", h, q, &L->o_proj) ||
+            bind(m, where, p, "self_attn.q_norm.weight", c->head_dim, 0, &L->q_norm) ||
+            bind(m, where, p, "self_attn.k_norm.weight", c->head_dim, 0, &L->k_norm) ||
+            bind(m, where, p, "post_attention_layernorm.weight", h, 0, &L->post_norm) ||
+            bind(m, where, p, "mlp.gate_proj.weight", c->intermediate_size, h, &L->gate_proj) ||
+            bind(m, where, p, "mlp.up_proj.weight", c->intermediate_size, h, &L->up_proj) ||
+            bind(m, where, p, "mlp.down_proj.weight", h, c->intermediate_size, &L->down_proj)) return -1;
+    }
+    /* Tied: the LM head is the embedding, whether or not the file also stores lm_head.weight. */
+    if (c->tie_word_embeddings) m->lm_head = m->embed;
+    else if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
+    return 0;
+}
+
+void qwen3_free(Qwen3Model *m) {
+    ModelPriv *p = (ModelPriv *)m->priv;
+    tensors_free(m->tensors, m->n_tensors);
+    free(m->layers);
+    if (p) {
+        for (int i = 0; i < p->n_files; i++) {
+            if (p->files[i].map) munmap(p->files[i].map, p->files[i].len);
+            free(p->files[i].path);
+        }
+        free(p->files); free(p->owned); free(p);
+    }
+    memset(m, 0, sizeof *m);
+}
+
+/* Maps one safetensors file and appends its tensors to the model's table. */
+static int add_shard(Qwen3Model *m, const char *path) {
+    ModelPriv *p = (ModelPriv *)m->priv;
+    MappedFile *files = (MappedFile *)realloc(p->files, (size_t)(p->n_files + 1) * sizeof *files);
+    if (!files) return rx_fail("out of host memory");
+    p->files = files;
+    MappedFile *mf = &p->files[p->n_files];
+    if (map_file(mf, path)) { free(mf->path); return -1; }
+    p->n_files++;
+    RxTensor *t;
+    int n;
+    if (rx_parse_safetensors((const uint8_t *)mf->map, mf->len, mf->path, &t, &n)) return -1;
+    RxTensor *all = (RxTensor *)realloc(m->tensors, (size_t)(m->n_tensors + n + 1) * sizeof *all);
+    if (!all) { tensors_free(t, n); return rx_fail("out of host memory"); }
+    memcpy(all + m->n_tensors, t, (size_t)n * sizeof *t);
+    free(t);
+    m->tensors = all;
+    m->n_tensors += n;
+    return 0;
+}
+
+int qwen3_load(Qwen3Model *m, const char *dir) {
+    memset(m, 0, sizeof *m);
+    if (!(m->priv = calloc(1, sizeof(ModelPriv)))) return rx_fail("out of host memory");
+    char path[4096];
+    size_t len;
+    char *text;
+    int rc;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!(text = read_text(path, 1 << 20, &len))) goto fail;
+    rc = rx_parse_config(&m->cfg, text, len, path);
+    free(text);
+    if (rc) goto fail;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (access(path, F_OK) == 0) {                    /* sharded: every shard the index names */
+        char **shards;
+        int n_shards;
+        if (!(text = read_text(path, 64u << 20, &len))) goto fail;
+        rc = rx_parse_shard_index(text, len, path, &shards, &n_shards);
+        free(text);
+        if (rc) goto fail;
+        for (int i = 0; i < n_shards; i++) {
+            char sp[4096];
+            snprintf(sp, sizeof sp, "%s/%s", dir, shards[i]);
+            if (!rc) rc = add_shard(m, sp);
+            free(shards[i]);
+        }
+        free(shards);
+        if (rc) goto fail;
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        if (add_shard(m, path)) goto fail;
+    }
+    qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
+    for (int i = 1; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, m->tensors[i - 1].name)) {
+            rx_fail("tensor '%s' appears in both %s and %s", m->tensors[i].name, m->tensors[i - 1].file, m->tensors[i].file);
+            goto fail;
+        }
+    if (bind_model(m, dir)) goto fail;
+    return 0;
+fail:
+    qwen3_free(m);
+    return -1;
+}
+
+static int64_t rx_numel(const RxTensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->shape[i];
+    return n;
+}
+
+/* bf16 is the top half of an fp32; fp16 needs its exponent rebiased (and subnormals, infs, NaNs kept). */
+static float bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static float f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 31, man = h & 1023, u;
+    if (exp == 31) u = sign | 0x7F800000u | man << 13;                           /* inf, NaN */
+    else if (exp) u = sign | (exp + 112) << 23 | man << 13;                      /* normal   */
+    else { float f = ldexpf((float)man, -24); memcpy(&u, &f, 4); u |= sign; }    /* subnormal or zero */
+    float f; memcpy(&f, &u, 4); return f;
+}
+
+/* Converts a tensor of any supported dtype to fp32 (exactly: F16 and BF16 are subsets of F32). memcpy because the
+ * data inside a mmap need not be aligned. */
+void rx_tensor_to_f32(const RxTensor *t, float *dst) {
+    int64_t n = rx_numel(t);
+    const uint8_t *s = (const uint8_t *)t->data;
+    if (t->dtype == RX_F32) { memcpy(dst, s, (size_t)n * 4); return; }
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        dst[i] = t->dtype == RX_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+}
+
+/* splitmix64: a tiny seeded generator, good enough for random weights and tokens. */
+static uint64_t rx_rand(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rx_uniform(uint64_t *s, float lo, float hi) { return lo + (hi - lo) * (float)((rx_rand(s) >> 40) * 0x1.0p-24); }
+
+/* A random fp32 model in memory, with the tensor names of a real checkpoint, so the rest of the code cannot tell. */
+int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    const Qwen3Config *c = cfg;
+    int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
+            in = c->intermediate_size, v = c->vocab_size;
+    struct { const char *name; int64_t d0, d1; } per_layer[] = {
+        {"input_layernorm.weight", h, 0}, {"self_attn.q_proj.weight", q, h}, {"self_attn.k_proj.weight", kv, h},
+        {"self_attn.v_proj.weight", kv, h}, {"self_attn.o_proj.weight", h, q}, {"self_attn.q_norm.weight", c->head_dim, 0},
+        {"self_attn.k_norm.weight", c->head_dim, 0}, {"post_attention_layernorm.weight", h, 0},
+        {"mlp.gate_proj.weight", in, h}, {"mlp.up_proj.weight", in, h}, {"mlp.down_proj.weight", h, in},
+    };
+    int n_per = (int)(sizeof per_layer / sizeof per_layer[0]);
+    int n = 2 + c->n_layers * n_per + !c->tie_word_embeddings;
+    ModelPriv *p = (ModelPriv *)calloc(1, sizeof *p);
+    m->priv = p;
+    m->tensors = (RxTensor *)calloc((size_t)n, sizeof *m->tensors);
+    if (!p || !m->tensors) { qwen3_free(m); return rx_fail("out of host memory"); }
+    int64_t total = 0;
+    for (int pass = 0; pass < 2; pass++) {        /* pass 0 sizes one allocation, pass 1 fills it */
+        int k = 0;
+        int64_t at = 0;
+        uint64_t rng = seed;
+        for (int i = -2; i < c->n_layers * n_per + !c->tie_word_embeddings; i++, k++) {
+            char name[96];
+            int64_t d0, d1;
+            if (i == -2) { snprintf(name, sizeof name, "model.embed_tokens.weight"); d0 = v; d1 = h; }
+            else if (i == -1) { snprintf(name, sizeof name, "model.norm.weight"); d0 = h; d1 = 0; }
+            else if (i == c->n_layers * n_per) { snprintf(name, sizeof name, "lm_head.weight"); d0 = v; d1 = h; }
+            else {
+                snprintf(name, sizeof name, "model.layers.%d.%s", i / n_per, per_layer[i % n_per].name);
+                d0 = per_layer[i % n_per].d0; d1 = per_layer[i % n_per].d1;
+            }
+            int64_t numel = d0 * (d1 ? d1 : 1);
+            if (pass == 1) {
+                RxTensor *t = &m->tensors[k];
+                float *data = (float *)p->owned + at;
+                if (!(t->name = strdup(name))) { m->n_tensors = k; qwen3_free(m); return rx_fail("out of host memory"); }
+                t->dtype = RX_F32; t->dtype_name = "F32"; t->file = "(random)";
+                t->rank = d1 ? 2 : 1; t->shape[0] = d0; t->shape[1] = d1;
+                t->data = data; t->nbytes = (size_t)numel * 4;
+                /* matrices ~ U(-1/sqrt(in), 1/sqrt(in)) keep activations O(1); norm weights in [0.5, 1.5] so a
+                 * wrong weight-multiply order shows; the embedding ~ U(-1, 1). */
+                float a = d1 ? (i == -2 ? 1.0f : 1.0f / sqrtf((float)d1)) : 0.5f, mid = d1 ? 0.0f : 1.0f;
+                for (int64_t e = 0; e < numel; e++) data[e] = rx_uniform(&rng, mid - a, mid + a);
+                m->n_tensors = k + 1;
+            }
+            at += numel;
+        }
+        total = at;
+        if (pass == 0 && !(p->owned = malloc((size_t)total * sizeof(float)))) {
+            qwen3_free(m);
+            return rx_fail("out of host memory for a random model (%.1f MiB)", total * 4 / 1048576.0);
+        }
+    }
+    qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
+    if (bind_model(m, "(random model)")) { qwen3_free(m); return -1; }
+    return 0;
+}
+
+void qwen3_print_inventory(FILE *out, const Qwen3Model *m) {
+    const Qwen3Config *c = &m->cfg;
+    fprintf(out, "config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
+                 "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
+            c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings, c->tie_word_embeddings ? "yes" : "no");
+    int64_t params = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const RxTensor *t = &m->tensors[i];
+        params += rx_numel(t);
+        if (m->n_tensors <= 40 || i < 12 || i >= m->n_tensors - 4) {
+            fprintf(out, "  %-52s %-5s [", t->name, t->dtype_name);
+            for (int d = 0; d < t->rank; d++) fprintf(out, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            fprintf(out, "]\n");
+        } else if (i == 12) fprintf(out, "  ... %d more ...\n", m->n_tensors - 16);
+    }
+    fprintf(out, "%d tensors, %.3f B parameters, every tensor the config needs is present with the right shape\n",
+            m->n_tensors, params / 1e9);
+}
+
+/* --------------------------------------------------------------------------------------- batches and tokens files */
+static int batch_alloc(RxBatch *b, int n_seqs, int64_t n_tokens) {
+    memset(b, 0, sizeof *b);
+    if (n_tokens > INT32_MAX) return rx_fail("batch of %lld tokens is too large", (long long)n_tokens);
+    b->n_seqs = n_seqs; b->n_tokens = (int)n_tokens;
+    b->input_ids = (int32_t *)rx_alloc((size_t)n_tokens * 4, "the batch");
+    b->position_ids = (int32_t *)rx_alloc((size_t)n_tokens * 4, "the batch");
+    b->cu_seqlens = (int32_t *)rx_alloc((size_t)(n_seqs + 1) * 4, "the batch");
+    if (!b->input_ids || !b->position_ids || !b->cu_seqlens) { rx_batch_free(b); return -1; }
+    return 0;
+}
+
+int rx_batch_make(RxBatch *b, const int32_t *const *seqs, const int *lens, int n_seqs) {
+    int64_t n = 0;
+    for (int s = 0; s < n_seqs; s++) n += lens[s];
+    if (batch_alloc(b, n_seqs, n)) return -1;
+    int at = 0;
+    b->cu_seqlens[0] = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        for (int i = 0; i < lens[s]; i++, at++) { b->input_ids[at] = seqs[s][i]; b->position_ids[at] = i; }
+        b->cu_seqlens[s + 1] = at;
+    }
+    return 0;
+}
+
+void rx_batch_free(RxBatch *b) {
+    free(b->input_ids); free(b->position_ids); free(b->cu_seqlens);
+    memset(b, 0, sizeof *b);
+}
+
+/* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
+int rx_batch_read(RxBatch *b, const char *path) {
+    size_t len;
+    memset(b, 0, sizeof *b);
+    char *text = read_text(path, 256u << 20, &len);
+    if (!text) return -1;
+    int n_seqs = 0, line = 0, rc = -1;
+    int64_t n_tok = 0;
+    for (int pass = 0; pass < 2; pass++) {          /* pass 0 counts and validates, pass 1 fills */
+        const char *p = text, *end = text + len;
+        int s = 0, at = 0;
+        line = 0;
+        while (p < end) {
+            const char *eol = (const char *)memchr(p, '\n', (size_t)(end - p));
+            if (!eol) eol = end;
+            line++;
+            int count = 0;
+            for (const char *q = p; q < eol;) {
+                if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
+                if (!isdigit((unsigned char)*q)) {
+                    rx_fail("%s:%d: '%c' is not part of a token id (ids are non-negative decimal integers)", path, line, *q);
+                    goto done;
+                }
+                int64_t v = 0;
+                while (q < eol && isdigit((unsigned char)*q)) {
+                    v = v * 10 + (*q++ - '0');
+                    if (v > INT32_MAX) { rx_fail("%s:%d: token id too large", path, line); goto done; }
+                }
+                if (q < eol && *q != ' ' && *q != '\t' && *q != '\r') {
+                    rx_fail("%s:%d: '%c' is not part of a token id (ids are non-negative decimal integers)", path, line, *q);
+                    goto done;
+                }
+                if (pass) { b->input_ids[at] = (int32_t)v; b->position_ids[at] = count; at++; }
+                count++;
+            }
+            if (!count) { rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line); goto done; }
+            if (pass) b->cu_seqlens[++s] = at;
+            else { n_seqs++; n_tok += count; }
+            p = eol + 1;
+        }
+        if (pass == 0) {
+            if (!n_seqs) { rx_fail("%s: no sequences", path); goto done; }
+            if (batch_alloc(b, n_seqs, n_tok)) goto done;
+            b->cu_seqlens[0] = 0;
+        }
+    }
+    rc = 0;
+done:
+    free(text);
+    if (rc) rx_batch_free(b);
+    return rc;
+}
+
+/* The checks every forward makes before touching a weight. */
+static int rx_batch_check(const RxBatch *b, const Qwen3Config *c) {
+    for (int s = 0; s < b->n_seqs; s++)
+        if (b->cu_seqlens[s + 1] <= b->cu_seqlens[s]) return rx_fail("sequence %d is empty", s);
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
+            return rx_fail("token id %d at batch position %d is outside the vocabulary [0, %d)", b->input_ids[i], i,
+                           c->vocab_size);
+        if (b->position_ids[i] < 0 || b->position_ids[i] >= c->max_position_embeddings)
+            return rx_fail("position %d at batch position %d is beyond max_position_embeddings %d",
+                           b->position_ids[i], i, c->max_position_embeddings);
+    }
+    return 0;
+}
 
 /* ------------------------------------------------------------------------------------------------------- the demo */
 #ifndef RADIXMLP_NO_MAIN
