@@ -168,7 +168,8 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n); 
  * ------------------------------------------------------------------------------------------------------------- */
 typedef struct GpuModel GpuModel;
 
-/* 1 if a CUDA device can be used; otherwise 0 and why (e.g. "no CUDA device: ...") in radix_error(). */
+/* 1 if a CUDA device can be used; otherwise 0 and why (e.g. "no GPU found (the CUDA runtime says: ...)") in
+ * radix_error(). */
 int  gpu_available(void);
 /* The device name, or "" without one. */
 const char *gpu_device_name(void);

@@ -1415,6 +1415,26 @@ static void test_cli(void) {
     }
 }
 
+/* --show-index on the paper's toy example prints the index maps of Section 3.2, and needs no model. */
+static void test_show_index_prints_toy_example(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-idx-XXXXXX", cmd[1024], out[4096];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "toy.txt", "1 2 3\n1 2 4\n", 12);
+    snprintf(cmd, sizeof cmd, "%s --show-index --tokens %s/toy.txt", cli(), dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    const char *gather = "I_gather  [N']  compact row -> its first original row = [0, 1, 2, 5]\n",
+               *scatter = "I_scatter [N]   original row -> its compact row       = [0, 1, 2, 0, 1, 3]\n";
+    expect(rc == 0 && strstr(out, gather) && strstr(out, scatter) && strstr(out, "`-- c0..c1: 2 tokens @0..1  (2 seqs)"),
+           "'%s': exit %d, want the toy example's trie, gather [0,1,2,5] and scatter [0,1,2,0,1,3]:\n%s", cmd, rc, out);
+    snprintf(cmd, sizeof cmd, "%s --show-index", cli());
+    int rc_bad = run_cmd(cmd, out, sizeof out);
+    expect(rc_bad == 2, "'%s' without --tokens: exit %d, expected 2", cmd, rc_bad);
+    note("[1,2,3], [1,2,4]: exit %d, gather [0, 1, 2, 5] and scatter [0, 1, 2, 0, 1, 3] printed as expected; "
+         "without --tokens: exit %d", rc, rc_bad);
+    remove_dir(dir);
+}
+
 /* -------------------------------------------------------------------------------------------------- the bench */
 static void test_bench_table5_csv(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
@@ -1573,6 +1593,7 @@ static const Test tests[] = {
     {"gpu", "forward_rejects_bad_batches", test_gpu_forward_rejects_bad_batches},
     {"gpu", "timers_return_positive_medians", test_gpu_timers_return_positive_medians},
     {"cli", "cli", test_cli},
+    {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
     {"bench", "table5_csv_has_the_papers_rows", test_bench_table5_csv},
     {"bench", "replot_draws_every_series", test_bench_replot_draws_every_series},
     {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
