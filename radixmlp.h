@@ -110,7 +110,7 @@ typedef struct {
 } Qwen3Model;
 
 /* Loads DIR/config.json and DIR/model.safetensors or the shards of DIR/model.safetensors.index.json,
- * validating everything (see QWEN3.md). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
+ * validating everything (docs/qwen3.md lists the checks). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
 int  qwen3_load(Qwen3Model *m, const char *dir);
 /* A random tiny model held in memory (fp32), for the demo and tests: no download. */
 int  qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed);

@@ -1281,7 +1281,7 @@ static void test_broken_checkpoint_corpus(void) {
     memset(huge, ' ', (1 << 20) + 3);
     strcpy(huge + (1 << 20) + 3, "{}");
     const Broken corpus[] = {
-        /* safetensors: every rejection of the official reader (QWEN3.md), then ours */
+        /* safetensors: every rejection of the official reader (docs/qwen3.md), then ours */
         {"file of 3 bytes", T, ST, WRITE, NULL, "abc", 0, "3 bytes, shorter than the 8-byte"},
         {"empty file", T, ST, WRITE, NULL, "", 0, "0 bytes, shorter than the 8-byte"},
         {"header length over 100,000,000", T, ST, HEADER_LEN, NULL, NULL, 100000000, "exceeds the 100000000-byte limit"},
@@ -1507,6 +1507,30 @@ static void test_bench_replot_draws_every_series(void) {
     rmdir(dir);
 }
 
+/* fixtures/table4-paper.csv, the README's no-GPU --replot example: the paper's numbers only, so only its two dashed
+ * lines are drawn, and nothing is labelled as this code's measurement. */
+static void test_bench_replot_of_papers_table4(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char path[] = "/tmp/radixmlp-t4p-XXXXXX", cmd[1024], out[4096];
+    int fd = mkstemp(path);
+    if (fd < 0) { expect(0, "mkstemp"); return; }
+    close(fd);
+    snprintf(cmd, sizeof cmd, "./bench --replot %s/table4-paper.csv --svg %s", fixtures(), path);
+    int rc = run_cmd(cmd, out, sizeof out);
+    size_t len = 0;
+    char *svg = (char *)read_file(path, &len);
+    int lines = 0, dashed = 0;   /* bench writes a dashed series as <polyline ... stroke-dasharray="7 4" points=... */
+    for (char *p = svg; p && (p = strstr(p, "<polyline")); p++) lines++;
+    for (char *p = svg; p && (p = strstr(p, "stroke-dasharray=\"7 4\" points=")); p++) dashed++;
+    expect(rc == 0 && svg && lines == 2 && dashed == 2,
+           "'%s': exit %d, %d polylines (%d dashed), expected 2 dashed ones (the paper's S = 256 and 1024):\n%s", cmd, rc,
+           lines, dashed, out);
+    expect(svg && !strstr(svg, ">radix, S =") && !strstr(svg, ">compact, S ="), "a radix or compact series was drawn");
+    note("replot of the paper's Table 4: exit %d, %d polylines (%d dashed), no radix or compact series", rc, lines, dashed);
+    free(svg);
+    unlink(path);
+}
+
 static void test_bench_rejects_bad_arguments(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
     char out[4096];
@@ -1597,6 +1621,7 @@ static const Test tests[] = {
     {"bench", "table5_csv_has_the_papers_rows", test_bench_table5_csv},
     {"bench", "replot_draws_every_series", test_bench_replot_draws_every_series},
     {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
+    {"bench", "replot_of_papers_table4_draws_only_its_lines", test_bench_replot_of_papers_table4},
     {"cli", "cli_rejects_bad_tokens", test_cli_rejects_bad_tokens},
 };
 
