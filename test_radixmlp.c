@@ -163,7 +163,8 @@ static void test_random_batches_match_bruteforce_oracle(void) {
     uint64_t rng = 1234;
     int batches = 3000;
     long tokens = 0, compact = 0;
-    for (int t = 0; t < batches && !test_failed; t++) {
+    int checked = 0;
+    for (int t = 0; t < batches && !test_failed; t++, checked++) {
         /* Sharing varies from none to total: a tiny vocabulary makes accidental equal prefixes common, copied
          * prefixes make deliberate ones, shifted positions make equal tokens with different histories. */
         int n_seqs = rng_int(&rng, 9), vocab = 1 + rng_int(&rng, 4), lens[8], at = 0;
@@ -192,8 +193,11 @@ static void test_random_batches_match_bruteforce_oracle(void) {
         }
         rx_batch_free(&b);
     }
-    note("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), all equal to the oracle",
-         batches, tokens, compact, tokens ? (double)compact / tokens : 0);
+    if (test_failed)
+        note("stopped at the first batch that differs: %d of %d random batches checked (%ld tokens)", checked, batches,
+             tokens);
+    else note("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), all equal to the oracle",
+              batches, tokens, compact, tokens ? (double)compact / tokens : 0);
 }
 
 static void test_empty_batch(void) {
