@@ -11,6 +11,7 @@
  *                  make test       (host tests everywhere; GPU tests where a GPU is present)
  *                  ./radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits F]
  *                  ./radixmlp --check --model DIR
+ *                  ./radixmlp --show-index --tokens FILE     (the trie, I_gather and I_scatter; no model)
  *
  * Map from the paper to this file:
  *   Sec. 2.1 causal block, eq. 1-3  -> qwen3_forward_ref(), gpu_forward()
