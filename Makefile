@@ -1,4 +1,5 @@
-# radixmlp: `make` builds radixmlp, test_radixmlp and bench; `make run` runs the demo; `make test` runs the tests.
+# radixmlp: `make` builds radixmlp, test_radixmlp and bench; `make run` runs the demo; `make test` builds all three
+# and runs the tests.
 # `make test-asan`, `make test-valgrind` and `make fuzz` (FUZZ_SECONDS=60 per target) check the host half with clang.
 # Needs the CUDA toolkit (nvcc, cuBLAS) to build; a GPU only to run the CUDA path (everything else runs on the CPU).
 CUDA_HOME ?= /usr/local/cuda
@@ -9,7 +10,7 @@ CC        ?= gcc
 comma     := ,
 space     := $() $()
 # The clang-only goals (sanitizers, fuzzers) and clean need no CUDA toolkit.
-HOST_GOALS := clean test-asan fuzz build/%
+HOST_GOALS := clean test-asan test-valgrind fuzz build/%
 ifeq ($(and $(MAKECMDGOALS),$(if $(filter-out $(HOST_GOALS),$(MAKECMDGOALS)),,host)),)
 ifeq ($(wildcard $(NVCC)),)
   $(error nvcc not found at $(NVCC): install the CUDA toolkit or run `make CUDA_HOME=/path/to/cuda`)
@@ -43,7 +44,7 @@ bench: bench.o radixmlp_lib.o
 run: radixmlp
 	./radixmlp
 
-test: test_radixmlp
+test: all                          # the tests also run ./radixmlp (cli group) and ./bench (bench group)
 	./test_radixmlp
 
 # ---- host-only checks with clang, no CUDA needed: sanitizers, valgrind, libFuzzer (see docs/fuzzing.md)

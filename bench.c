@@ -43,7 +43,7 @@ static const PaperT4 PAPER_T4[] = {   /* Qwen3-4B, B = 32 */
 typedef struct { double f_c, predicted, observed, base_ms, radix_ms; } PaperT2;   /* P=2048, S=256, B=32 */
 typedef struct { double gamma_a, base_a, radix_a, gamma_b, base_b, radix_b; } PaperT3; /* TEI p50 seconds */
 
-/* ---- the models (QWEN3.md) ----------------------------------------------------------------------------------- */
+/* ---- the models (docs/qwen3.md) ------------------------------------------------------------------------------ */
 /* Qwen3Config field order: vocab, hidden, intermediate, layers, heads, kv heads, head_dim, max positions,
  * rope theta, rms eps, tied embeddings. */
 typedef struct { const char *key, *name; Qwen3Config cfg; PaperT2 t2; PaperT3 t3; } ModelSpec;
@@ -305,7 +305,7 @@ static void marker(FILE *f, int kind, double x, double y, const char *color)   /
 }
 
 /* A line plot of speedup vs P (log2 axis): per suffix length S, radix (circles), compact (squares) and the
- * paper's radix speedups (dashed); a dotted line marks break-even (1x). */
+ * paper's radix speedups (dashed); a dotted line marks break-even (1x). A series with no values is left out. */
 static int write_svg(const char *path, Point *pt, int n, const char *title)
 {
     static const char *HUE[4][2] = {{"#1f5fa8", "#5fb4e8"}, {"#c0392b", "#f39c12"}, {"#2e8b57", "#9acd32"},
@@ -347,11 +347,15 @@ static int write_svg(const char *path, Point *pt, int n, const char *title)
                "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">shared prefix length P (tokens, log2 scale)</text>\n"
                "<text transform=\"translate(28 %g) rotate(-90)\" text-anchor=\"middle\">speedup over baseline (x)"
                "</text>\n", X0, SY(1.0), X1, SY(1.0), X0, Y0, X1 - X0, Y1 - Y0, (X0 + X1) / 2, Y1 + 45, (Y0 + Y1) / 2);
-    for (int s = 0, first = 0, last; s < nS; s++, first = last) {
+    for (int s = 0, first = 0, last, legend = 0; s < nS; s++, first = last) {
         for (last = first; last < n && pt[last].S == S[s];) last++;
         for (int kind = 0; kind < 3; kind++) {   /* 0 radix, 1 compact, 2 the paper's radix */
             const char *color = HUE[s][kind == 1], *dash = kind == 2 ? " stroke-dasharray=\"7 4\"" : "";
-            double ly = Y0 + 10 + (s * 3 + kind) * 22;   /* this series' legend line */
+            int any = 0;
+            for (int i = first; i < last; i++)
+                any |= (kind == 0 ? pt[i].radix : kind == 1 ? pt[i].compact : pt[i].paper) >= 0;
+            if (!any) continue;
+            double ly = Y0 + 10 + legend++ * 22;   /* this series' legend line */
             fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", color, dash);
             for (int i = first; i < last; i++) {
                 double v = kind == 0 ? pt[i].radix : kind == 1 ? pt[i].compact : pt[i].paper;
@@ -387,7 +391,7 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
     if (!f) { fprintf(stderr, "bench: cannot read %s: %s\n", path, strerror(errno)); return 1; }
     for (*n = 0; fgets(line, sizeof line, f) && *n < max;) {
         line[strcspn(line, "\r\n")] = '\0';
-        if (!line[0]) continue;
+        if (!line[0] || line[0] == '#') continue;   /* blank lines and comments (what the file is, where from) */
         field[0] = line, nf = 1;
         for (char *c = line; *c && nf < 64; c++) if (*c == ',') *c = '\0', field[nf++] = c + 1;
         if (header) {   /* find the columns by name */
@@ -405,8 +409,8 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
 #define FIELD(k) (at[k] >= 0 && at[k] < nf ? field[at[k]] : "")
 #define NUM(k) (FIELD(k)[0] ? atof(FIELD(k)) : -1.0)
         pt[*n] = (Point){(int)NUM(P), (int)NUM(S), NUM(RADIX), NUM(COMPACT), NUM(PAPER)};
-        if (pt[*n].P < 1 || pt[*n].radix < 0) {
-            fprintf(stderr, "bench: %s, line %d: no P or radix_x\n", path, *n + 2);
+        if (pt[*n].P < 1 || (pt[*n].radix < 0 && pt[*n].paper < 0)) {   /* the paper's own Table 4 has no radix_x */
+            fprintf(stderr, "bench: %s, data row %d: no P, or neither radix_x nor paper_x\n", path, *n + 1);
             goto done;
         }
         if (*n == 0) snprintf(title, title_size, "RadixMLP speedup, %s, B = 32 (%s)", FIELD(MODEL), FIELD(DEVICE));
@@ -633,7 +637,7 @@ static int table6(int reps)
 /*   A (regular):  [system + instruction][query][doc tag] | passage | [suffix]   the query is shared
  *   B (flipped):  [system][doc tag] | passage | [query tag][query][suffix]      the query comes last
  * [..] is template text, identical in every pair of a request; | marks where the pairs part. Lengths in tokens
- * are estimates for the Qwen3-Reranker template (QWEN3.md); the ids are random. With these lengths gamma comes
+ * are estimates for the Qwen3-Reranker template (docs/qwen3.md); the ids are random. With these lengths gamma comes
  * out near 0.60 (A) and 0.72 (B); the paper measured about 0.61 and 0.71 on MS MARCO. */
 enum { RR_PAIRS = 64, RR_SYSTEM = 60, RR_INSTRUCT = 22, RR_DOC_TAG = 5, RR_QUERY_TAG = 5, RR_SUFFIX = 12 };
 
@@ -715,7 +719,7 @@ static const char *USAGE =
     "  --quick               fewer rows and repeats, for smoke runs\n"
     "  --csv FILE            also write the table as CSV (one header row)\n"
     "  --svg FILE            with --table 4 or --replot: plot speedup vs prefix length as SVG\n"
-    "  --replot CSV          re-plot a CSV written by --table 4 --csv (no GPU needed)\n"
+    "  --replot CSV          re-plot a CSV written by --table 4 --csv, or fixtures/table4-paper.csv (no GPU needed)\n"
     "  --help                this text\n"
     "Results go to stdout as markdown, progress to stderr. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
 
@@ -773,7 +777,7 @@ int main(int argc, char **argv)
     }
     what = reranker_run ? "--workload reranker" : table == 2 ? "--table 2" : table == 4 ? "--table 4" : "--table 6";
     if (table != 5 && !gpu_available()) {
-        fprintf(stderr, "bench: %s needs a CUDA device (%s)\n", what, radix_error());
+        fprintf(stderr, "bench: %s needs a CUDA device: %s\n", what, radix_error());
         return 1;
     }
     if (csv && !(g_csv = fopen(csv, "w"))) {

@@ -110,7 +110,7 @@ typedef struct {
 } Qwen3Model;
 
 /* Loads DIR/config.json and DIR/model.safetensors or the shards of DIR/model.safetensors.index.json,
- * validating everything (see QWEN3.md). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
+ * validating everything (docs/qwen3.md lists the checks). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
 int  qwen3_load(Qwen3Model *m, const char *dir);
 /* A random tiny model held in memory (fp32), for the demo and tests: no download. */
 int  qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed);
@@ -168,7 +168,8 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n); 
  * ------------------------------------------------------------------------------------------------------------- */
 typedef struct GpuModel GpuModel;
 
-/* 1 if a CUDA device can be used; otherwise 0 and why (e.g. "no CUDA device: ...") in radix_error(). */
+/* 1 if a CUDA device can be used; otherwise 0 and why (e.g. "no GPU found (the CUDA runtime says: ...)") in
+ * radix_error(). */
 int  gpu_available(void);
 /* The device name, or "" without one. */
 const char *gpu_device_name(void);

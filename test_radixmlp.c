@@ -163,7 +163,8 @@ static void test_random_batches_match_bruteforce_oracle(void) {
     uint64_t rng = 1234;
     int batches = 3000;
     long tokens = 0, compact = 0;
-    for (int t = 0; t < batches && !test_failed; t++) {
+    int checked = 0;
+    for (int t = 0; t < batches && !test_failed; t++, checked++) {
         /* Sharing varies from none to total: a tiny vocabulary makes accidental equal prefixes common, copied
          * prefixes make deliberate ones, shifted positions make equal tokens with different histories. */
         int n_seqs = rng_int(&rng, 9), vocab = 1 + rng_int(&rng, 4), lens[8], at = 0;
@@ -192,8 +193,11 @@ static void test_random_batches_match_bruteforce_oracle(void) {
         }
         rx_batch_free(&b);
     }
-    note("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), all equal to the oracle",
-         batches, tokens, compact, tokens ? (double)compact / tokens : 0);
+    if (test_failed)
+        note("stopped at the first batch that differs: %d of %d random batches checked (%ld tokens)", checked, batches,
+             tokens);
+    else note("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), all equal to the oracle",
+              batches, tokens, compact, tokens ? (double)compact / tokens : 0);
 }
 
 static void test_empty_batch(void) {
@@ -1281,7 +1285,7 @@ static void test_broken_checkpoint_corpus(void) {
     memset(huge, ' ', (1 << 20) + 3);
     strcpy(huge + (1 << 20) + 3, "{}");
     const Broken corpus[] = {
-        /* safetensors: every rejection of the official reader (QWEN3.md), then ours */
+        /* safetensors: every rejection of the official reader (docs/qwen3.md), then ours */
         {"file of 3 bytes", T, ST, WRITE, NULL, "abc", 0, "3 bytes, shorter than the 8-byte"},
         {"empty file", T, ST, WRITE, NULL, "", 0, "0 bytes, shorter than the 8-byte"},
         {"header length over 100,000,000", T, ST, HEADER_LEN, NULL, NULL, 100000000, "exceeds the 100000000-byte limit"},
@@ -1415,6 +1419,26 @@ static void test_cli(void) {
     }
 }
 
+/* --show-index on the paper's toy example prints the index maps of Section 3.2, and needs no model. */
+static void test_show_index_prints_toy_example(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-idx-XXXXXX", cmd[1024], out[4096];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "toy.txt", "1 2 3\n1 2 4\n", 12);
+    snprintf(cmd, sizeof cmd, "%s --show-index --tokens %s/toy.txt", cli(), dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    const char *gather = "I_gather  [N']  compact row -> its first original row = [0, 1, 2, 5]\n",
+               *scatter = "I_scatter [N]   original row -> its compact row       = [0, 1, 2, 0, 1, 3]\n";
+    expect(rc == 0 && strstr(out, gather) && strstr(out, scatter) && strstr(out, "`-- c0..c1: 2 tokens @0..1  (2 seqs)"),
+           "'%s': exit %d, want the toy example's trie, gather [0,1,2,5] and scatter [0,1,2,0,1,3]:\n%s", cmd, rc, out);
+    snprintf(cmd, sizeof cmd, "%s --show-index", cli());
+    int rc_bad = run_cmd(cmd, out, sizeof out);
+    expect(rc_bad == 2, "'%s' without --tokens: exit %d, expected 2", cmd, rc_bad);
+    note("[1,2,3], [1,2,4]: exit %d, gather [0, 1, 2, 5] and scatter [0, 1, 2, 0, 1, 3] printed as expected; "
+         "without --tokens: exit %d", rc, rc_bad);
+    remove_dir(dir);
+}
+
 /* -------------------------------------------------------------------------------------------------- the bench */
 static void test_bench_table5_csv(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
@@ -1485,6 +1509,30 @@ static void test_bench_replot_draws_every_series(void) {
     snprintf(svg_path, sizeof svg_path, "%s/t4.csv", dir);
     unlink(svg_path);
     rmdir(dir);
+}
+
+/* fixtures/table4-paper.csv, the README's no-GPU --replot example: the paper's numbers only, so only its two dashed
+ * lines are drawn, and nothing is labelled as this code's measurement. */
+static void test_bench_replot_of_papers_table4(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char path[] = "/tmp/radixmlp-t4p-XXXXXX", cmd[1024], out[4096];
+    int fd = mkstemp(path);
+    if (fd < 0) { expect(0, "mkstemp"); return; }
+    close(fd);
+    snprintf(cmd, sizeof cmd, "./bench --replot %s/table4-paper.csv --svg %s", fixtures(), path);
+    int rc = run_cmd(cmd, out, sizeof out);
+    size_t len = 0;
+    char *svg = (char *)read_file(path, &len);
+    int lines = 0, dashed = 0;   /* bench writes a dashed series as <polyline ... stroke-dasharray="7 4" points=... */
+    for (char *p = svg; p && (p = strstr(p, "<polyline")); p++) lines++;
+    for (char *p = svg; p && (p = strstr(p, "stroke-dasharray=\"7 4\" points=")); p++) dashed++;
+    expect(rc == 0 && svg && lines == 2 && dashed == 2,
+           "'%s': exit %d, %d polylines (%d dashed), expected 2 dashed ones (the paper's S = 256 and 1024):\n%s", cmd, rc,
+           lines, dashed, out);
+    expect(svg && !strstr(svg, ">radix, S =") && !strstr(svg, ">compact, S ="), "a radix or compact series was drawn");
+    note("replot of the paper's Table 4: exit %d, %d polylines (%d dashed), no radix or compact series", rc, lines, dashed);
+    free(svg);
+    unlink(path);
 }
 
 static void test_bench_rejects_bad_arguments(void) {
@@ -1573,9 +1621,11 @@ static const Test tests[] = {
     {"gpu", "forward_rejects_bad_batches", test_gpu_forward_rejects_bad_batches},
     {"gpu", "timers_return_positive_medians", test_gpu_timers_return_positive_medians},
     {"cli", "cli", test_cli},
+    {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
     {"bench", "table5_csv_has_the_papers_rows", test_bench_table5_csv},
     {"bench", "replot_draws_every_series", test_bench_replot_draws_every_series},
     {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
+    {"bench", "replot_of_papers_table4_draws_only_its_lines", test_bench_replot_of_papers_table4},
     {"cli", "cli_rejects_bad_tokens", test_cli_rejects_bad_tokens},
 };
 
