@@ -20,11 +20,13 @@
  *   Algorithm 2 (B.4)               -> radix_index_build()
  *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref() and the attention kernel
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
+ *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
+ *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
  * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
- * benchmarks and test hooks -> the plumbing (errors, JSON reader, safetensors, config, loading, batches and token
- * files) -> the demo and CLI main(). The plumbing the algorithms call is declared just below the #includes.
+ * benchmarks and test hooks -> Part II: the paged KV pool, the prefix caches, a request's life -> the plumbing
+ * (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and CLI main(). The plumbing the algorithms call is declared just below the #includes.
  *
  * Non-obvious things:
  *   - N vs N': every buffer says which token space it lives in. [N, ...] is the user's ragged batch,
@@ -65,6 +67,7 @@ static void *rx_alloc(size_t bytes, const char *what);
 static inline double rx_now_ms(void);
 static int64_t rx_numel(const RxTensor *t);
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c);   /* tokens, positions, cu_seqlens in range */
+static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
 
 /* ----------------------------------------------------------------------------------------- the trie (algorithm 2) */
 /* The paper's toy example: sequences [1,2,3] and [1,2,4], ragged as [1,2,3,1,2,4], cu_seqlens [0,3,6].
@@ -1341,6 +1344,640 @@ int gpu_test_gemm(float *, const float *, const float *, int, int, int) { return
 int gpu_test_attention(const float *, const float *, const float *, float *, int, const int32_t *, const int32_t *,
                        const int32_t *, int, int, int, int, int) { return no_gpu(); }
 #endif /* RADIXMLP_HOST_ONLY */
+
+/* --------------------------------------------------------------------------------------- part ii: a paged kv pool */
+/* Part II, across requests. Part I removes work repeated *inside* one batch. A prefix cache removes it *across*
+ * batches: it keeps the K/V of prompts already prefilled, and a later request that starts with the same tokens reads
+ * them instead of recomputing them (RadixAttention, SGLang). The two compose: the cache skips the cached prefix, the
+ * trie compacts what is left (qwen3_prefill_ref).
+ *
+ * K/V live in a pool of fixed-size pages (PagedAttention); a cache is only an index over it, mapping token
+ * prefixes to pages. Page size 4, one running request r whose prompt is the system prompt, question C and 3 more:
+ *
+ *   radix tree (model 7)                                  the KV pool: 8 pages of 4 token slots
+ *   root                                                  page  0    1    2    3    4    5    6    7
+ *    `-- [s s s s | s s s s]  pages 0 1  lock 1                [ssss][ssss][BBBB][CCCC][    ][rrr ][    ][    ]
+ *         |-- [B B B B]  page 2  lock 0                   ref    2    2    1    2    0    1    0    0
+ *         `-- [C C C C]  page 3  lock 1                   free list: 7 6 4
+ *   request r: cached_len 12, page table 0 1 3 | 5 (its own page: 3 new tokens), prefix_key 3
+ *
+ * A page's ref counts the cache's reference (1 while it is cached) and each request's; at 0 it is free. The cache
+ * never copies K/V: a split, an insert or an eviction only moves page ids. */
+int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int kv_dim) {
+    memset(p, 0, sizeof *p);
+    if (n_pages < 1 || page_size < 1 || n_layers < 0 || kv_dim < 0 || (int64_t)n_pages * page_size > INT32_MAX)
+        return rx_fail("KV pool of %d pages x %d tokens: both must be >= 1 and their product fit in 32 bits",
+                       n_pages, page_size);
+    size_t floats = (size_t)n_pages * page_size * n_layers * kv_dim;     /* [slots, n_layers, kv_dim] */
+    p->n_pages = n_pages; p->page_size = page_size; p->n_layers = n_layers; p->kv_dim = kv_dim;
+    p->ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t));
+    p->free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list");
+    if (floats) {
+        p->k = (float *)rx_alloc(floats * sizeof(float), "the KV pool's K");
+        p->v = (float *)rx_alloc(floats * sizeof(float), "the KV pool's V");
+    }
+    if (!p->ref || !p->free_list || (floats && (!p->k || !p->v))) {
+        rx_kv_pool_free(p);
+        return rx_fail("out of host memory for a KV pool of %d pages x %d tokens", n_pages, page_size);
+    }
+    for (int i = 0; i < n_pages; i++) p->free_list[i] = n_pages - 1 - i;    /* a stack: page 0 is handed out first */
+    p->n_free = n_pages;
+    return 0;
+}
+
+void rx_kv_pool_free(RxKvPool *p) {
+    free(p->k); free(p->v); free(p->ref); free(p->free_list);
+    memset(p, 0, sizeof *p);
+}
+
+int rx_kv_page_alloc(RxKvPool *p) {
+    if (p->n_free == 0) return -1;
+    int32_t page = p->free_list[--p->n_free];
+    p->ref[page] = 1;
+    return page;
+}
+
+void rx_kv_page_retain(RxKvPool *p, int32_t page) { p->ref[page]++; }
+
+void rx_kv_page_release(RxKvPool *p, int32_t page) {
+    if (--p->ref[page] == 0) p->free_list[p->n_free++] = page;
+}
+
+/* -------------------------------------------------------------------------------- part ii: the radix prefix cache */
+/* A radix tree whose edges hold runs of whole pages: an edge of k pages holds k * page_size tokens and their k page
+ * ids. Siblings differ in their first page, so a child is found by comparing one page of tokens. Only whole pages
+ * are cached (a page is the unit of K/V the pool hands out), so two prompts that part in the middle of a page share
+ * only the pages before it, and every split falls on a page boundary:
+ *
+ *   before: root -- [a a | b b | c c]  pages 4 5 6          insert [a a | b b | d d] with pages 9 8 7:
+ *   after:  root -- [a a | b b]  pages 4 5                  the old edge is cut after 2 pages (no K/V moves),
+ *                     |-- [c c]  page 6                     the new tail hangs below the cut; pages 9 and 8
+ *                     `-- [d d]  page 7                     duplicate 4 and 5: the cache does not adopt them
+ *
+ * One root per model id: K/V computed by one model is never offered to another. A running request locks every
+ * node on its path (lock += 1), and eviction takes only unlocked leaves, least recently used first; a parent left
+ * an unlocked leaf goes next (cascade), so a shared trunk outlives its branches. Nodes live in one array and link by
+ * index (parent, first child, next sibling); free slots are chained through `sibling`. */
+typedef struct {
+    int32_t parent, child, sibling;  /* tree links by index, -1: none                                          */
+    int32_t n_pages;                 /* edge length in pages; 0 for a root                                     */
+    int32_t *tokens;                 /* [n_pages * page_size] the edge's tokens                                */
+    int32_t *pages;                  /* [n_pages] where their K/V are in the pool                              */
+    int32_t lock;                    /* running requests whose matched prefix runs through this node           */
+    uint64_t last_use;               /* the cache's clock at the last match or insert through this node        */
+    uint64_t model_id;               /* roots: the namespace                                                   */
+    int used;
+} RadixNode;
+
+typedef struct {                     /* the flat cache's entry of one page, stored at the page's index          */
+    uint64_t hash;                   /* hash(parent's hash, this page's tokens): the map key                    */
+    uint64_t serial, parent_serial;  /* this entry's unique id and its parent's (0: the chain starts here)      */
+    uint64_t model_id, last_use;
+    int32_t parent_page;             /* the parent entry's page (valid while its serial matches)                */
+    int32_t next;                    /* next entry in the same hash bucket, -1: end                             */
+    int used;
+} HashEntry;
+
+struct RxPrefixCache {
+    RxCacheKind kind;
+    RxKvPool *pool;
+    int P;                           /* page size in tokens                                                     */
+    uint64_t clock;                  /* ticks at every match and insert: LRU order                              */
+    long evicted_pages;
+    int n_running;                   /* requests admitted and not yet released                                  */
+    RadixNode *node; int32_t n_nodes, cap_nodes, free_node;                        /* radix                     */
+    HashEntry *entry; int32_t *entry_tokens; int32_t *bucket; uint64_t mask, serial; /* hash: [n_pages] entries,
+                                                                                      [n_pages * P] tokens       */
+};
+
+static int page_equal(const int32_t *a, const int32_t *b, int P) { return !memcmp(a, b, (size_t)P * sizeof(int32_t)); }
+
+static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *tokens, const int32_t *pages, int n) {
+    if (c->free_node < 0) {
+        int32_t cap = c->cap_nodes ? 2 * c->cap_nodes : 64;
+        RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
+        if (!grown) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
+        c->node = grown;
+        for (int32_t i = cap - 1; i >= c->cap_nodes; i--) c->node[i].used = 0, c->node[i].sibling = c->free_node, c->free_node = i;
+        c->cap_nodes = cap;
+    }
+    int32_t id = c->free_node;
+    RadixNode *x = &c->node[id];
+    int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1), *pg = (int32_t *)malloc((size_t)n * sizeof(int32_t) + 1);
+    if (!tok || !pg) { free(tok); free(pg); return rx_fail("out of host memory for a radix tree edge"); }
+    c->free_node = x->sibling;
+    if (n) memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t)), memcpy(pg, pages, (size_t)n * sizeof(int32_t));
+    *x = (RadixNode){parent, -1, -1, n, tok, pg, 0, c->clock, 0, 1};
+    if (parent >= 0) {                                           /* appended: children keep their insertion order */
+        int32_t *link = &c->node[parent].child;
+        while (*link >= 0) link = &c->node[*link].sibling;
+        *link = id;
+    }
+    c->n_nodes++;
+    return id;
+}
+
+static void radix_unlink(RxPrefixCache *c, int32_t id) {        /* takes id out of its parent's child list */
+    int32_t *link = &c->node[c->node[id].parent].child;
+    while (*link != id) link = &c->node[*link].sibling;
+    *link = c->node[id].sibling;
+}
+
+static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1: the model has no root yet */
+    for (int32_t i = 0; i < c->cap_nodes; i++)
+        if (c->node[i].used && c->node[i].parent < 0 && c->node[i].model_id == model_id) return i;
+    return -1;
+}
+
+static int32_t radix_root_or_new(RxPrefixCache *c, uint64_t model_id) {
+    int32_t r = radix_root(c, model_id);
+    if (r < 0 && (r = radix_new_node(c, -1, NULL, NULL, 0)) >= 0) c->node[r].model_id = model_id;
+    return r;
+}
+
+static int32_t radix_child(const RxPrefixCache *c, int32_t id, const int32_t *page_tokens) {
+    for (int32_t ch = c->node[id].child; ch >= 0; ch = c->node[ch].sibling)
+        if (page_equal(c->node[ch].tokens, page_tokens, c->P)) return ch;
+    return -1;
+}
+
+/* Walks whole pages of tokens[0 .. n_pages * P) down from root. Returns the deepest node whose whole edge matched;
+ * *matched: pages matched up to it; *stop, *stop_pages: the child where the match ended mid-edge and how many of
+ * its pages matched (-1, 0: none). */
+static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched,
+                          int32_t *stop, int *stop_pages) {
+    int32_t at = root, ch;
+    int m = 0, P = c->P;
+    *stop = -1; *stop_pages = 0;
+    while (m < n_pages && (ch = radix_child(c, at, tokens + (size_t)m * P)) >= 0) {
+        const RadixNode *x = &c->node[ch];
+        int k = 1;
+        while (k < x->n_pages && m + k < n_pages && page_equal(x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P, P)) k++;
+        if (k < x->n_pages) { *stop = ch; *stop_pages = k; break; }
+        at = ch; m += k;
+    }
+    *matched = m;
+    return at;
+}
+
+/* Cuts node id's edge after k pages: a new node takes the first k pages (and id's place under the parent), id keeps
+ * the rest below it. Page ids move, K/V does not. The new node inherits id's lock: every request through id runs
+ * through it too. */
+static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
+    int32_t mid = radix_new_node(c, -1, c->node[id].tokens, c->node[id].pages, k);
+    if (mid < 0) return -1;
+    RadixNode *x = &c->node[id], *m = &c->node[mid];
+    int32_t *link = &c->node[x->parent].child;                  /* mid replaces id in the parent's child list */
+    while (*link != id) link = &c->node[*link].sibling;
+    *link = mid;
+    m->parent = x->parent; m->sibling = x->sibling; m->child = id;
+    m->lock = x->lock; m->last_use = x->last_use;
+    x->parent = mid; x->sibling = -1;
+    x->n_pages -= k;
+    memmove(x->tokens, x->tokens + (size_t)k * c->P, (size_t)x->n_pages * c->P * sizeof(int32_t));
+    memmove(x->pages, x->pages + k, (size_t)x->n_pages * sizeof(int32_t));
+    return mid;
+}
+
+/* The walk, splitting where it ends mid-edge, so the matched prefix ends exactly at a node. */
+static int32_t radix_walk_split(RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched) {
+    int32_t stop;
+    int stop_pages;
+    int32_t at = radix_walk(c, root, tokens, n_pages, matched, &stop, &stop_pages);
+    if (stop < 0) return at;
+    *matched += stop_pages;
+    return radix_split(c, stop, stop_pages);
+}
+
+static int radix_depth(const RxPrefixCache *c, int32_t id) {   /* pages from the root to the end of id's edge */
+    int d = 0;
+    for (; id >= 0; id = c->node[id].parent) d += c->node[id].n_pages;
+    return d;
+}
+
+/* The page ids along the path root..id, root first, into pages[0 .. depth); also tokens, when asked for. */
+static void radix_path(const RxPrefixCache *c, int32_t id, int32_t *pages, int32_t *tokens) {
+    int at = radix_depth(c, id), P = c->P;
+    for (; id >= 0; id = c->node[id].parent) {
+        const RadixNode *x = &c->node[id];
+        at -= x->n_pages;
+        memcpy(pages + at, x->pages, (size_t)x->n_pages * sizeof(int32_t));
+        if (tokens) memcpy(tokens + (size_t)at * P, x->tokens, (size_t)x->n_pages * P * sizeof(int32_t));
+    }
+}
+
+static void radix_touch(RxPrefixCache *c, int32_t id, int lock_delta) {   /* the path id..root: LRU and locks */
+    c->clock++;
+    for (; id >= 0; id = c->node[id].parent) c->node[id].last_use = c->clock, c->node[id].lock += lock_delta;
+}
+
+static int radix_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
+    int32_t root = radix_root_or_new(c, model_id);
+    int m = 0;
+    int32_t at = root < 0 ? -1 : radix_walk_split(c, root, tokens, n_pages, &m);
+    if (at < 0) return -1;
+    if (m < n_pages) {                                           /* the unmatched tail becomes one new leaf */
+        if ((at = radix_new_node(c, at, tokens + (size_t)m * c->P, pages + m, n_pages - m)) < 0) return -1;
+        for (int j = m; j < n_pages; j++) rx_kv_page_retain(c->pool, pages[j]);
+    }
+    radix_touch(c, at, 0);
+    return n_pages - m;
+}
+
+static void radix_drop(RxPrefixCache *c, int32_t id) {          /* an unlinked node: pages back, slot freed */
+    RadixNode *x = &c->node[id];
+    for (int j = 0; j < x->n_pages; j++) rx_kv_page_release(c->pool, x->pages[j]);
+    c->evicted_pages += x->n_pages;
+    free(x->tokens); free(x->pages);
+    x->used = 0; x->sibling = c->free_node; c->free_node = id;
+    c->n_nodes--;
+}
+
+/* Evicts the least recently used unlocked leaf, then each parent it leaves an unlocked leaf. 0: nothing to evict. */
+static int radix_evict_one(RxPrefixCache *c) {
+    int32_t victim = -1;
+    for (int32_t i = 0; i < c->cap_nodes; i++) {
+        const RadixNode *x = &c->node[i];
+        if (x->used && x->parent >= 0 && x->child < 0 && x->lock == 0 &&
+            (victim < 0 || x->last_use < c->node[victim].last_use)) victim = i;
+    }
+    if (victim < 0) return 0;
+    while (victim >= 0 && c->node[victim].parent >= 0 && c->node[victim].child < 0 && c->node[victim].lock == 0) {
+        int32_t parent = c->node[victim].parent;
+        radix_unlink(c, victim);
+        radix_drop(c, victim);
+        victim = parent;
+    }
+    return 1;
+}
+
+/* ----------------------------------------------------------------------------- part ii: the flat hash-chain cache */
+/* The baseline of seed 001: no tree, a flat map from hash(parent's hash, page tokens) to the page holding that
+ * page's K/V. A lookup re-walks the chain from the first page, hashing each page with its parent's hash, and stops
+ * at the first miss. A hash is not an identity: each entry keeps its page's tokens and its parent's serial number,
+ * and a lookup accepts an entry only when both match, so a collision can never hand out wrong K/V.
+ *
+ * Eviction is LRU over single pages, blind to the chain: lookups touch pages first to last, so the first page of a
+ * chain is the oldest, and evicting it orphans every page after it (still cached, holding memory, unreachable):
+ *
+ *   [sys 0] -> [sys 1] -> [q A]       evict [sys 0]:     (gone)   [sys 1]  [q A]      orphans, until LRU gets them
+ *                      -> [q B]                                            [q B]
+ * An orphan stays unreachable even when its parent is computed again: the new parent entry has a new serial. That
+ * costs some reuse and buys exactness: no parent is ever trusted by its hash alone. Entries whose page a running
+ * request also holds are skipped by eviction: evicting them would free nothing. */
+static uint64_t hash_mix(uint64_t x) { return rx_rand(&x); }   /* one splitmix64 step from state x */
+
+static uint64_t hash_root(uint64_t model_id) { return hash_mix(model_id); }
+
+static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
+    uint64_t h = parent_hash;
+    for (int i = 0; i < P; i++) h = hash_mix(h ^ (uint32_t)tokens[i]);
+    return h;
+}
+
+/* The page whose entry is (hash h, model, parent serial, tokens), or -1. */
+static int32_t hash_find(const RxPrefixCache *c, uint64_t h, uint64_t model_id, uint64_t parent_serial,
+                         const int32_t *tokens) {
+    for (int32_t p = c->bucket[h & c->mask]; p >= 0; p = c->entry[p].next) {
+        const HashEntry *e = &c->entry[p];
+        if (e->hash == h && e->model_id == model_id && e->parent_serial == parent_serial &&
+            page_equal(c->entry_tokens + (size_t)p * c->P, tokens, c->P)) return p;
+    }
+    return -1;
+}
+
+/* Walks the chain over whole pages of tokens[0 .. n_pages * P); returns the pages matched, their ids in pages[]. */
+static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages,
+                     uint64_t *h, uint64_t *serial) {
+    int j = 0;
+    *h = hash_root(model_id); *serial = 0;
+    for (; j < n_pages; j++) {
+        uint64_t key = hash_page(*h, tokens + (size_t)j * c->P, c->P);
+        int32_t p = hash_find(c, key, model_id, *serial, tokens + (size_t)j * c->P);
+        if (p < 0) break;
+        pages[j] = p; *h = key; *serial = c->entry[p].serial;
+    }
+    return j;
+}
+
+static void hash_touch(RxPrefixCache *c, const int32_t *pages, int n) {     /* first to last: the first is oldest */
+    for (int j = 0; j < n; j++) c->entry[pages[j]].last_use = ++c->clock;
+}
+
+static int hash_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
+    int32_t *hit = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "a hash cache walk");
+    if (!hit) return -1;
+    uint64_t h, serial;
+    int m = hash_walk(c, model_id, tokens, n_pages, hit, &h, &serial), adopted = 0;
+    hash_touch(c, hit, m);
+    int32_t parent = m ? hit[m - 1] : -1;
+    for (int j = m; j < n_pages && !c->entry[pages[j]].used; j++, adopted++) {
+        int32_t p = pages[j];
+        uint64_t key = hash_page(h, tokens + (size_t)j * c->P, c->P);
+        c->entry[p] = (HashEntry){key, ++c->serial, serial, model_id, ++c->clock, parent, c->bucket[key & c->mask], 1};
+        c->bucket[key & c->mask] = p;
+        memcpy(c->entry_tokens + (size_t)p * c->P, tokens + (size_t)j * c->P, (size_t)c->P * sizeof(int32_t));
+        rx_kv_page_retain(c->pool, p);
+        h = key; serial = c->entry[p].serial; parent = p;
+    }
+    free(hit);
+    return adopted;
+}
+
+static int hash_reachable(const RxPrefixCache *c, int32_t p) {  /* every entry up its chain is still the same one */
+    while (c->entry[p].parent_serial) {
+        int32_t q = c->entry[p].parent_page;
+        if (!c->entry[q].used || c->entry[q].serial != c->entry[p].parent_serial) return 0;
+        p = q;
+    }
+    return 1;
+}
+
+static int hash_evict_one(RxPrefixCache *c) {
+    int32_t victim = -1;
+    for (int32_t p = 0; p < c->pool->n_pages; p++)
+        if (c->entry[p].used && c->pool->ref[p] == 1 && (victim < 0 || c->entry[p].last_use < c->entry[victim].last_use))
+            victim = p;
+    if (victim < 0) return 0;
+    int32_t *link = &c->bucket[c->entry[victim].hash & c->mask];
+    while (*link != victim) link = &c->entry[*link].next;
+    *link = c->entry[victim].next;
+    c->entry[victim].used = 0;
+    rx_kv_page_release(c->pool, victim);
+    c->evicted_pages++;
+    return 1;
+}
+
+/* ------------------------------------------------------------ part ii: the cache's interface and a request's life */
+const char *rx_cache_kind_name(RxCacheKind kind) {
+    static const char *names[] = {"off", "radix", "hash"};
+    return kind >= RX_CACHE_OFF && kind <= RX_CACHE_HASH ? names[kind] : "?";
+}
+
+int rx_cache_kind_parse(const char *s, RxCacheKind *kind) {
+    for (int k = RX_CACHE_OFF; k <= RX_CACHE_HASH; k++)
+        if (!strcmp(s, rx_cache_kind_name((RxCacheKind)k))) { *kind = (RxCacheKind)k; return 0; }
+    return rx_fail("unknown prefix cache '%s' (use radix, hash or off)", s);
+}
+
+int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
+    *out = NULL;
+    if (kind < RX_CACHE_OFF || kind > RX_CACHE_HASH) return rx_fail("unknown prefix cache kind %d", (int)kind);
+    RxPrefixCache *c = (RxPrefixCache *)calloc(1, sizeof *c);
+    if (!c) return rx_fail("out of host memory for the prefix cache");
+    c->kind = kind; c->pool = pool; c->P = pool->page_size; c->free_node = -1;
+    if (kind == RX_CACHE_HASH) {
+        uint64_t cap = 16;
+        while (cap < 2 * (uint64_t)pool->n_pages) cap *= 2;
+        c->mask = cap - 1;
+        c->entry = (HashEntry *)calloc((size_t)pool->n_pages, sizeof(HashEntry));
+        c->entry_tokens = (int32_t *)rx_alloc((size_t)pool->n_pages * c->P * sizeof(int32_t), "the hash cache");
+        c->bucket = (int32_t *)rx_alloc(cap * sizeof(int32_t), "the hash cache");
+        if (!c->entry || !c->entry_tokens || !c->bucket) { rx_cache_free(c); return rx_fail("out of host memory for the hash cache"); }
+        for (uint64_t i = 0; i < cap; i++) c->bucket[i] = -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void rx_cache_free(RxPrefixCache *c) {
+    if (!c) return;
+    for (int32_t i = 0; i < c->cap_nodes; i++)
+        if (c->node[i].used) {
+            for (int j = 0; j < c->node[i].n_pages; j++) rx_kv_page_release(c->pool, c->node[i].pages[j]);
+            free(c->node[i].tokens); free(c->node[i].pages);
+        }
+    for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++)
+        if (c->entry[p].used) rx_kv_page_release(c->pool, p);
+    free(c->node); free(c->entry); free(c->entry_tokens); free(c->bucket);
+    free(c);
+}
+
+int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
+    int n_pages = n > 0 ? n / c->P : 0, m = 0;
+    if (c->kind == RX_CACHE_HASH) {
+        uint64_t h, serial;
+        m = hash_walk(c, model_id, tokens, n_pages, pages_out, &h, &serial);
+    } else if (c->kind == RX_CACHE_RADIX) {
+        int32_t root = radix_root(c, model_id), stop;
+        int stop_pages;
+        if (root < 0) return 0;
+        int32_t at = radix_walk(c, root, tokens, n_pages, &m, &stop, &stop_pages);
+        radix_path(c, at, pages_out, NULL);
+        if (stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
+        m += stop_pages;
+    }
+    return m * c->P;
+}
+
+int rx_cache_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, const int32_t *pages) {
+    int n_pages = n > 0 ? n / c->P : 0;
+    if (n_pages == 0 || c->kind == RX_CACHE_OFF) return 0;
+    return c->kind == RX_CACHE_HASH ? hash_insert(c, model_id, tokens, n_pages, pages)
+                                    : radix_insert(c, model_id, tokens, n_pages, pages);
+}
+
+int rx_cache_evict(RxPrefixCache *c, int n_free) {
+    while (c->pool->n_free < n_free &&
+           (c->kind == RX_CACHE_HASH ? hash_evict_one(c) : c->kind == RX_CACHE_RADIX ? radix_evict_one(c) : 0)) {}
+    return c->pool->n_free;
+}
+
+/* Visits every cached page a lookup can reach, with the whole prefix it ends. */
+void rx_cache_walk(const RxPrefixCache *c, void (*visit)(void *ctx, uint64_t model_id, const int32_t *tokens, int len,
+                   int32_t page), void *ctx) {
+    int P = c->P, depth;
+    for (int32_t i = 0; i < c->cap_nodes; i++) {
+        if (!c->node[i].used || c->node[i].parent < 0) continue;
+        int32_t root = i;
+        while (c->node[root].parent >= 0) root = c->node[root].parent;
+        depth = radix_depth(c, i);
+        int32_t *pages = (int32_t *)malloc((size_t)depth * sizeof(int32_t)), *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));
+        if (!pages || !tokens) { free(pages); free(tokens); return; }
+        radix_path(c, i, pages, tokens);
+        for (int j = depth - c->node[i].n_pages; j < depth; j++) visit(ctx, c->node[root].model_id, tokens, (j + 1) * P, pages[j]);
+        free(pages); free(tokens);
+    }
+    for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++) {
+        if (!c->entry[p].used || !hash_reachable(c, p)) continue;
+        depth = 0;
+        for (int32_t q = p;; q = c->entry[q].parent_page) { depth++; if (!c->entry[q].parent_serial) break; }
+        int32_t *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));
+        if (!tokens) return;
+        int j = depth;
+        for (int32_t q = p;; q = c->entry[q].parent_page) {
+            memcpy(tokens + (size_t)--j * P, c->entry_tokens + (size_t)q * P, (size_t)P * sizeof(int32_t));
+            if (!c->entry[q].parent_serial) break;
+        }
+        visit(ctx, c->entry[p].model_id, tokens, depth * P, p);
+        free(tokens);
+    }
+}
+
+static void draw_page_run(FILE *out, const int32_t *tokens, const int32_t *pages, int n_pages, int P) {
+    fprintf(out, "[");
+    for (int j = 0; j < n_pages && j < 3; j++)
+        for (int i = 0; i < P; i++) fprintf(out, "%s%d", i ? " " : j ? " | " : "", tokens[(size_t)j * P + i]);
+    fprintf(out, "%s]  page%s", n_pages > 3 ? " | ..." : "", n_pages > 1 ? "s" : "");
+    for (int j = 0; j < n_pages; j++) fprintf(out, " %d", pages[j]);
+}
+
+void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
+    if (c->kind == RX_CACHE_OFF) { fprintf(out, "(no prefix cache)\n"); return; }
+    if (c->kind == RX_CACHE_HASH) {
+        for (int32_t p = 0; p < c->pool->n_pages; p++) {
+            const HashEntry *e = &c->entry[p];
+            if (!e->used) continue;
+            fprintf(out, "model %llu ", (unsigned long long)e->model_id);
+            draw_page_run(out, c->entry_tokens + (size_t)p * c->P, &p, 1, c->P);
+            if (e->parent_serial) fprintf(out, "  after page %d", e->parent_page);
+            fprintf(out, "%s\n", hash_reachable(c, p) ? "" : "  (orphan)");
+        }
+        return;
+    }
+    for (int32_t r = 0; r < c->cap_nodes; r++) {                /* each root, then depth first */
+        if (!c->node[r].used || c->node[r].parent >= 0) continue;
+        fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
+        int32_t id = c->node[r].child;
+        int depth = 0;
+        while (id >= 0) {
+            const RadixNode *x = &c->node[id];
+            for (int d = 0, up = depth; d < depth; d++, up--) {  /* a bar where the ancestor `up` levels up goes on */
+                int32_t a = id;
+                for (int k = 0; k < up; k++) a = c->node[a].parent;
+                fprintf(out, c->node[a].sibling >= 0 ? "|   " : "    ");
+            }
+            fprintf(out, "%s ", x->sibling >= 0 ? "|--" : "`--");
+            draw_page_run(out, x->tokens, x->pages, x->n_pages, c->P);
+            fprintf(out, "  lock %d\n", x->lock);
+            if (x->child >= 0) { id = x->child; depth++; continue; }
+            while (id >= 0 && c->node[id].sibling < 0) { id = c->node[id].parent; depth--; if (id == r) id = -1; }
+            if (id >= 0) id = c->node[id].sibling;
+        }
+    }
+}
+
+int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
+    const RxKvPool *pool = c->pool;
+    memset(s, 0, sizeof *s);
+    s->kind = c->kind; s->page_size = c->P; s->evicted_pages = c->evicted_pages;
+    int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));
+    char *on_free_list = (char *)calloc((size_t)pool->n_pages, 1);
+    int rc = -1;
+    if (!cache_ref || !on_free_list) { rx_fail("out of host memory auditing the cache"); goto done; }
+    for (int32_t i = 0; i < c->cap_nodes; i++) {
+        const RadixNode *x = &c->node[i];
+        if (!x->used || x->parent < 0) continue;
+        s->nodes++;
+        int child_locks = 0;
+        for (int32_t ch = x->child; ch >= 0; ch = c->node[ch].sibling) child_locks += c->node[ch].lock;
+        if (x->lock < child_locks) { rx_fail("radix node %d has lock %d below its children's %d", i, x->lock, child_locks); goto done; }
+        if (x->n_pages < 1) { rx_fail("radix node %d has an empty edge", i); goto done; }
+        for (int j = 0; j < x->n_pages; j++) cache_ref[x->pages[j]]++;
+    }
+    for (int32_t p = 0; c->entry && p < pool->n_pages; p++)
+        if (c->entry[p].used) { s->nodes++; cache_ref[p]++; s->orphans += !hash_reachable(c, p); }
+    for (int i = 0; i < pool->n_free; i++) {
+        int32_t p = pool->free_list[i];
+        if (p < 0 || p >= pool->n_pages || on_free_list[p]++) { rx_fail("free list entry %d (page %d) is out of range or repeated", i, p); goto done; }
+    }
+    for (int32_t p = 0; p < pool->n_pages; p++) {
+        if (cache_ref[p] > 1) { rx_fail("page %d is cached %d times", p, cache_ref[p]); goto done; }
+        if (pool->ref[p] < cache_ref[p]) { rx_fail("page %d has ref %d below the cache's %d", p, pool->ref[p], cache_ref[p]); goto done; }
+        if ((pool->ref[p] == 0) != on_free_list[p]) { rx_fail("page %d has ref %d but is %son the free list", p, pool->ref[p], on_free_list[p] ? "" : "not "); goto done; }
+        s->cached_pages += cache_ref[p] > 0;
+        s->request_pages += pool->ref[p] > cache_ref[p];
+    }
+    rc = 0;
+done:
+    free(cache_ref); free(on_free_list);
+    return rc;
+}
+
+void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t model_id) {
+    memset(r, 0, sizeof *r);
+    r->tokens = tokens; r->len = len; r->model_id = model_id;
+    r->state = RX_REQ_WAITING; r->prefix_key = -1; r->lock_node = -1;
+}
+
+/* Undoes an admission: the lock and every page reference the request holds. */
+static void request_release(RxPrefixCache *c, RxRequest *r) {
+    if (r->lock_node >= 0) radix_touch(c, r->lock_node, -1);
+    for (int j = 0; j < r->n_pages; j++)
+        if (r->pages[j] >= 0) rx_kv_page_release(c->pool, r->pages[j]);
+    free(r->pages);
+    r->pages = NULL; r->n_pages = 0; r->cached_len = 0; r->prefix_key = -1; r->lock_node = -1;
+    c->n_running--;
+}
+
+/* The longest cached page-aligned prefix of tokens[0 .. len-1): its pages into r->pages, locked (radix) and
+ * touched (LRU). Returns the pages matched, or -1. */
+static int request_match(RxPrefixCache *c, RxRequest *r) {
+    int n_pages = (r->len - 1) / c->P, m = 0;
+    if (c->kind == RX_CACHE_HASH) {
+        uint64_t h, serial;
+        m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages, &h, &serial);
+        hash_touch(c, r->pages, m);
+    } else if (c->kind == RX_CACHE_RADIX) {
+        int32_t root = radix_root_or_new(c, r->model_id);
+        int32_t at = root < 0 ? -1 : radix_walk_split(c, root, r->tokens, n_pages, &m);
+        if (at < 0) return -1;
+        if (m == 0) return 0;
+        radix_path(c, at, r->pages, NULL);
+        radix_touch(c, at, +1);                                  /* lock the path root..at */
+        r->lock_node = at;
+    }
+    return m;
+}
+
+int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
+    int P = c->P;
+    if (r->state != RX_REQ_WAITING) return rx_fail("rx_request_admit: the request is not waiting (state %d)", r->state);
+    if (r->len < 1) return rx_fail("rx_request_admit: a request needs at least one token");
+    int need = (r->len + P - 1) / P;                             /* pages for the whole prompt */
+    if (need > c->pool->n_pages)
+        return rx_fail("a request of %d tokens needs %d pages of %d tokens, but the KV pool has only %d pages", r->len,
+                       need, P, c->pool->n_pages);
+    if (!(r->pages = (int32_t *)rx_alloc((size_t)need * sizeof(int32_t), "a page table"))) return -1;
+    for (int j = 0; j < need; j++) r->pages[j] = -1;
+    r->n_pages = need;
+    c->n_running++;
+    int m = request_match(c, r);
+    if (m < 0) { request_release(c, r); return -1; }
+    for (int j = 0; j < m; j++) rx_kv_page_retain(c->pool, r->pages[j]);   /* the request's own reference */
+    for (int j = m; j < need; j++) {
+        if (c->pool->n_free == 0) rx_cache_evict(c, need - j);
+        if ((r->pages[j] = rx_kv_page_alloc(c->pool)) < 0) {
+            request_release(c, r);
+            if (c->n_running == 0)                               /* cannot happen: need <= n_pages, all evictable */
+                return rx_fail("the KV pool of %d pages cannot make room for %d pages", c->pool->n_pages, need);
+            return 1;                                            /* running requests hold the rest: wait */
+        }
+    }
+    r->cached_len = m * P;
+    r->prefix_key = m ? r->pages[m - 1] : -1;
+    r->state = RX_REQ_RUNNING;
+    return 0;
+}
+
+int rx_request_finish(RxPrefixCache *c, RxRequest *r) {
+    if (r->state != RX_REQ_RUNNING) return rx_fail("rx_request_finish: the request is not running (state %d)", r->state);
+    int rc = rx_cache_insert(c, r->model_id, r->tokens, r->len, r->pages) < 0 ? -1 : 0;
+    request_release(c, r);
+    r->state = RX_REQ_FINISHED;
+    return rc;
+}
+
+void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
+    if (r->state == RX_REQ_RUNNING) request_release(c, r);
+    r->state = RX_REQ_ABORTED;
+}
+
+void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
+    if (r->state != RX_REQ_RUNNING) return;
+    request_release(c, r);
+    r->state = RX_REQ_WAITING;
+}
 
 
 /* ------------------------------------------------------------------------------------------------------------ errors */

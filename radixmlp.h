@@ -214,6 +214,94 @@ int gpu_test_attention(const float *q, const float *k, const float *v, float *ou
                        const int32_t *seq_start, const int32_t *kv_row, int n_orig, int n_kv_rows, int n_heads,
                        int n_kv_heads, int head_dim);
 
+/* ---------------------------------------------------------------------------------------------------------------
+ * Part II: across requests, a paged KV prefix cache
+ * ------------------------------------------------------------------------------------------------------------- */
+/* A paged KV pool: n_pages pages of page_size token slots. A slot holds K and V of every layer for one token.
+ * Slot s = page * page_size + i holds token position (page's first position + i) of whichever sequence owns it.
+ * n_layers = kv_dim = 0 makes a pool of bookkeeping only (k = v = NULL), for tests of the caches alone. */
+typedef struct {
+    int n_pages, page_size;
+    int n_layers, kv_dim;            /* kv_dim = n_kv_heads * head_dim                                        */
+    float *k, *v;                    /* [n_pages * page_size, n_layers, kv_dim] fp32, slot-major              */
+    int32_t *ref;                    /* [n_pages] references held on each page (the cache's and requests')   */
+    int32_t *free_list; int n_free;  /* [n_pages] stack of free page ids                                      */
+} RxKvPool;
+int  rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int kv_dim);
+void rx_kv_pool_free(RxKvPool *p);
+/* address of K (or V) of layer l at slot (page, i): p->k + ((size_t)(page * page_size + i) * n_layers + l) * kv_dim */
+int  rx_kv_page_alloc(RxKvPool *p);                    /* a free page, now with 1 reference; -1 when none is free */
+void rx_kv_page_retain(RxKvPool *p, int32_t page);     /* one more reference                                   */
+void rx_kv_page_release(RxKvPool *p, int32_t page);    /* one fewer; the last one puts the page on the free list */
+
+/* The prefix cache: which page-aligned token prefixes have their K/V in the pool, under which model id.
+ *   RX_CACHE_RADIX  a radix tree (RadixAttention): edges are runs of whole pages; LRU eviction of unlocked leaves
+ *   RX_CACHE_HASH   a flat map hash(parent hash, page tokens) -> page, LRU over pages (the baseline of seed 001)
+ *   RX_CACHE_OFF    caches nothing: every request prefills every token
+ * The cache holds one reference on every page it maps; requests hold their own.                                 */
+typedef enum { RX_CACHE_OFF = 0, RX_CACHE_RADIX = 1, RX_CACHE_HASH = 2 } RxCacheKind;
+const char *rx_cache_kind_name(RxCacheKind kind);
+int  rx_cache_kind_parse(const char *s, RxCacheKind *kind);
+
+typedef struct RxPrefixCache RxPrefixCache;
+int  rx_cache_create(RxPrefixCache **c, RxCacheKind kind, RxKvPool *pool);
+void rx_cache_free(RxPrefixCache *c);        /* drops the cache's references (requests must be released first) */
+/* The longest cached page-aligned prefix of tokens[0..n): its length in tokens, its pages in pages_out (room for
+ * n / page_size). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every waiting request).   */
+int  rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
+/* Caches the first n / page_size whole pages of tokens, whose K/V are in pages[]. Prefixes already cached keep
+ * their pages (a duplicate page is not adopted); the cache takes a reference on each page it adopts, and returns
+ * how many it adopted (or -1 out of memory).                                                                       */
+int  rx_cache_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, const int32_t *pages);
+/* Evicts (LRU) until the pool has n_free free pages or nothing more can be evicted; returns the free count. */
+int  rx_cache_evict(RxPrefixCache *c, int n_free);
+/* Calls visit once per cached page that a lookup can reach: the whole token prefix it ends (len tokens, a multiple of
+ * the page size) and its page. Hash entries whose chain to the root was evicted (orphans) are not reachable.       */
+void rx_cache_walk(const RxPrefixCache *c, void (*visit)(void *ctx, uint64_t model_id, const int32_t *tokens,
+                   int len, int32_t page), void *ctx);
+/* Draws the radix tree (or the hash map's entries), one edge per line, e.g. with page size 2:
+ *   model 7
+ *   `-- [5 6 | 7 8]  pages 0 1  lock 1
+ *       |-- [9 9]  page 2  lock 0
+ *       `-- [4 4]  page 3  lock 1                                                                                 */
+void rx_cache_draw(FILE *out, const RxPrefixCache *c);
+
+typedef struct {
+    RxCacheKind kind;
+    int  page_size;
+    int  nodes;            /* radix: edges in the tree; hash: entries in the map                             */
+    int  cached_pages;     /* pages the cache holds a reference on                                          */
+    int  orphans;          /* hash: entries no lookup can reach (their chain to the root was evicted); radix: 0 */
+    int  request_pages;    /* pages some request holds a reference on                                        */
+    long evicted_pages;    /* pages whose cache reference eviction has dropped, since creation              */
+} RxCacheStats;
+/* Recounts everything from the structures and checks them against the pool: every page's ref equals the cache's
+ * references plus the requests', the free list holds exactly the pages with no reference, once each. Returns 0,
+ * or -1 with the first inconsistency in radix_error().                                                            */
+int  rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s);
+
+/* A request's life (seed 004): admit -> (the forward writes its suffix K/V) -> finish | abort | preempt. */
+typedef enum { RX_REQ_WAITING = 0, RX_REQ_RUNNING = 1, RX_REQ_FINISHED = 2, RX_REQ_ABORTED = 3 } RxRequestState;
+typedef struct {
+    const int32_t *tokens; int len;  /* the prompt                                                               */
+    uint64_t model_id;               /* the cache's namespace: K/V of another model is never reused              */
+    RxRequestState state;
+    int cached_len;                  /* tokens 0..cached_len-1 come from the cache: page-aligned, <= len - 1     */
+    int32_t *pages; int n_pages;     /* [ceil(len / page_size)] page table: cached pages, then the request's own */
+    int32_t prefix_key;              /* the last cached page (it determines the whole cached history), -1: none  */
+    int32_t lock_node;               /* radix: the deepest node this request locks, -1: none                     */
+} RxRequest;
+void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t model_id);
+/* Matches the longest cached page-aligned prefix of tokens[0..len-1) (len - 1: the last token is always computed,
+ * it gives the logits), locks it, takes a reference on each cached page, and allocates own pages for the rest,
+ * evicting when the pool is short. Returns 0 (running), 1 (no room now: running requests hold the pages; nothing
+ * changed, retry after one finishes) or -1 (never fits: the request needs more pages than the pool has).          */
+int  rx_request_admit(RxPrefixCache *c, RxRequest *r);
+/* After the forward wrote the request's K/V: caches its whole pages, unlocks, drops the request's references. */
+int  rx_request_finish(RxPrefixCache *c, RxRequest *r);
+void rx_request_abort(RxPrefixCache *c, RxRequest *r);    /* unlock and release; caches nothing; final           */
+void rx_request_preempt(RxPrefixCache *c, RxRequest *r);  /* unlock and release; back to waiting, to recompute    */
+
 #ifdef __cplusplus
 }
 #endif

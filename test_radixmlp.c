@@ -1,7 +1,7 @@
 /* test_radixmlp.c - the specification of radixmlp, as tests.
  *
  *   ./test_radixmlp              every test
- *   ./test_radixmlp trie loader  the tests of these groups (or names): trie, loader, reference, gpu, cli, bench
+ *   ./test_radixmlp trie loader  the tests of these groups (or names): trie, loader, reference, gpu, cli, bench, cache
  *
  * Each test prints what it compared. The last line is "N passed, N failed, N skipped"; the exit code is non-zero
  * on any failure. GPU tests report themselves skipped, with the reason, where there is no CUDA device.
@@ -1528,6 +1528,343 @@ static void test_cli_rejects_bad_tokens(void) {
     remove_dir(dir);
 }
 
+/* ------------------------------------------------------------------------------------------ part ii: the kv cache */
+/* The caches are tested on bookkeeping-only pools (no K/V) except the random trace, whose pool holds one float per
+ * slot: a fingerprint of the token history that produced it, written by a stand-in forward. A cache that ever hands
+ * out a page computed for another history, or for another model, fails the fingerprint check. */
+static RxPrefixCache *cache_of(RxKvPool *pool, RxCacheKind kind, int n_pages, int page_size, int kv) {
+    RxPrefixCache *c = NULL;
+    if (rx_kv_pool_init(pool, n_pages, page_size, kv, kv) || rx_cache_create(&c, kind, pool)) {
+        printf("cache_of: %s\n", radix_error());
+        exit(2);
+    }
+    return c;
+}
+
+/* The audit passes (refs = cache's + requests', free list exact) and returns the stats. */
+static RxCacheStats audit(const RxPrefixCache *c, const char *when) {
+    RxCacheStats s;
+    expect(rx_cache_audit(c, &s) == 0, "%s: audit: %s", when, radix_error());
+    return s;
+}
+
+static void expect_draw(const RxPrefixCache *c, const char *want, const char *what) {
+    char buf[4096] = "";
+    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+    rx_cache_draw(f, c);
+    fclose(f);
+    expect(!strcmp(buf, want), "%s: the tree is\n%s\nexpected\n%s", what, buf, want);
+}
+
+/* A test-held reference on n fresh pages, as a request's own pages. */
+static void alloc_pages(RxKvPool *pool, int32_t *pages, int n) {
+    for (int j = 0; j < n; j++) pages[j] = rx_kv_page_alloc(pool);
+}
+static void release_pages(RxKvPool *pool, const int32_t *pages, int n) {
+    for (int j = 0; j < n; j++) rx_kv_page_release(pool, pages[j]);
+}
+
+static void test_cache_radix_insert_match_split_at_page_boundaries(void) {
+    RxKvPool pool;
+    RxPrefixCache *c = cache_of(&pool, RX_CACHE_RADIX, 16, 2, 0);
+    int32_t a[3], b[3], d[2], got[8];
+    const int32_t ta[] = {1, 2, 3, 4, 5, 6, 0}, tb[] = {1, 2, 3, 4, 7, 7}, td[] = {1, 2, 3, 9};
+    alloc_pages(&pool, a, 3); alloc_pages(&pool, b, 3); alloc_pages(&pool, d, 2);      /* pages 0-2, 3-5, 6-7 */
+    expect(rx_cache_insert(c, 1, ta, 6, a) == 3, "the first insert adopts its 3 pages");
+    expect(rx_cache_lookup(c, 1, ta, 7, got) == 6 && got[0] == 0 && got[2] == 2, "lookup of 7 tokens: 6 cached, pages 0 1 2");
+    expect(rx_cache_lookup(c, 1, ta, 5, got) == 4, "lookup of 5 tokens: only 2 whole pages can match");
+    expect(rx_cache_lookup(c, 1, td, 4, got) == 2, "[1 2 3 9]: parts mid-page 2, so only page 1 matches");
+    expect(rx_cache_insert(c, 1, tb, 6, b) == 1, "[1 2 3 4 7 7] adopts 1 page: pages 3 and 4 duplicate 0 and 1");
+    expect_draw(c, "model 1\n`-- [1 2 | 3 4]  pages 0 1  lock 0\n    |-- [5 6]  page 2  lock 0\n"
+                   "    `-- [7 7]  page 5  lock 0\n", "split after 2 pages");
+    expect(rx_cache_lookup(c, 1, tb, 5, got) == 4 && got[0] == 0 && got[1] == 1, "[1 2 3 4 7]: 4, pages 0 1 (not 3 4)");
+    expect(rx_cache_insert(c, 1, td, 4, d) == 1, "[1 2 3 9] adopts its second page");
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 0\n    |-- [3 4]  page 1  lock 0\n"
+                   "    |   |-- [5 6]  page 2  lock 0\n    |   `-- [7 7]  page 5  lock 0\n"
+                   "    `-- [3 9]  page 7  lock 0\n", "split after 1 page");
+    RxCacheStats s = audit(c, "after the inserts");
+    expect(s.nodes == 5 && s.cached_pages == 5 && s.request_pages == 8, "nodes %d, cached pages %d, request pages %d;"
+           " expected 5, 5, 8", s.nodes, s.cached_pages, s.request_pages);
+    release_pages(&pool, a, 3); release_pages(&pool, b, 3); release_pages(&pool, d, 2);
+    s = audit(c, "after the requests released");
+    expect(s.request_pages == 0 && pool.n_free == 16 - 5, "request pages %d, free %d; expected 0, 11", s.request_pages, pool.n_free);
+    rx_cache_free(c);
+    expect(pool.n_free == 16, "after rx_cache_free: %d of 16 pages free", pool.n_free);
+    note("insert [1 2|3 4|5 6], [1 2|3 4|7 7], [1 2|3 9]: splits after 2 and 1 pages, duplicate pages not adopted");
+    rx_kv_pool_free(&pool);
+}
+
+/* Admit, (forward), finish one request; returns its cached_len. */
+static int serve(RxPrefixCache *c, const int32_t *tokens, int len, uint64_t model) {
+    RxRequest r;
+    rx_request_init(&r, tokens, len, model);
+    int rc = rx_request_admit(c, &r);
+    expect(rc == 0, "admit of %d tokens: %d (%s)", len, rc, radix_error());
+    if (rc) return -1;
+    int cached = r.cached_len;
+    expect(rx_request_finish(c, &r) == 0 && r.state == RX_REQ_FINISHED, "finish: %s", radix_error());
+    return cached;
+}
+
+static void test_cache_match_capped_at_len_minus_one(void) {
+    for (int kind = RX_CACHE_RADIX; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 16, 4, 0);
+        const int32_t t[] = {5, 6, 7, 8, 9, 10, 11, 12, 13};
+        int first = serve(c, t, 8, 1), again = serve(c, t, 8, 1), longer = serve(c, t, 9, 1), one = serve(c, t, 1, 1);
+        int four = serve(c, t, 4, 1), five = serve(c, t, 5, 1);
+        expect(first == 0 && again == 4 && longer == 8 && one == 0 && four == 0 && five == 4,
+               "%s: cached %d %d %d %d %d %d, expected 0 4 8 0 0 4", rx_cache_kind_name((RxCacheKind)kind), first,
+               again, longer, one, four, five);
+        note("%-5s page 4: 8 tokens cold 0, again %d (not 8: the last token is computed), 9 tokens %d, 1 token %d,"
+             " 4 tokens %d, 5 tokens %d", rx_cache_kind_name((RxCacheKind)kind), again, longer, one, four, five);
+        RxCacheStats s = audit(c, "end");
+        expect(s.request_pages == 0, "%d pages still held by requests", s.request_pages);
+        rx_cache_free(c); rx_kv_pool_free(&pool);
+    }
+}
+
+static void test_cache_model_id_namespaces(void) {
+    for (int kind = RX_CACHE_RADIX; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 16, 2, 0);
+        const int32_t t[] = {3, 1, 4, 1, 5, 9, 2};
+        int first = serve(c, t, 7, 100), other = serve(c, t, 7, 200), same = serve(c, t, 7, 100);
+        expect(first == 0 && other == 0 && same == 6, "%s: model 100 cold %d, model 200 %d, model 100 again %d;"
+               " expected 0 0 6", rx_cache_kind_name((RxCacheKind)kind), first, other, same);
+        note("%-5s same 7 tokens: model 100 cold %d, model 200 %d (namespaced), model 100 again %d",
+             rx_cache_kind_name((RxCacheKind)kind), first, other, same);
+        rx_cache_free(c); rx_kv_pool_free(&pool);
+    }
+}
+
+static void test_cache_lock_refs_prevent_eviction(void) {
+    RxKvPool pool;
+    RxPrefixCache *c = cache_of(&pool, RX_CACHE_RADIX, 8, 2, 0);
+    const int32_t ta[] = {1, 2, 3, 4, 5}, tb[] = {1, 2, 3, 4, 9}, tc[] = {1, 2, 8, 8, 8};
+    serve(c, ta, 5, 1);                                                  /* caches [1 2 | 3 4] */
+    RxRequest b, r2;
+    rx_request_init(&b, tb, 5, 1);
+    rx_request_init(&r2, tc, 5, 1);
+    expect(rx_request_admit(c, &b) == 0 && b.cached_len == 4, "b: cached %d, expected 4", b.cached_len);
+    int free_b = rx_cache_evict(c, 8);
+    int32_t got[2];
+    expect(free_b == 8 - 3 && rx_cache_lookup(c, 1, tb, 4, got) == 4, "b locks [1 2 | 3 4]: evict(all) leaves %d"
+           " free (expected 5) and the prefix cached", free_b);
+    expect(rx_request_admit(c, &r2) == 0 && r2.cached_len == 2, "c: cached %d, expected 2", r2.cached_len);
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 2\n    `-- [3 4]  page 1  lock 1\n", "the split inherits b's lock");
+    rx_request_abort(c, &b);
+    int free_c = rx_cache_evict(c, 8);
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 1\n", "after b aborts, [3 4] is evictable, [1 2] is not");
+    expect(free_c == 8 - 1 - 2, "free after evict with c running: %d, expected 5", free_c);
+    rx_request_preempt(c, &r2);
+    expect(r2.state == RX_REQ_WAITING && rx_cache_evict(c, 8) == 8, "after c is preempted, everything is evictable");
+    RxCacheStats s = audit(c, "end");
+    expect(s.evicted_pages == 2 && s.nodes == 0, "evicted %ld pages, %d nodes left; expected 2, 0", s.evicted_pages, s.nodes);
+    note("locked: evict frees only unlocked pages (%d then %d free); a split node inherits the lock (lock 2)", free_b, free_c);
+    rx_cache_free(c); rx_kv_pool_free(&pool);
+}
+
+static void test_cache_eviction_takes_lru_leaf_and_cascades(void) {
+    RxKvPool pool;
+    RxPrefixCache *c = cache_of(&pool, RX_CACHE_RADIX, 16, 2, 0);
+    const int32_t t1[] = {1, 2, 3, 3, 4, 4, 0}, t2[] = {1, 2, 3, 3, 5, 5, 0}, t3[] = {1, 2, 6, 6, 0};
+    serve(c, t1, 7, 1); serve(c, t2, 7, 1); serve(c, t3, 5, 1);          /* [4 4] is the least recently used leaf */
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 0\n    |-- [3 3]  page 1  lock 0\n"
+                   "    |   |-- [4 4]  page 2  lock 0\n    |   `-- [5 5]  page 3  lock 0\n"
+                   "    `-- [6 6]  page 4  lock 0\n", "three prompts");
+    int f0 = pool.n_free, f1 = rx_cache_evict(c, f0 + 1);
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 0\n    |-- [3 3]  page 1  lock 0\n"
+                   "    |   `-- [5 5]  page 3  lock 0\n    `-- [6 6]  page 4  lock 0\n", "one leaf evicted");
+    int f2 = rx_cache_evict(c, f1 + 1);
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 0\n    `-- [6 6]  page 4  lock 0\n",
+                "[5 5] evicted, and [3 3], left an unlocked leaf, with it");
+    expect(f1 - f0 == 1 && f2 - f1 == 2, "freed %d then %d pages, expected 1 then 2 (cascade)", f1 - f0, f2 - f1);
+    expect(rx_cache_lookup(c, 1, t3, 4, (int32_t[4]){0}) == 4, "the trunk and the recent leaf stay cached");
+    note("evictions freed %d page, then %d (leaf [5 5] + its parent [3 3]); trunk [1 2] and [6 6] stay", f1 - f0, f2 - f1);
+    audit(c, "end");
+    rx_cache_free(c); rx_kv_pool_free(&pool);
+}
+
+static void test_cache_hash_eviction_orphans_descendants(void) {
+    const int32_t ta[] = {1, 2, 3, 4, 5, 6, 0}, tb[] = {7, 7, 8, 8, 0};
+    for (int kind = RX_CACHE_RADIX; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 16, 2, 0);
+        serve(c, ta, 7, 1); serve(c, tb, 5, 1);                          /* chains of 3 and 2 pages, a older */
+        int f0 = pool.n_free, freed = rx_cache_evict(c, f0 + 1) - f0;    /* make room for one page */
+        RxCacheStats s = audit(c, "after one eviction");
+        int32_t got[3];
+        int a = rx_cache_lookup(c, 1, ta, 7, got), b = rx_cache_lookup(c, 1, tb, 5, got);
+        note("%-5s evict for one page: %ld evicted, %d freed, %d entries left, %d orphans (unreachable, held);"
+             " a finds %d cached, b %d", rx_cache_kind_name((RxCacheKind)kind), s.evicted_pages, freed, s.nodes,
+             s.orphans, a, b);
+        if (kind == RX_CACHE_HASH)
+            expect(s.evicted_pages == 1 && s.orphans == 2 && s.cached_pages == 4 && a == 0 && b == 4,
+                   "hash: the LRU page is a's first; its 2 descendants stay cached as orphans that nothing can reach");
+        else
+            expect(s.evicted_pages == 3 && s.orphans == 0 && s.cached_pages == 2 && a == 0 && b == 4,
+                   "radix: the LRU leaf goes whole (3 pages); nothing unreachable stays behind");
+        rx_cache_free(c); rx_kv_pool_free(&pool);
+    }
+}
+
+static void test_cache_request_larger_than_pool_is_an_error(void) {
+    for (int kind = RX_CACHE_OFF; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 2, 4, 0);
+        const int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+        RxRequest r;
+        rx_request_init(&r, t, 9, 1);
+        int rc = rx_request_admit(c, &r);
+        expect(rc == -1 && strstr(radix_error(), "needs 3 pages of 4 tokens, but the KV pool has only 2"),
+               "%s: admit returned %d: %s", rx_cache_kind_name((RxCacheKind)kind), rc, radix_error());
+        expect(pool.n_free == 2 && r.state == RX_REQ_WAITING, "the failed admission took nothing");
+        if (kind == RX_CACHE_OFF) note("%s", radix_error());
+        rx_cache_free(c); rx_kv_pool_free(&pool);
+    }
+}
+
+/* ---- the random trace: the caches against a brute-force model ---- */
+#define TRACE_MAX_LEN 12
+typedef struct { uint64_t model; int len; int32_t tok[TRACE_MAX_LEN]; int32_t page; } Prefix;
+typedef struct { Prefix *v; int n, cap; } Prefixes;
+
+static void collect_prefix(void *ctx, uint64_t model, const int32_t *tokens, int len, int32_t page) {
+    Prefixes *ps = (Prefixes *)ctx;
+    if (ps->n == ps->cap) ps->v = (Prefix *)realloc(ps->v, (size_t)(ps->cap = 2 * ps->cap + 16) * sizeof(Prefix));
+    Prefix *p = &ps->v[ps->n++];
+    p->model = model; p->len = len < TRACE_MAX_LEN ? len : TRACE_MAX_LEN; p->page = page;
+    memcpy(p->tok, tokens, (size_t)p->len * sizeof(int32_t));
+}
+
+static int find_prefix(const Prefixes *ps, uint64_t model, const int32_t *tokens, int len) {
+    for (int i = 0; i < ps->n; i++)
+        if (ps->v[i].model == model && ps->v[i].len == len && !memcmp(ps->v[i].tok, tokens, (size_t)len * 4)) return i;
+    return -1;
+}
+
+static float fingerprint(uint64_t model, const int32_t *tokens, int n) {   /* of the history tokens[0..n) */
+    uint64_t h = model * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)tokens[i]) * 0xFF51AFD7ED558CCDull, h ^= h >> 29;
+    return (float)(h % 1000003u);                                  /* an integer below 2^24: exact in a float */
+}
+
+typedef struct { RxRequest r; int32_t tok[TRACE_MAX_LEN]; } TraceReq;
+
+static void trace_step_checks(const RxPrefixCache *c, const RxKvPool *pool, const TraceReq *req, int n_req,
+                              Prefixes *ever, int step, int *bad) {
+    Prefixes now = {NULL, 0, 0};
+    rx_cache_walk(c, collect_prefix, &now);
+    RxCacheStats s;
+    if (rx_cache_audit(c, &s)) { expect(0, "step %d: audit: %s", step, radix_error()); *bad = 1; }
+    long refs = 0, held = 0;
+    for (int p = 0; p < pool->n_pages; p++) refs += pool->ref[p];
+    for (int i = 0; i < n_req; i++) if (req[i].r.state == RX_REQ_RUNNING) held += req[i].r.n_pages;
+    long cache_refs = refs - held;                                 /* what the cache must hold: one per cached page */
+    if (cache_refs != s.cached_pages) {
+        expect(0, "step %d: refs %ld, but the cache holds %d pages and the requests %ld refs", step, refs,
+               s.cached_pages, held);
+        *bad = 1;
+    }
+    for (int i = 0; i < now.n && !*bad; i++) {
+        const Prefix *p = &now.v[i];
+        int P = pool->page_size;
+        if (find_prefix(ever, p->model, p->tok, p->len) < 0) { expect(0, "step %d: a cached prefix never inserted", step); *bad = 1; }
+        if (p->len > P && find_prefix(&now, p->model, p->tok, p->len - P) < 0) { expect(0, "step %d: cached prefix of %d tokens without its parent", step, p->len); *bad = 1; }
+        for (int k = 0; k < P; k++)                                /* the page holds the K/V of exactly this history */
+            if (pool->k[(size_t)p->page * P + k] != fingerprint(p->model, p->tok, p->len - P + k + 1)) {
+                expect(0, "step %d: page %d slot %d holds K of another history", step, p->page, k); *bad = 1; break;
+            }
+    }
+    for (int i = 0; i < n_req && !*bad; i++) {                     /* locks: a running request's prefix stays cached */
+        const RxRequest *r = &req[i].r;
+        if (r->state != RX_REQ_RUNNING) continue;
+        for (int n = pool->page_size; n <= r->cached_len && s.kind == RX_CACHE_RADIX; n += pool->page_size)
+            if (find_prefix(&now, r->model_id, r->tokens, n) < 0) { expect(0, "step %d: a locked prefix was evicted", step); *bad = 1; }
+    }
+    free(now.v);
+}
+
+/* Random admits, finishes, aborts and preempts of short prompts over 3 token values and 2 models, under a pool of
+ * 16 pages of 2 tokens: prefixes repeat, requests wait for room, the cache evicts all the time. After every step:
+ * the audit (every page's ref = the cache's + the requests', the free list exact), the refs against the running
+ * requests' page tables, every cached prefix was once inserted, has its parent, and its pages hold the K/V
+ * fingerprints of exactly its history; running requests' prefixes stay cached (radix); and every admission's
+ * cached length equals the brute-force longest cached page-aligned prefix of its first len - 1 tokens. */
+static void test_cache_random_trace_balances_refs(void) {
+    for (int kind = RX_CACHE_OFF; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 16, 2, 1);
+        enum { N_REQ = 5 };
+        TraceReq req[N_REQ];
+        Prefixes ever = {NULL, 0, 0};
+        uint64_t rng = 1234 + kind;
+        int bad = 0, counts[6] = {0}, hits = 0, step;
+        for (int i = 0; i < N_REQ; i++) rx_request_init(&req[i].r, req[i].tok, 0, 0), req[i].r.state = RX_REQ_FINISHED;
+        for (step = 0; step < 3000 && !bad; step++) {
+            TraceReq *q = &req[rng_int(&rng, N_REQ)];
+            RxRequest *r = &q->r;
+            int op = rng_int(&rng, 4);
+            if (r->state == RX_REQ_FINISHED || r->state == RX_REQ_ABORTED) {          /* a new prompt arrives */
+                int len = 1 + rng_int(&rng, TRACE_MAX_LEN);
+                for (int i = 0; i < len; i++) q->tok[i] = rng_int(&rng, 3);
+                rx_request_init(r, q->tok, len, 1 + (uint64_t)rng_int(&rng, 2));
+            }
+            if (r->state == RX_REQ_WAITING) {
+                Prefixes before = {NULL, 0, 0};
+                rx_cache_walk(c, collect_prefix, &before);
+                int want = 0;
+                for (int n = pool.page_size; n <= r->len - 1; n += pool.page_size)
+                    if (find_prefix(&before, r->model_id, r->tokens, n) >= 0) want = n; else break;
+                free(before.v);
+                int rc = rx_request_admit(c, r);
+                counts[rc == 0 ? 0 : 1]++;
+                if (rc < 0) { expect(0, "step %d: admit failed: %s", step, radix_error()); bad = 1; }
+                if (rc == 0 && r->cached_len != want) {
+                    expect(0, "step %d: cached_len %d, the brute force finds %d", step, r->cached_len, want); bad = 1;
+                }
+                if (rc == 0) {                                     /* the forward: K of the suffix into own pages */
+                    hits += r->cached_len;
+                    for (int i = r->cached_len; i < r->len; i++)
+                        pool.k[(size_t)r->pages[i / 2] * 2 + i % 2] = fingerprint(r->model_id, r->tokens, i + 1);
+                    for (int i = 0; i < r->cached_len && !bad; i++)
+                        if (pool.k[(size_t)r->pages[i / 2] * 2 + i % 2] != fingerprint(r->model_id, r->tokens, i + 1)) {
+                            expect(0, "step %d: a cached page holds another history's K", step); bad = 1;
+                        }
+                }
+            } else if (r->state == RX_REQ_RUNNING) {
+                if (op <= 1) {
+                    for (int n = pool.page_size; n <= r->len; n += pool.page_size) {     /* what finish inserts */
+                        Prefix p = {r->model_id, n, {0}, -1};
+                        memcpy(p.tok, r->tokens, (size_t)n * 4);
+                        if (find_prefix(&ever, p.model, p.tok, n) < 0) collect_prefix(&ever, p.model, p.tok, n, -1);
+                    }
+                    expect(rx_request_finish(c, r) == 0, "finish: %s", radix_error());
+                    counts[2]++;
+                } else if (op == 2) rx_request_abort(c, r), counts[3]++;
+                else rx_request_preempt(c, r), counts[4]++;
+            }
+            trace_step_checks(c, &pool, req, N_REQ, &ever, step, &bad);
+        }
+        for (int i = 0; i < N_REQ; i++) rx_request_abort(c, &req[i].r);
+        RxCacheStats s = audit(c, "after the trace");
+        expect(s.request_pages == 0 && pool.n_free + s.cached_pages == pool.n_pages,
+               "%s: %d pages held by requests, %d free + %d cached of %d", rx_cache_kind_name((RxCacheKind)kind),
+               s.request_pages, pool.n_free, s.cached_pages, pool.n_pages);
+        note("%-5s %d steps: %d admitted (%d had to wait), %d finished, %d aborted, %d preempted; %d tokens from the"
+             " cache, %ld pages evicted; at the end 0 pages held by requests, %d cached, %d free",
+             rx_cache_kind_name((RxCacheKind)kind), step, counts[0], counts[1], counts[2], counts[3], counts[4], hits,
+             s.evicted_pages, s.cached_pages, pool.n_free);
+        expect(kind == RX_CACHE_OFF || (hits > 0 && s.evicted_pages > 0 && counts[1] > 0 && counts[3] > 0 && counts[4] > 0),
+               "the trace must exercise hits, evictions, waits, aborts and preemptions");
+        rx_cache_free(c);
+        expect(pool.n_free == pool.n_pages, "after rx_cache_free: %d of %d pages free", pool.n_free, pool.n_pages);
+        free(ever.v);
+        rx_kv_pool_free(&pool);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------------- main */
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
@@ -1577,6 +1914,14 @@ static const Test tests[] = {
     {"bench", "replot_draws_every_series", test_bench_replot_draws_every_series},
     {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
     {"cli", "cli_rejects_bad_tokens", test_cli_rejects_bad_tokens},
+    {"cache", "radix_insert_match_split_at_page_boundaries", test_cache_radix_insert_match_split_at_page_boundaries},
+    {"cache", "match_capped_at_len_minus_one", test_cache_match_capped_at_len_minus_one},
+    {"cache", "model_id_namespaces", test_cache_model_id_namespaces},
+    {"cache", "lock_refs_prevent_eviction", test_cache_lock_refs_prevent_eviction},
+    {"cache", "eviction_takes_lru_leaf_and_cascades", test_cache_eviction_takes_lru_leaf_and_cascades},
+    {"cache", "hash_eviction_orphans_descendants", test_cache_hash_eviction_orphans_descendants},
+    {"cache", "request_larger_than_pool_is_an_error", test_cache_request_larger_than_pool_is_an_error},
+    {"cache", "random_trace_balances_refs", test_cache_random_trace_balances_refs},
 };
 
 #ifndef RADIXMLP_FUZZ
