@@ -2167,7 +2167,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
  * past the end. bad >= 192 makes it invalid on purpose, as radix_index_build must reject: n_seqs < 0 (bit 0),
  * cu_seqlens[0] != 0 (1), cu_seqlens stepping back (2), NULL cu_seqlens (3), input_ids (4) or position_ids (5).
  * kind: token ids from a vocabulary of 1..8 (bits 0-2; small, so prefixes are shared) or raw int32 (bit 3);
- * positions 0..L-1 (bits 4-5 = 0), shifted per sequence (1), random 0..3 (2) or raw int32 (3). */
+ * positions 0..L-1 (bits 4-5 = 0), shifted per sequence (1), random 0..3 (2) or raw int32 (3); bit 6: root keys
+ * (Part II's cached-prefix keys, radix_index_build_keyed) from -1..2, one byte per sequence after the tokens. */
 typedef struct { const uint8_t *p, *end; } FuzzIn;
 static int fuzz_byte(FuzzIn *in) { return in->p < in->end ? *in->p++ : 0; }
 static int32_t fuzz_i32(FuzzIn *in) {
@@ -2178,7 +2179,7 @@ static int32_t fuzz_i32(FuzzIn *in) {
 
 /* What a successful build promises: gather strictly increasing into [0, N), scatter into [0, N'), each maps the other
  * back; and for small batches, equality with the brute-force oracle. */
-static void check_index(const RadixIndex *ix, const RxBatch *b) {
+static void check_index(const RadixIndex *ix, const RxBatch *b, const int32_t *root_key) {
     int n = b->n_tokens, nc = ix->n_compact;
     expect(ix->n_tokens == n && (n ? nc >= 1 && nc <= n : nc == 0), "N = %d, N' = %d for %d tokens", ix->n_tokens, nc, n);
     for (int c = 0; c < nc && !test_failed; c++)
@@ -2187,7 +2188,7 @@ static void check_index(const RadixIndex *ix, const RxBatch *b) {
                c, ix->gather[c]);
     for (int i = 0; i < n && !test_failed; i++)
         expect(ix->scatter[i] >= 0 && ix->scatter[i] < nc, "scatter[%d] = %d is outside [0, %d)", i, ix->scatter[i], nc);
-    if (!test_failed && n <= 64) check_against_oracle(ix, b, "fuzz batch");
+    if (!test_failed && n <= 64) check_against_keyed_oracle(ix, b, root_key, "fuzz batch");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -2216,15 +2217,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             pos[i] = (kind >> 4 & 3) == 2 ? fuzz_byte(&in) % 4 : (kind >> 4 & 3) == 3 ? fuzz_i32(&in) : i - cu[s] + shift;
         }
     }
+    int32_t key[17];
+    for (int s = 0; s < n_seqs && s < 17; s++) key[s] = fuzz_byte(&in) % 4 - 1;
     RadixIndex ix;
-    int rc = radix_index_build(&ix, bad & 16 ? NULL : ids, bad & 32 ? NULL : pos, bad & 8 ? NULL : cu, n_seqs);
+    int rc = radix_index_build_keyed(&ix, bad & 16 ? NULL : ids, bad & 32 ? NULL : pos, bad & 8 ? NULL : cu, n_seqs,
+                                     kind & 64 ? key : NULL);
     expect((rc == 0) == valid, "%s a%s batch: %s", rc ? "rejected" : "accepted", valid ? " valid" : "n invalid",
            rc ? radix_error() : "");
     if (rc) {
         expect(!ix.gather && !ix.scatter && !ix.n_tokens && !ix.n_compact, "a failed build left the index set");
     } else if (!test_failed) {
         RxBatch b = {n_seqs, n, ids, pos, cu};
-        check_index(&ix, &b);
+        check_index(&ix, &b, kind & 64 ? key : NULL);
         radix_draw_trie(devnull, &ix, ids, pos, cu, n_seqs);
     }
     radix_index_free(&ix);
