@@ -22,6 +22,7 @@
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
+ *   Part II: prefill on a KV cache  -> qwen3_prefill_ref(), the trie keyed by cached prefix: radix_index_build_keyed()
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
  * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
@@ -112,19 +113,37 @@ static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     return (TrieSlot *)calloc(cap, sizeof(TrieSlot));
 }
 
-/* The batch is the whole history: two sequences that start with the same (token, position) are merged from their
- * first token on, whatever position ids they carry. That is exact for this cache-free forward, where nothing
- * precedes a sequence. A caller with a KV cache must key each sequence by its cached prefix too. */
+/* Part I's batch is the whole history: two sequences that start with the same (token, position) are merged from
+ * their first token on, whatever position ids they carry. That is exact for the cache-free forward, where nothing
+ * precedes a sequence. */
 int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                       const int32_t *cu_seqlens, int n_seqs) {
+    return radix_index_build_keyed(ix, input_ids, position_ids, cu_seqlens, n_seqs, NULL);
+}
+
+/* With a KV cache (Part II) something does precede a sequence: its cached prefix, which the batch does not hold.
+ * root_key[s] names it, and the trie gets one root per key. The real root (index N) serves the sequences with
+ * nothing cached (key -1, or no root_key at all); a key k >= 0 is the virtual root ~k, a negative number that no
+ * node has. A virtual root keeps no inline first child, so a sequence's first token below it always goes through
+ * the hash table, keyed (~k, token, position): equal keys meet there, different keys never do. */
+static int32_t trie_root(const int32_t *root_key, int s, int32_t root) {
+    return root_key && root_key[s] >= 0 ? ~root_key[s] : root;
+}
+
+int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                            const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key) {
     memset(ix, 0, sizeof *ix);
     if (n_seqs < 0) return rx_fail("radix_index_build: n_seqs is %d; it must be >= 0", n_seqs);
     if (n_seqs > 0 && !cu_seqlens) return rx_fail("radix_index_build: cu_seqlens is NULL");
     if (n_seqs > 0 && cu_seqlens[0] != 0) return rx_fail("radix_index_build: cu_seqlens[0] is %d; it must be 0", cu_seqlens[0]);
-    for (int s = 0; s < n_seqs; s++)
+    for (int s = 0; s < n_seqs; s++) {
         if (cu_seqlens[s + 1] < cu_seqlens[s])
             return rx_fail("radix_index_build: cu_seqlens decreases at sequence %d (%d -> %d)", s, cu_seqlens[s],
                            cu_seqlens[s + 1]);
+        if (root_key && root_key[s] < -1)
+            return rx_fail("radix_index_build: root key %d of sequence %d; keys are >= 0, or -1 for none",
+                           root_key[s], s);
+    }
     int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
     if (n > 0 && (!input_ids || !position_ids)) return rx_fail("radix_index_build: input_ids or position_ids is NULL");
     ix->n_tokens = n;
@@ -134,13 +153,16 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
     uint64_t mask;
     TrieSlot *t = trie_table(n_seqs, &mask);
     if (!ix->gather || !ix->scatter || !t) { free(t); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory"); }
+    const int32_t root = n;
 
-    /* Fast path: histories can only be shared if two sequences begin with the same (token, position). When no
+    /* Fast path: histories can only be shared if two sequences begin with the same (root, token, position). When no
      * two do (one sequence, or a batch with nothing shared), the trie is the batch itself: N' = N, identity. */
     int shared = 0;
     for (int s = 0; s < n_seqs && !shared; s++) {
         int i = cu_seqlens[s];
-        if (i < cu_seqlens[s + 1]) shared = trie_find_or_insert(t, mask, -1, trie_key(input_ids[i], position_ids[i]), s) >= 0;
+        if (i < cu_seqlens[s + 1])
+            shared = trie_find_or_insert(t, mask, trie_root(root_key, s, root), trie_key(input_ids[i], position_ids[i]),
+                                         s) >= 0;
     }
     free(t);
     if (!shared) {
@@ -153,14 +175,14 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
     if (!first_child || !(t = trie_table(n, &mask))) {
         free(first_child); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory");
     }
-    const int32_t root = n;
     first_child[root] = -1;
     int n_compact = 0;                                                 /* N', the next compact id */
     for (int s = 0; s < n_seqs; s++) {
-        int32_t parent = root;
+        int32_t parent = trie_root(root_key, s, root);
         for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++) {
-            int32_t c = first_child[parent];
-            if (c >= 0 && (input_ids[ix->gather[c]] != input_ids[i] || position_ids[ix->gather[c]] != position_ids[i]))
+            int32_t c = parent < 0 ? -1 : first_child[parent];        /* a virtual root: straight to the table */
+            if (parent < 0 || (c >= 0 && (input_ids[ix->gather[c]] != input_ids[i] ||
+                                          position_ids[ix->gather[c]] != position_ids[i])))
                 c = trie_find_or_insert(t, mask, parent, trie_key(input_ids[i], position_ids[i]), n_compact);
             else if (c < 0)
                 first_child[parent] = n_compact;
@@ -276,9 +298,11 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
-                     const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
-                     int n_heads, int n_kv_heads, int head_dim) {
+/* rx_attention_ref with k and v rows kv_stride floats apart: n_kv_heads*head_dim for a plain [rows, kv] buffer, more
+ * for one layer's slice of the paged KV pool of Part II, [slot, n_layers, kv]. */
+static int attention_ref(const float *q, const float *k, const float *v, size_t kv_stride, float *out, int n_q,
+                         const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
+                         int n_heads, int n_kv_heads, int head_dim) {
     int longest = 1;
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r;
@@ -286,7 +310,7 @@ int rx_attention_ref(const float *q, const float *k, const float *v, float *out,
     }
     float *p = (float *)malloc((size_t)longest * sizeof(float));       /* softmax weights of one query head */
     if (!p) return rx_fail("out of host memory for attention scores (%d keys)", longest);
-    int group = n_heads / n_kv_heads, qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
+    int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r, t0 = seq_start[g];            /* keys: positions t0..g of g's sequence */
@@ -295,7 +319,7 @@ int rx_attention_ref(const float *q, const float *k, const float *v, float *out,
             int kvh = h / group;                                       /* GQA */
             float mx = -INFINITY, z = 0.0f;
             for (int t = t0; t <= g; t++) {
-                const float *kt = k + (size_t)(kv_row ? kv_row[t] : t) * kvd + kvh * head_dim;
+                const float *kt = k + (size_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
                 float s = 0.0f;
                 for (int i = 0; i < head_dim; i++) s += qh[i] * kt[i];
                 p[t - t0] = s * scale;
@@ -305,7 +329,7 @@ int rx_attention_ref(const float *q, const float *k, const float *v, float *out,
             float *o = out + (size_t)r * qd + h * head_dim;
             for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
             for (int t = t0; t <= g; t++) {
-                const float *vt = v + (size_t)(kv_row ? kv_row[t] : t) * kvd + kvh * head_dim;
+                const float *vt = v + (size_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
                 float pt = p[t - t0] / z;
                 for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
             }
@@ -313,6 +337,13 @@ int rx_attention_ref(const float *q, const float *k, const float *v, float *out,
     }
     free(p);
     return 0;
+}
+
+int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
+                     const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
+                     int n_heads, int n_kv_heads, int head_dim) {
+    return attention_ref(q, k, v, (size_t)n_kv_heads * head_dim, out, n_q, q_orig, seq_start, kv_row, n_heads,
+                         n_kv_heads, head_dim);
 }
 
 /* out[r] = in[idx[r]]: one row copy serves both directions of the paper's eq. 5-7.
@@ -343,11 +374,18 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold) {
     return n_tokens > 0 && (double)n_compact / n_tokens < threshold ? RX_COMPACT : RX_BASELINE;
 }
 
-int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
+/* The one reference forward. pf == NULL: a fresh batch (Part I). pf != NULL: the batch holds only the new suffixes
+ * of sequences whose first pf->cached_len[s] tokens have their K/V in pf->pool (Part II, checked by
+ * qwen3_prefill_ref); the new K/V go into the pages, and attention reads every key from there.
+ * out_idx [n_out]: the tokens (original space) whose logits to return, in that order; NULL: all N of them.
+ * rows_out (may be NULL): R, the rows computed on. */
+static int forward_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode,
+                       const int32_t *out_idx, int n_out, float *logits, int *rows_out) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
-    RadixIndex ix;
-    if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
+    RadixIndex ix;           /* Part II keys each sequence's root by its cached prefix: see radix_index_build_keyed */
+    if (radix_index_build_keyed(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs,
+                                pf ? pf->prefix_key : NULL)) return -1;
     int N = b->n_tokens;
     if (mode == RX_AUTO) mode = rx_auto_mode(ix.n_compact, N, RX_AUTO_THRESHOLD);
     int R = mode == RX_BASELINE ? N : ix.n_compact;       /* rows we compute on: N, or N' in radix/compact mode */
@@ -355,7 +393,14 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
     size_t wmax = (size_t)c->vocab_size * H;              /* the largest weight */
     if ((size_t)I * H > wmax) wmax = (size_t)I * H;
     if ((size_t)QD * H > wmax) wmax = (size_t)QD * H;
+    /* Attention's token space: the batch's N tokens, or with a cache (pf) all M = sum(cached_len + L) tokens of the
+     * whole sequences, cached or new, laid out sequence by sequence. */
+    int M = N;
+    for (int s = 0; pf && s < b->n_seqs; s++) M += pf->cached_len[s];
     size_t Nq = mode == RX_RADIX ? (size_t)N : 0;         /* the radix mode's original-space attention buffers */
+    size_t Nkv = pf ? 0 : Nq;                             /* with a cache the pages take the scattered K/V     */
+    size_t No = out_idx ? (size_t)n_out : 0;              /* rows of the logits asked for                      */
+    size_t Mp = pf ? (size_t)M : 0;
     float *h = (float *)malloc(sizeof(float) * (size_t)R * H),            /* [R, hidden]  residual stream     */
           *xn = (float *)malloc(sizeof(float) * (size_t)R * H),           /* [R, hidden]  normed               */
           *q = (float *)malloc(sizeof(float) * (size_t)R * QD),           /* [R, n_heads*head_dim]             */
@@ -365,28 +410,49 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
           *gate = (float *)malloc(sizeof(float) * (size_t)R * I),         /* [R, intermediate]                 */
           *up = (float *)malloc(sizeof(float) * (size_t)R * I),           /* [R, intermediate]                 */
           *qN = (float *)malloc(sizeof(float) * (Nq * QD + 1)),           /* [N, n_heads*head_dim]  radix only */
-          *kN = (float *)malloc(sizeof(float) * (Nq * KVD + 1)),          /* [N, n_kv*head_dim]     radix only */
-          *vN = (float *)malloc(sizeof(float) * (Nq * KVD + 1)),          /* [N, n_kv*head_dim]     radix only */
+          *kN = (float *)malloc(sizeof(float) * (Nkv * KVD + 1)),         /* [N, n_kv*head_dim]     radix only */
+          *vN = (float *)malloc(sizeof(float) * (Nkv * KVD + 1)),         /* [N, n_kv*head_dim]     radix only */
           *attN = (float *)malloc(sizeof(float) * (Nq * QD + 1)),         /* [N, n_heads*head_dim]  radix only */
+          *xo = (float *)malloc(sizeof(float) * (No * H + 1)),            /* [n_out, hidden]  rows asked for   */
           *w32 = (float *)malloc(sizeof(float) * wmax),                   /* one weight, converted to fp32     */
           *norm_w = (float *)malloc(sizeof(float) * (size_t)(H > c->head_dim ? H : c->head_dim)),
-          *out = mode == RX_BASELINE ? logits : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
+          *out = mode == RX_BASELINE || out_idx ? logits : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
     int32_t *orig = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),       /* [R] original position of each row */
             *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its position id (for RoPE)    */
             *tok = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its token id                  */
-            *seq_start = (int32_t *)malloc(sizeof(int32_t) * (size_t)N);  /* [N] start of each token's sequence */
+            *seq_start = (int32_t *)malloc(sizeof(int32_t) * (size_t)M),  /* [M] start of each token's sequence */
+            *out_row = (int32_t *)malloc(sizeof(int32_t) * (No + 1)),     /* [n_out] the row of each token asked */
+            *at = (int32_t *)malloc(sizeof(int32_t) * ((size_t)N + 1)),   /* [N] pf: batch token -> [M] space   */
+            *slot = (int32_t *)malloc(sizeof(int32_t) * (Mp + 1)),        /* [M] pf: its pool slot              */
+            *q_at = (int32_t *)malloc(sizeof(int32_t) * ((size_t)R + 1)); /* [R] pf: compact row -> [M] space   */
+    /* Where attention finds things. Query rows stand for original tokens (q_rows: N rows, q_compact: N' rows) and
+     * keys are read through kv_rows. Fresh batch: original space is the batch itself, compact keys via I_scatter.
+     * With a cache: the [M] space, and every key, cached or new, is read from its pool slot. That is exact: the
+     * slot of a cached position holds the K/V an earlier forward computed for the same (token, position) history
+     * with the same row arithmetic, this forward writes its new rows to their slots before attending, and the
+     * attention loop visits positions 0..g in the same order as a full recomputation would. */
+    const int32_t *q_rows = pf ? at : NULL, *q_compact = pf ? q_at : ix.gather;
+    const int32_t *kv_rows = pf ? slot : mode == RX_COMPACT ? ix.scatter : NULL;
+    size_t kv_stride = pf ? (size_t)c->n_layers * KVD : (size_t)KVD;     /* a pool slot holds every layer */
     int rc = -1;
-    if (!h || !xn || !q || !k || !v || !att || !gate || !up || !qN || !kN || !vN || !attN || !w32 || !norm_w ||
-        !out || !orig || !pos || !tok || !seq_start) {
+    if (!h || !xn || !q || !k || !v || !att || !gate || !up || !qN || !kN || !vN || !attN || !xo || !w32 || !norm_w ||
+        !out || !orig || !pos || !tok || !seq_start || !out_row || !at || !slot || !q_at) {
         rx_fail("out of host memory for the reference forward (N=%d, N'=%d)", N, ix.n_compact);
         goto done;
     }
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) seq_start[i] = b->cu_seqlens[s];
+    for (int s = 0, t = 0; s < b->n_seqs; s++) {
+        int cached = pf ? pf->cached_len[s] : 0, P = pf ? pf->pool->page_size : 1, t0 = t;
+        for (int p = 0; p < cached + b->cu_seqlens[s + 1] - b->cu_seqlens[s]; p++, t++) {
+            seq_start[t] = t0;
+            if (pf) slot[t] = pf->pages[s][p / P] * P + p % P;  /* token at position p lives in its page table's slot */
+        }
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) at[i] = t0 + cached + i - b->cu_seqlens[s];
+    }
     for (int r = 0; r < R; r++) {                       /* Algorithm 1 lines 6-8: p~ = p[I_gather], x~ = x[I_gather] */
         orig[r] = mode == RX_BASELINE ? r : ix.gather[r];
         pos[r] = b->position_ids[orig[r]];
         tok[r] = b->input_ids[orig[r]];
+        q_at[r] = at[orig[r]];
     }
     rx_tensor_to_f32(m->embed, w32);                    /* line 9: h0 = Embed(x~)  [R, hidden] */
     for (int r = 0; r < R; r++) memcpy(h + (size_t)r * H, w32 + (size_t)tok[r] * H, sizeof(float) * H);
@@ -403,18 +469,34 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
         rx_qk_norm_rope_ref(q, norm_w, pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
         rx_tensor_to_f32(L->k_norm, norm_w);
         rx_qk_norm_rope_ref(k, norm_w, pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
+        const float *ka = k, *va = v;                   /* the keys and values attention reads */
+        if (pf) {                                       /* new K/V into the request's pages: [R] rows -> [N] slots */
+            for (int i = 0; i < N; i++) {
+                size_t dst = ((size_t)slot[at[i]] * c->n_layers + l) * KVD;          /* [slot, layer, kv] */
+                size_t row = mode == RX_BASELINE ? (size_t)i : (size_t)ix.scatter[i];
+                memcpy(pf->pool->k + dst, k + row * KVD, sizeof(float) * KVD);
+                memcpy(pf->pool->v + dst, v + row * KVD, sizeof(float) * KVD);
+            }
+            ka = pf->pool->k + (size_t)l * KVD;         /* layer l's slice of every slot */
+            va = pf->pool->v + (size_t)l * KVD;
+        }
         int arc;
         if (mode == RX_BASELINE) {                      /* N rows, keys t0..i of the same sequence */
-            arc = rx_attention_ref(q, k, v, att, N, NULL, seq_start, NULL, c->n_heads, c->n_kv_heads, c->head_dim);
+            arc = attention_ref(q, ka, va, kv_stride, att, N, q_rows, seq_start, kv_rows, c->n_heads, c->n_kv_heads,
+                                c->head_dim);
         } else if (mode == RX_RADIX) {                  /* the paper: scatter to N rows, attend, gather back */
             rows_by_index(qN, q, ix.scatter, N, QD);    /* [N', .] -> [N, .] */
-            rows_by_index(kN, k, ix.scatter, N, KVD);
-            rows_by_index(vN, v, ix.scatter, N, KVD);
-            arc = rx_attention_ref(qN, kN, vN, attN, N, NULL, seq_start, NULL, c->n_heads, c->n_kv_heads, c->head_dim);
+            if (!pf) {                                  /* (with a cache, writing the pages was the K/V scatter) */
+                rows_by_index(kN, k, ix.scatter, N, KVD);
+                rows_by_index(vN, v, ix.scatter, N, KVD);
+                ka = kN, va = vN;
+            }
+            arc = attention_ref(qN, ka, va, kv_stride, attN, N, q_rows, seq_start, kv_rows, c->n_heads,
+                                c->n_kv_heads, c->head_dim);
             rows_by_index(att, attN, ix.gather, R, QD); /* [N, .] -> [N', .] */
-        } else {                                        /* compact: N' query rows, keys read through I_scatter */
-            arc = rx_attention_ref(q, k, v, att, R, ix.gather, seq_start, ix.scatter, c->n_heads, c->n_kv_heads,
-                                   c->head_dim);
+        } else {                                        /* compact: N' query rows, keys read through kv_rows */
+            arc = attention_ref(q, ka, va, kv_stride, att, R, q_compact, seq_start, kv_rows, c->n_heads,
+                                c->n_kv_heads, c->head_dim);
         }
         if (arc) goto done;
         linear_ref(xn, att, L->o_proj, w32, R);         /* a = att @ Wo^T                 [R, hidden] */
@@ -429,16 +511,28 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
     }
     rx_tensor_to_f32(m->final_norm, norm_w);
     rx_rmsnorm_ref(xn, h, norm_w, R, H, (float)c->rms_norm_eps);
-    linear_ref(out, xn, m->lm_head, w32, R);            /* logits = norm(h) @ W_lm^T      [R, vocab] */
-    if (mode != RX_BASELINE) rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);  /* line 33: [N', V] -> [N, V] */
+    if (out_idx) {                                      /* only the rows asked for: [n_out, hidden] -> [n_out, V] */
+        for (int o = 0; o < n_out; o++) out_row[o] = mode == RX_BASELINE ? out_idx[o] : ix.scatter[out_idx[o]];
+        rows_by_index(xo, xn, out_row, n_out, H);
+        linear_ref(logits, xo, m->lm_head, w32, n_out);
+    } else {
+        linear_ref(out, xn, m->lm_head, w32, R);        /* logits = norm(h) @ W_lm^T      [R, vocab] */
+        if (mode != RX_BASELINE)                        /* line 33: [N', V] -> [N, V] */
+            rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);
+    }
+    if (rows_out) *rows_out = R;
     rc = 0;
 done:
     free(h); free(xn); free(q); free(k); free(v); free(att); free(gate); free(up);
-    free(qN); free(kN); free(vN); free(attN); free(w32); free(norm_w);
+    free(qN); free(kN); free(vN); free(attN); free(xo); free(w32); free(norm_w);
     if (out != logits) free(out);
-    free(orig); free(pos); free(tok); free(seq_start);
+    free(orig); free(pos); free(tok); free(seq_start); free(out_row); free(at); free(slot); free(q_at);
     radix_index_free(&ix);
     return rc;
+}
+
+int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
+    return forward_ref(m, b, NULL, mode, NULL, 0, logits, NULL);
 }
 
 #ifndef RADIXMLP_HOST_ONLY
@@ -1979,6 +2073,97 @@ void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
     r->state = RX_REQ_WAITING;
 }
 
+/* ------------------------------------------------------------------ part ii: prefill on a cached prefix (c reference) */
+/* Part II: across requests. A KV prefix cache keeps the K/V of prompts it has seen in a paged pool (RxKvPool), and a
+ * new request whose prompt begins with a cached page-aligned prefix only prefills the rest. The pool, the radix and
+ * hash caches over it and the request lifecycle live with the cache; this section is the forward's side: the same
+ * reference forward as Part I (forward_ref), told where each sequence's cached K/V are.
+ *
+ *   request s:  | cached_len[s] tokens: K/V in the pool | L_s new tokens: this batch |
+ *   pages[s]:   [ p7 ][ p2 ][ p9 ]                      [ p4 ][ p5 ]                 (page_size tokens each)
+ *                shared, read only                       its own: the forward writes the new K/V here
+ *
+ * Composition with RadixMLP: the trie over the new tokens is keyed by (prefix_key, token, position). Two requests
+ * that continue the same cached prefix with the same tokens share compact rows; the same tokens after different
+ * prefixes are different histories and never merge, even at equal positions. Every row is then computed once, and
+ * attention reads every key, cached or new, through one index: the pool slot of each (sequence, position). */
+
+/* Everything forward_ref trusts about pf, each failure one sentence. Pages a sequence writes (its own, from
+ * cached_len on) must belong to it alone: neither written by another sequence nor read as anyone's cached page. */
+static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf) {
+    const RxKvPool *p = pf->pool;
+    if (!p || !p->k || !p->v) return rx_fail("prefill: no KV pool (pool, or its K/V arrays, is NULL)");
+    if (p->n_layers != c->n_layers || p->kv_dim != c->n_kv_heads * c->head_dim)
+        return rx_fail("prefill: the KV pool holds %d layers x %d floats per token; the model needs %d x %d",
+                       p->n_layers, p->kv_dim, c->n_layers, c->n_kv_heads * c->head_dim);
+    if (p->page_size < 1 || p->n_pages < 0 || (int64_t)p->n_pages * p->page_size > INT32_MAX)
+        return rx_fail("prefill: a KV pool of %d pages of %d tokens is not usable", p->n_pages, p->page_size);
+    if (!pf->cached_len || !pf->pages || !pf->prefix_key)
+        return rx_fail("prefill: cached_len, pages or prefix_key is NULL");
+    if (b->n_seqs > 0 && (b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_seqs] != b->n_tokens))
+        return rx_fail("prefill: cu_seqlens must run from 0 to n_tokens");
+    int P = p->page_size;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int cached = pf->cached_len[s], L = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
+        if (cached < 0 || cached % P)
+            return rx_fail("prefill: sequence %d: cached_len %d is not a multiple of the page size %d", s, cached, P);
+        if (pf->prefix_key[s] < -1 || (cached > 0 && pf->prefix_key[s] < 0))
+            return rx_fail("prefill: sequence %d: prefix key %d; it must be >= 0 when tokens are cached (%d), else -1",
+                           s, pf->prefix_key[s], cached);
+        for (int j = 0; j < L; j++)
+            if (b->position_ids[b->cu_seqlens[s] + j] != cached + j)
+                return rx_fail("prefill: sequence %d: new token %d is at position %d; after %d cached tokens it must be "
+                               "at %d", s, j, b->position_ids[b->cu_seqlens[s] + j], cached, cached + j);
+        if (!pf->pages[s]) return rx_fail("prefill: sequence %d has no page table", s);
+        for (int j = 0; j < (cached + L + P - 1) / P; j++)
+            if (pf->pages[s][j] < 0 || pf->pages[s][j] >= p->n_pages)
+                return rx_fail("prefill: sequence %d: page table entry %d is page %d, outside the pool's %d pages", s, j,
+                               pf->pages[s][j], p->n_pages);
+    }
+    int32_t *writer = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)p->n_pages, "the prefill's page owners");
+    if (!writer) return -1;
+    for (int i = 0; i < p->n_pages; i++) writer[i] = -1;
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++)         /* pass 0: claim the written pages; pass 1: check the reads */
+        for (int s = 0; s < b->n_seqs && !rc; s++) {
+            int first_own = pf->cached_len[s] / P;     /* pages [0, first_own) cached, [first_own, n) its own */
+            int n = (pf->cached_len[s] + b->cu_seqlens[s + 1] - b->cu_seqlens[s] + P - 1) / P;
+            for (int j = pass ? 0 : first_own; j < (pass ? first_own : n) && !rc; j++) {
+                int32_t pg = pf->pages[s][j];
+                if (writer[pg] >= 0)
+                    rc = rx_fail("prefill: page %d is written by sequence %d and also %s by sequence %d", pg, writer[pg],
+                                 pass ? "read" : "written", s);
+                else if (!pass)
+                    writer[pg] = s;
+            }
+        }
+    free(writer);
+    return rc;
+}
+
+int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
+                      float *last_logits, int *n_compact_out) {
+    if (rx_batch_check(suffixes, &m->cfg) || (pf && prefill_check(&m->cfg, suffixes, pf))) return -1;
+    int32_t *last = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)suffixes->n_seqs, "the last-token indices");
+    if (!last) return -1;
+    for (int s = 0; s < suffixes->n_seqs; s++) last[s] = suffixes->cu_seqlens[s + 1] - 1;  /* [n_seqs] original space */
+    int rc = forward_ref(m, suffixes, pf, mode, last, suffixes->n_seqs, last_logits, n_compact_out);
+    free(last);
+    return rc;
+}
+
+int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed) {
+    RadixIndex ix;
+    if (radix_index_build_keyed(&ix, suffixes->input_ids, suffixes->position_ids, suffixes->cu_seqlens,
+                                suffixes->n_seqs, pf ? pf->prefix_key : NULL)) return -1;
+    long cached = 0;
+    for (int s = 0; pf && pf->cached_len && s < suffixes->n_seqs; s++) cached += pf->cached_len[s];
+    fprintf(out, "prefill: %d sequence%s, %ld tokens = %ld cached + %d new (N); %d distinct new histories (N'); "
+            "%d rows computed\n", suffixes->n_seqs, suffixes->n_seqs == 1 ? "" : "s", cached + suffixes->n_tokens,
+            cached, suffixes->n_tokens, ix.n_compact, rows_computed);
+    radix_index_free(&ix);
+    return 0;
+}
 
 /* ------------------------------------------------------------------------------------------------------------ errors */
 /* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */

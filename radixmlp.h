@@ -32,6 +32,11 @@ typedef struct {
 
 int  radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                        const int32_t *cu_seqlens, int n_seqs);   /* returns 0 on success */
+/* The same trie with one root per key: root_key [n_seqs] names what precedes sequence s (Part II: the cached prefix,
+ * -1 for nothing), and two tokens share a compact row only if their sequences' keys are equal too. root_key == NULL
+ * is radix_index_build. */
+int  radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                             const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key);
 void radix_index_free(RadixIndex *ix);
 
 /* Draws the trie of a (small) batch as ASCII, one line per node, e.g. for the paper's toy example:
@@ -301,6 +306,35 @@ int  rx_request_admit(RxPrefixCache *c, RxRequest *r);
 int  rx_request_finish(RxPrefixCache *c, RxRequest *r);
 void rx_request_abort(RxPrefixCache *c, RxRequest *r);    /* unlock and release; caches nothing; final           */
 void rx_request_preempt(RxPrefixCache *c, RxRequest *r);  /* unlock and release; back to waiting, to recompute    */
+
+/* What the forward needs to prefill a batch whose sequences continue cached prefixes.
+ * The RxBatch holds only the unmatched suffixes: sequence s has L_s new tokens at positions
+ * cached_len[s] .. cached_len[s] + L_s - 1 (its position_ids say so).                                          */
+typedef struct {
+    RxKvPool *pool;
+    const int32_t *cached_len;        /* [n_seqs] tokens 0..cached_len-1 of sequence s are already in the pool;
+                                         a multiple of page_size                                                 */
+    const int32_t *const *pages;      /* [n_seqs] page table of sequence s: pages[s][j] holds positions
+                                         j*page_size .. (j+1)*page_size-1; covers cached_len + L_s positions.
+                                         Cached pages first (shared, read only), then the request's own pages,
+                                         into which the forward writes the new K/V.                               */
+    const int32_t *prefix_key;        /* [n_seqs] identity of the cached prefix (e.g. the id of its last cached
+                                         page, which determines the whole history), -1 when nothing is cached.
+                                         In-batch compaction merges suffix rows only between equal keys.         */
+} RxPrefill;
+
+/* The C reference forward on cached prefixes. Computes only the suffix rows (compacted as `mode` says, with the
+ * trie keyed by (prefix_key, token, position)), reads cached K/V through the page tables, writes the new K/V into
+ * the pages, and returns last-token logits [n_seqs, vocab]. pf == NULL or all cached_len 0 -> same as a fresh
+ * forward. Its logits equal a full recomputation of the whole sequences bit for bit.
+ * n_compact_out (may be NULL): the rows it computed on, N' in radix and compact mode, N in baseline mode.      */
+int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
+                      float *last_logits, int *n_compact_out);
+
+/* One line that puts the token spaces of a prefill side by side, e.g.
+ *   "prefill: 4 sequences, 160 tokens = 128 cached + 32 new (N); 9 distinct new histories (N'); 9 rows computed"
+ * rows_computed: what qwen3_prefill_ref returned in n_compact_out. pf may be NULL (nothing cached).            */
+int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed);
 
 #ifdef __cplusplus
 }

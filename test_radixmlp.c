@@ -96,18 +96,21 @@ static RxBatch batch_of(int n_seqs, const int *lens, const int32_t *ids, const i
 
 /* ----------------------------------------------------------------------------------------------------- the trie */
 /* The oracle, straight from the definition: tokens i and j share a compact row exactly when their whole
- * (token, position) histories, from the start of their sequences, are equal. */
-static void check_against_oracle(const RadixIndex *ix, const RxBatch *b, const char *what) {
+ * (token, position) histories, from the start of their sequences, are equal, and (Part II) so are the keys of what
+ * precedes their sequences, root_key (NULL: nothing precedes any sequence). */
+static void check_against_keyed_oracle(const RadixIndex *ix, const RxBatch *b, const int32_t *root_key,
+                                       const char *what) {
     int n = b->n_tokens, bad = 0;
-    int *start = (int *)malloc(sizeof(int) * (size_t)(n + 1));
+    int *start = (int *)malloc(sizeof(int) * (size_t)(n + 1)), *seq = (int *)malloc(sizeof(int) * (size_t)(n + 1));
     for (int s = 0; s < b->n_seqs; s++)
-        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) start[i] = b->cu_seqlens[s];
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) start[i] = b->cu_seqlens[s], seq[i] = s;
     expect(ix->n_tokens == n, "%s: n_tokens %d, expected %d", what, ix->n_tokens, n);
     int classes = 0;
     for (int i = 0; i < n && !bad; i++) {
         int first = 1;                                  /* is i the first token with its history? */
         for (int j = 0; j < n && !bad; j++) {
-            int li = i - start[i], lj = j - start[j], same = li == lj;
+            int li = i - start[i], lj = j - start[j];
+            int same = li == lj && (!root_key || root_key[seq[i]] == root_key[seq[j]]);
             for (int k = 0; same && k <= li; k++)
                 same = b->input_ids[start[i] + k] == b->input_ids[start[j] + k] &&
                        b->position_ids[start[i] + k] == b->position_ids[start[j] + k];
@@ -129,7 +132,11 @@ static void check_against_oracle(const RadixIndex *ix, const RxBatch *b, const c
     }
     if (!bad) expect(ix->n_compact == classes, "%s: N' = %d, the oracle finds %d distinct histories", what, ix->n_compact,
                      classes);
-    free(start);
+    free(start); free(seq);
+}
+
+static void check_against_oracle(const RadixIndex *ix, const RxBatch *b, const char *what) {
+    check_against_keyed_oracle(ix, b, NULL, what);
 }
 
 static void build_and_check(const RxBatch *b, const char *what, int expect_compact) {
@@ -1865,6 +1872,458 @@ static void test_cache_random_trace_balances_refs(void) {
     }
 }
 
+/* ------------------------------------------------------------------------- part ii: prefill on a cached prefix */
+/* The forward's side of the KV prefix cache, specified without the cache: each test fills an RxKvPool itself and
+ * hands out page ids by hand, in the order a cache would. The rule every test checks: prefilling a suffix on top of
+ * cached K/V gives the last-token logits, and writes the K/V, that a full recomputation of the whole sequence gives,
+ * bit for bit, in every mode. */
+#define PF_MAX_LEN 96                   /* tokens per request: below the fixtures' max_position_embeddings 128 */
+
+typedef struct { RxKvPool pool; int next_page; } TestPool;
+
+/* Every slot starts as NaN: a slot read before anything wrote it poisons the logits, and the comparison fails. */
+static int test_pool_make(TestPool *t, int n_pages, int page_size, const Qwen3Config *c) {
+    RxKvPool *p = &t->pool;
+    memset(t, 0, sizeof *t);
+    p->n_pages = n_pages, p->page_size = page_size, p->n_layers = c->n_layers, p->kv_dim = c->n_kv_heads * c->head_dim;
+    size_t n = (size_t)n_pages * page_size * p->n_layers * p->kv_dim;
+    p->k = (float *)malloc(n * sizeof(float));
+    p->v = (float *)malloc(n * sizeof(float));
+    for (size_t i = 0; p->k && p->v && i < n; i++) p->k[i] = p->v[i] = NAN;
+    return p->k && p->v ? 0 : -1;
+}
+
+static void test_pool_free(TestPool *t) { free(t->pool.k); free(t->pool.v); }
+
+/* K (or V) of every layer at position `pos` of a sequence with page table `pages`: [n_layers * kv_dim] */
+static const float *pool_slot(const RxKvPool *p, const float *kv, const int32_t *pages, int pos) {
+    return kv + (size_t)(pages[pos / p->page_size] * p->page_size + pos % p->page_size) * p->n_layers * p->kv_dim;
+}
+
+/* Bit-for-bit equality of n floats, every one finite (a NaN equal to a NaN is no match). */
+static int same_bits_finite(const float *a, const float *b, size_t n, double *max_diff) {
+    int ok = 1;
+    *max_diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) { *max_diff = INFINITY; return 0; }
+        ok &= !memcmp(&a[i], &b[i], sizeof(float));
+        *max_diff = fmax(*max_diff, fabs((double)a[i] - b[i]));
+    }
+    return ok;
+}
+
+/* One request as the cache hands it to the forward: its tokens, the cached part, its page table, its prefix key. */
+typedef struct { int32_t tok[PF_MAX_LEN]; int len, cached; int32_t pages[PF_MAX_LEN]; int32_t key; } PfRequest;
+
+/* Pages for positions cached .. len-1 of r, handed out in order (the cached ones are already in r->pages). */
+static void pf_own_pages(PfRequest *r, TestPool *t) {
+    int P = t->pool.page_size;
+    for (int j = r->cached / P; j < (r->len + P - 1) / P; j++) r->pages[j] = t->next_page++;
+    r->key = r->cached ? r->pages[r->cached / P - 1] : -1;   /* the last cached page names the whole prefix */
+}
+
+/* Prefills the suffixes of n requests in one batch: last-token logits [n, vocab], rows computed, and the batch. */
+static int pf_run(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, RxMode mode, float *logits, int *rows,
+                  RxBatch *b) {
+    const int32_t *seqs[16], *pages[16];
+    int lens[16];
+    int32_t cached[16], key[16];
+    for (int s = 0; s < n; s++) {
+        seqs[s] = r[s].tok + r[s].cached, lens[s] = r[s].len - r[s].cached;
+        cached[s] = r[s].cached, key[s] = r[s].key, pages[s] = r[s].pages;
+    }
+    if (rx_batch_make(b, seqs, lens, n)) return -1;
+    for (int s = 0; s < n; s++)                          /* the suffix continues after the cached tokens */
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) b->position_ids[i] += cached[s];
+    RxPrefill pf = {&t->pool, cached, pages, key};
+    if (qwen3_prefill_ref(m, b, &pf, mode, logits, rows) == 0) return 0;
+    rx_batch_free(b);
+    return -1;
+}
+
+/* The full recomputation: qwen3_forward_ref (baseline, no cache) on the whole requests; last-token logits. */
+static int pf_full_logits(const Qwen3Model *m, const PfRequest *r, int n, float *last) {
+    const int32_t *seqs[16];
+    int lens[16], V = m->cfg.vocab_size;
+    for (int s = 0; s < n; s++) seqs[s] = r[s].tok, lens[s] = r[s].len;
+    RxBatch b;
+    if (rx_batch_make(&b, seqs, lens, n)) return -1;
+    float *all = (float *)malloc(sizeof(float) * (size_t)b.n_tokens * V);
+    int rc = !all || qwen3_forward_ref(m, &b, RX_BASELINE, all);
+    for (int s = 0; !rc && s < n; s++)
+        memcpy(last + (size_t)s * V, all + (size_t)(b.cu_seqlens[s + 1] - 1) * V, sizeof(float) * V);
+    free(all);
+    rx_batch_free(&b);
+    return rc ? -1 : 0;
+}
+
+/* Layer 0's K and V of a token, from the building blocks alone (embedding, input norm, k/v projections, k_norm and
+ * RoPE): an oracle for the pool's contents that goes through neither the forward nor the pool. */
+static void layer0_kv(const Qwen3Model *m, int32_t tok, int32_t pos, float *k, float *v) {
+    const Qwen3Config *c = &m->cfg;
+    int H = c->hidden_size, KVD = c->n_kv_heads * c->head_dim;
+    float *emb = (float *)malloc(sizeof(float) * (size_t)c->vocab_size * H);
+    float *w = (float *)malloc(sizeof(float) * (size_t)KVD * H), *x = (float *)malloc(sizeof(float) * H);
+    float *nw = (float *)malloc(sizeof(float) * H);
+    rx_tensor_to_f32(m->embed, emb);
+    rx_tensor_to_f32(m->layers[0].input_norm, nw);
+    rx_rmsnorm_ref(x, emb + (size_t)tok * H, nw, 1, H, (float)c->rms_norm_eps);
+    rx_tensor_to_f32(m->layers[0].k_proj, w);
+    rx_matmul_ref(k, x, w, 1, H, KVD);
+    rx_tensor_to_f32(m->layers[0].k_norm, nw);
+    rx_qk_norm_rope_ref(k, nw, &pos, 1, c->n_kv_heads, c->head_dim, (float)c->rms_norm_eps, c->rope_theta);
+    rx_tensor_to_f32(m->layers[0].v_proj, w);
+    rx_matmul_ref(v, x, w, 1, H, KVD);
+    free(emb); free(w); free(x); free(nw);
+}
+
+/* One random request trace on model m with page size P, prefilled in `mode`:
+ *   - 3 prefixes (1 .. 60 tokens), prefilled once from nothing (cached_len 0) to fill their pages;
+ *   - 8 requests, each a cut of a prefix plus 0 .. 10 new tokens, a third of them copying an earlier request's
+ *     suffix (so that compaction has something to merge); request 0 is a whole prefix, so the len - 1 cap binds;
+ *   - each request's cached_len: 0, one page, as many pages as the cache could hold, or a random page count,
+ *     never past the len - 1 cap or the part it really shares with the prefix.
+ * Checks: last-token logits == qwen3_forward_ref on the whole requests, bit for bit; every slot of every request's
+ * page table (cached and new) == the K/V of a full recomputation (each request prefilled alone from nothing) bit
+ * for bit; layer 0 of those == the building-block oracle. */
+static void pf_trace(const Qwen3Model *m, const char *model, int P, RxMode mode, uint64_t seed) {
+    const Qwen3Config *c = &m->cfg;
+    int V = c->vocab_size, KVD = c->n_kv_heads * c->head_dim;
+    uint64_t rng = seed;
+    TestPool t, full;
+    if (test_pool_make(&t, 11 * (PF_MAX_LEN / P + 1), P, c) || test_pool_make(&full, PF_MAX_LEN / P + 1, P, c)) {
+        expect(0, "out of memory for the pools");
+        test_pool_free(&t); test_pool_free(&full);
+        return;
+    }
+    PfRequest pre[3], req[8];
+    memset(pre, 0, sizeof pre); memset(req, 0, sizeof req);
+    for (int j = 0; j < 3; j++) {                       /* prefix 1: prefix 0 with one token changed */
+        pre[j].len = 1 + rng_int(&rng, 60);
+        for (int i = 0; i < pre[j].len; i++)
+            pre[j].tok[i] = j == 1 && i < pre[0].len ? pre[0].tok[i] : 1 + rng_int(&rng, V - 1);
+        if (j == 1) pre[1].tok[rng_int(&rng, pre[1].len)] ^= 1;
+        pf_own_pages(&pre[j], &t);
+    }
+    float *logits = (float *)malloc(sizeof(float) * 8 * V), *want = (float *)malloc(sizeof(float) * 8 * V);
+    RxBatch b;
+    int rows, rc = pf_run(m, &t, pre, 3, mode, logits, &rows, &b);
+    expect(rc == 0, "%s P=%d %s: prefilling the prefixes: %s", model, P, rx_mode_name(mode), radix_error());
+    if (!rc) rx_batch_free(&b);
+    int from[8];                                         /* the prefix each request continues */
+    for (int s = 0; s < 8 && !rc; s++) {
+        PfRequest *r = &req[s];
+        int copy = s > 0 && rng_int(&rng, 2) == 0 ? rng_int(&rng, s) : -1;
+        int j = from[s] = s == 0 ? 0 : copy >= 0 ? from[copy] : rng_int(&rng, 3), other = (j + 1) % 3;
+        if (copy >= 0 && rng_int(&rng, 2) && pre[other].len >= req[copy].cached) {
+            *r = req[copy];                              /* the same new tokens after another cached prefix */
+            memcpy(r->tok, pre[other].tok, sizeof(int32_t) * (size_t)r->cached);
+            j = from[s] = other;
+        } else if (copy >= 0) {                          /* the same request again: same prefix, same new tokens */
+            *r = req[copy];
+        } else {
+            r->len = s == 0 ? pre[j].len : rng_int(&rng, pre[j].len + 1);
+            memcpy(r->tok, pre[j].tok, sizeof(int32_t) * (size_t)r->len);
+            int extra = s == 0 ? 0 : rng_int(&rng, 11);
+            for (int i = 0; i < extra || r->len == 0; i++) r->tok[r->len++] = 1 + rng_int(&rng, V - 1);
+        }
+        int shared = 0;                                  /* what the request really shares with the prefix */
+        while (shared < r->len && shared < pre[j].len && r->tok[shared] == pre[j].tok[shared]) shared++;
+        int cap = shared < r->len - 1 ? shared : r->len - 1;
+        if (cap > pre[j].len) cap = pre[j].len;
+        cap = cap / P * P;                               /* page-aligned, at most len - 1 */
+        if (copy < 0) {
+            int pick = rng_int(&rng, 4);
+            r->cached = pick == 0   ? 0                          /* nothing cached */
+                        : pick == 1 ? (cap >= P ? P : 0)         /* one page       */
+                        : pick == 2 ? cap                        /* all it can     */
+                                    : rng_int(&rng, cap / P + 1) * P;
+            if (s == 0) r->cached = cap;
+        }
+        memcpy(r->pages, pre[j].pages, sizeof(int32_t) * (size_t)(r->cached / P));
+        pf_own_pages(r, &t);
+    }
+    int n_cached = 0;
+    for (int s = 0; s < 8; s++) n_cached += req[s].cached;
+    if (!rc) {
+        rc = pf_run(m, &t, req, 8, mode, logits, &rows, &b);
+        expect(rc == 0, "%s P=%d %s: prefill: %s", model, P, rx_mode_name(mode), radix_error());
+    }
+    if (!rc) {
+        int nc = -1;
+        {   /* N': the keyed trie over the suffixes, for the note */
+            int32_t key[8];
+            RadixIndex ix;
+            for (int s = 0; s < 8; s++) key[s] = req[s].key;
+            if (!radix_index_build_keyed(&ix, b.input_ids, b.position_ids, b.cu_seqlens, 8, key)) nc = ix.n_compact;
+            check_against_keyed_oracle(&ix, &b, key, "keyed trie of the trace");
+            radix_index_free(&ix);
+        }
+        expect(rows == (mode == RX_BASELINE ? b.n_tokens : nc), "%s: %d rows computed, expected %d", rx_mode_name(mode),
+               rows, mode == RX_BASELINE ? b.n_tokens : nc);
+        double d;
+        expect(pf_full_logits(m, req, 8, want) == 0, "full recomputation: %s", radix_error());
+        int same = same_bits_finite(logits, want, (size_t)8 * V, &d);
+        expect(same, "%s P=%d %s: prefill logits differ from full recomputation (max |diff| %g)", model, P,
+               rx_mode_name(mode), d);
+        /* The K/V: each request alone, from nothing, into its own pages of a second pool. */
+        double dkv = 0, d0 = 0;
+        int kv_same = 1, l0_same = 1;
+        float *k0 = (float *)malloc(sizeof(float) * KVD), *v0 = (float *)malloc(sizeof(float) * KVD);
+        for (int s = 0; s < 8 && !test_failed; s++) {
+            PfRequest alone = req[s];
+            alone.cached = 0;
+            pf_own_pages(&alone, &full);
+            RxBatch fb;
+            float *l1 = (float *)malloc(sizeof(float) * V);
+            if (pf_run(m, &full, &alone, 1, RX_BASELINE, l1, NULL, &fb) == 0) rx_batch_free(&fb);
+            else expect(0, "full prefill: %s", radix_error());
+            free(l1);
+            for (int p = 0; p < req[s].len && !test_failed; p++) {
+                size_t n = (size_t)c->n_layers * KVD;
+                double dk, dv;
+                kv_same &= same_bits_finite(pool_slot(&t.pool, t.pool.k, req[s].pages, p),
+                                            pool_slot(&full.pool, full.pool.k, alone.pages, p), n, &dk);
+                kv_same &= same_bits_finite(pool_slot(&t.pool, t.pool.v, req[s].pages, p),
+                                            pool_slot(&full.pool, full.pool.v, alone.pages, p), n, &dv);
+                dkv = fmax(dkv, fmax(dk, dv));
+                if (mode != RX_BASELINE) continue;      /* the oracle is slow: once per trace is enough */
+                layer0_kv(m, req[s].tok[p], p, k0, v0);
+                l0_same &= same_bits_finite(pool_slot(&t.pool, t.pool.k, req[s].pages, p), k0, KVD, &dk);
+                l0_same &= same_bits_finite(pool_slot(&t.pool, t.pool.v, req[s].pages, p), v0, KVD, &dv);
+                d0 = fmax(d0, fmax(dk, dv));
+            }
+            full.next_page = 0;
+        }
+        free(k0); free(v0);
+        expect(kv_same, "%s P=%d %s: K/V in the pages differ from a full recomputation's (max |diff| %g)", model, P,
+               rx_mode_name(mode), dkv);
+        expect(l0_same, "%s P=%d %s: layer-0 K/V differ from the building-block oracle (max |diff| %g)", model, P,
+               rx_mode_name(mode), d0);
+        char oracle[32] = "";
+        if (mode == RX_BASELINE) snprintf(oracle, sizeof oracle, ", layer-0 oracle %g", d0);
+        note("%-11s P=%-2d %-8s %3d tokens = %3d cached + %3d new (N), N' = %3d, %3d rows; max|diff| logits %g, "
+             "K/V %g%s (tol 0, bits)", model, P, rx_mode_name(mode), n_cached + b.n_tokens, n_cached, b.n_tokens, nc,
+             rows, d, dkv, oracle);
+        rx_batch_free(&b);
+    }
+    free(logits); free(want);
+    test_pool_free(&t); test_pool_free(&full);
+}
+
+static void test_prefill_equals_full_recomputation_on_random_traces(void) {
+    const int pages[] = {1, 4, 16};
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 21)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    for (int pi = 0; pi < 3; pi++)
+        for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++)
+            pf_trace(&m, "random", pages[pi], (RxMode)mode, 500 + 10 * pi + mode);
+    qwen3_free(&m);
+    if (!have_fixtures()) return;
+    const char *models[] = {"tiny-tied", "tiny-untied", "tiny-bf16"};
+    for (int mi = 0; mi < 3; mi++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", fixtures(), models[mi]);
+        if (qwen3_load(&m, p)) { expect(0, "%s: %s", models[mi], radix_error()); continue; }
+        for (int pi = 0; pi < 3; pi++)
+            for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++)
+                pf_trace(&m, models[mi], pages[pi], (RxMode)mode, 700 + 100 * mi + 10 * pi + mode);
+        qwen3_free(&m);
+    }
+}
+
+/* Item 3's two rules on a random model, P = 4. Prefix A (8 tokens, two pages) is cached once; prefix B is A with one
+ * token changed inside its first page, cached in pages of its own. S is 5 new tokens at positions 8..12.
+ *   A+S, A+S, A+S[:2]+T: same prefix key -> the first two share all 5 rows, the third shares the first 2: N' = 8.
+ *   A+S, B+S:            same tokens at the same positions, different prefix keys -> never merged: N' = 10.
+ * An unkeyed trie would merge A+S and B+S (N' = 5) and give B+S the logits of A+S: the test shows they differ. */
+static void pf_keying_case(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, int want_nc, const char *what,
+                           float *logits) {
+    float *want = (float *)malloc(sizeof(float) * (size_t)n * m->cfg.vocab_size);
+    for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
+        RxBatch b;
+        int rows = -1;
+        for (int s = 0; s < n; s++) { t->next_page = 8 + 4 * s; pf_own_pages(&r[s], t); }   /* fresh own pages */
+        int rc = pf_run(m, t, r, n, (RxMode)mode, logits, &rows, &b);
+        expect(rc == 0, "%s: %s", what, radix_error());
+        if (rc) continue;
+        double d;
+        expect(pf_full_logits(m, r, n, want) == 0, "%s", radix_error());
+        int same = same_bits_finite(logits, want, (size_t)n * m->cfg.vocab_size, &d);
+        expect(same, "%s %s: logits differ from full recomputation by %g", what, rx_mode_name((RxMode)mode), d);
+        int want_rows = mode == RX_BASELINE ? b.n_tokens : want_nc;
+        expect(rows == want_rows, "%s %s: %d rows computed, expected %d", what, rx_mode_name((RxMode)mode), rows,
+               want_rows);
+        RadixIndex plain;                               /* what a trie without prefix keys would have done */
+        radix_index_build(&plain, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
+        if (mode == RX_COMPACT) {
+            note("%s: N = %d new tokens after %d cached, N' = %d (an unkeyed trie: %d), logits == full "
+                 "recomputation (max|diff| %g)", what, b.n_tokens, r[0].cached * n, rows, plain.n_compact, d);
+            printf("    ");
+            RxPrefill pf = {&t->pool, NULL, NULL, NULL};
+            int32_t cached[8], key[8];
+            const int32_t *pages[8];
+            for (int s = 0; s < n; s++) cached[s] = r[s].cached, key[s] = r[s].key, pages[s] = r[s].pages;
+            pf.cached_len = cached, pf.prefix_key = key, pf.pages = pages;
+            expect(rx_prefill_print(stdout, &b, &pf, rows) == 0, "rx_prefill_print: %s", radix_error());
+        }
+        radix_index_free(&plain);
+        rx_batch_free(&b);
+    }
+    free(want);
+}
+
+/* The model, a pool of 64 pages of 4, A and B cached, and S. */
+static int pf_keying_setup(Qwen3Model *m, TestPool *t, PfRequest *a, PfRequest *bb, int32_t *suffix) {
+    Qwen3Config cfg = tiny_config();
+    if (qwen3_random(m, &cfg, 31)) { expect(0, "qwen3_random: %s", radix_error()); return -1; }
+    if (test_pool_make(t, 64, 4, &cfg)) { expect(0, "out of memory for the pool"); qwen3_free(m); return -1; }
+    uint64_t rng = 77;
+    memset(a, 0, sizeof *a); memset(bb, 0, sizeof *bb);
+    a->len = 8;
+    for (int i = 0; i < 8; i++) a->tok[i] = 1 + rng_int(&rng, m->cfg.vocab_size - 1);
+    *bb = *a;
+    bb->tok[1] = a->tok[1] % (m->cfg.vocab_size - 1) + 1;      /* one token differs, inside the first page */
+    for (int i = 0; i < 5; i++) suffix[i] = 1 + rng_int(&rng, m->cfg.vocab_size - 1);
+    RxBatch b;
+    float *l = (float *)malloc(sizeof(float) * 2 * m->cfg.vocab_size);
+    PfRequest both[2] = {*a, *bb};
+    t->next_page = 0;
+    pf_own_pages(&both[0], t); pf_own_pages(&both[1], t);    /* A in pages 0-1, B in pages 2-3 */
+    if (pf_run(m, t, both, 2, RX_BASELINE, l, NULL, &b) == 0) rx_batch_free(&b);
+    else expect(0, "caching A and B: %s", radix_error());
+    free(l);
+    *a = both[0], *bb = both[1];
+    return 0;
+}
+
+static PfRequest pf_continue(const PfRequest *prefix, const int32_t *suffix, int n_suffix) {
+    PfRequest r = *prefix;
+    memcpy(r.tok + r.len, suffix, sizeof(int32_t) * (size_t)n_suffix);
+    r.len += n_suffix;
+    r.cached = prefix->len;                              /* both of its pages */
+    return r;
+}
+
+static void test_same_suffix_after_same_prefix_merges(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    TestPool t;
+    PfRequest a, b, r[3];
+    int32_t s[5], s2[5];
+    if (pf_keying_setup(&m, &t, &a, &b, s)) return;
+    memcpy(s2, s, sizeof s);
+    s2[2] = s[2] % (cfg.vocab_size - 1) + 1, s2[3] = s[4], s2[4] = s[3];  /* T: shares the first 2 tokens of S */
+    r[0] = pf_continue(&a, s, 5), r[1] = pf_continue(&a, s, 5), r[2] = pf_continue(&a, s2, 5);
+    float *logits = (float *)malloc(sizeof(float) * 3 * cfg.vocab_size);
+    pf_keying_case(&m, &t, r, 3, 8, "A+S, A+S, A+S[:2]+T", logits);
+    expect(!test_failed && !memcmp(logits, logits + cfg.vocab_size, sizeof(float) * cfg.vocab_size),
+           "the two A+S requests got different logits");
+    free(logits);
+    test_pool_free(&t);
+    qwen3_free(&m);
+}
+
+static void test_same_suffix_after_different_prefix_not_merged(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    TestPool t;
+    PfRequest a, b, r[2];
+    int32_t s[5];
+    if (pf_keying_setup(&m, &t, &a, &b, s)) return;
+    r[0] = pf_continue(&a, s, 5), r[1] = pf_continue(&b, s, 5);
+    float *logits = (float *)malloc(sizeof(float) * 2 * cfg.vocab_size);
+    pf_keying_case(&m, &t, r, 2, 10, "A+S, B+S (A, B differ at position 1)", logits);
+    double d = max_abs_diff(logits, logits + cfg.vocab_size, (size_t)cfg.vocab_size);
+    expect(d > 0, "A+S and B+S got the same logits: the prefix did not matter");
+    note("A+S vs B+S logits: max|diff| %g (> 0: merging them would have been wrong)", d);
+    free(logits);
+    test_pool_free(&t);
+    qwen3_free(&m);
+}
+
+/* radix_index_build_keyed against the brute-force oracle, on random batches with random keys from a small set
+ * (so equal keys are common); with no keys it is radix_index_build. */
+static void test_keyed_trie_matches_bruteforce_oracle(void) {
+    uint64_t rng = 99;
+    long tokens = 0, compact = 0;
+    for (int t = 0; t < 2000 && !test_failed; t++) {
+        int n_seqs = 1 + rng_int(&rng, 8), lens[8], at = 0, vocab = 1 + rng_int(&rng, 3);
+        int32_t ids[8 * 10], pos[8 * 10], key[8];
+        for (int s = 0; s < n_seqs; s++) {
+            lens[s] = rng_int(&rng, 10);
+            key[s] = rng_int(&rng, 4) - 1;                       /* -1 (nothing cached), 0, 1 or 2 */
+            int start = rng_int(&rng, 2) * 4;                     /* suffixes after 0 or 4 cached tokens */
+            for (int i = 0; i < lens[s]; i++) ids[at + i] = rng_int(&rng, vocab), pos[at + i] = start + i;
+            at += lens[s];
+        }
+        RxBatch b = batch_of(n_seqs, lens, ids, pos);
+        RadixIndex ix;
+        expect(radix_index_build_keyed(&ix, b.input_ids, b.position_ids, b.cu_seqlens, n_seqs, key) == 0, "build: %s",
+               radix_error());
+        if (!test_failed) check_against_keyed_oracle(&ix, &b, key, "keyed batch");
+        tokens += ix.n_tokens, compact += ix.n_compact;
+        radix_index_free(&ix);
+        rx_batch_free(&b);
+    }
+    int32_t bad[1] = {-2}, id[1] = {1}, p0[1] = {0}, cu[2] = {0, 1};
+    RadixIndex ix;
+    expect(radix_index_build_keyed(&ix, id, p0, cu, 1, bad) != 0 && strstr(radix_error(), "root key -2"),
+           "root key -2 accepted: '%s'", radix_error());
+    note("2000 random batches, keys in {-1, 0, 1, 2}: %ld tokens -> %ld compact rows, all as the oracle says; "
+         "key -2 -> %s", tokens, compact, radix_error());
+}
+
+/* Bad RxPrefill inputs: each rejected with one sentence, nothing written. */
+static void test_prefill_rejects_bad_inputs(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    TestPool t;
+    if (qwen3_random(&m, &cfg, 41) || test_pool_make(&t, 8, 4, &cfg)) { expect(0, "setup: %s", radix_error()); return; }
+    /* two sequences of 3 new tokens after 4 cached ones: pages {0, 1} and {0, 2} */
+    int32_t ids[] = {5, 6, 7, 8, 9, 10}, pos[] = {4, 5, 6, 4, 5, 6};
+    int lens[] = {3, 3};
+    struct { const char *what, *msg; int32_t cached[2], key[2], p0[2], p1[2], pos0; int layers; } cases[] = {
+        {"cached_len not a multiple of the page size", "cached_len 3 is not a multiple of the page size 4",
+         {3, 4}, {0, 0}, {0, 1}, {0, 2}, 4, 2},
+        {"page id = n_pages", "page table entry 1 is page 8, outside the pool's 8 pages",
+         {4, 4}, {0, 0}, {0, 8}, {0, 2}, 4, 2},
+        {"negative page id", "page table entry 0 is page -1", {4, 4}, {0, 0}, {-1, 1}, {0, 2}, 4, 2},
+        {"positions not after cached_len", "new token 0 is at position 3; after 4 cached tokens it must be at 4",
+         {4, 4}, {0, 0}, {0, 1}, {0, 2}, 3, 2},
+        {"cached tokens without a prefix key", "prefix key -1; it must be >= 0 when tokens are cached",
+         {4, 4}, {-1, 0}, {0, 1}, {0, 2}, 4, 2},
+        {"one page written by two sequences", "page 1 is written by sequence 0 and also written by sequence 1",
+         {4, 4}, {0, 0}, {0, 1}, {0, 1}, 4, 2},
+        {"a cached page written over", "page 0 is written by sequence 1 and also read by sequence 0",
+         {4, 0}, {0, -1}, {0, 1}, {0, 2}, 4, 2},
+        {"a pool for another model", "the KV pool holds 3 layers x 64 floats per token; the model needs 2 x 64",
+         {4, 4}, {0, 0}, {0, 1}, {0, 2}, 4, 3},
+    };
+    float *logits = (float *)malloc(sizeof(float) * 2 * cfg.vocab_size);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        RxBatch b = batch_of(2, lens, ids, pos);
+        for (int s = 0; s < 2; s++)
+            for (int j = 0; j < 3; j++) b.position_ids[3 * s + j] = (s ? cases[i].cached[1] : cases[i].pos0) + j;
+        const int32_t *pages[2] = {cases[i].p0, cases[i].p1};
+        t.pool.n_layers = cases[i].layers;
+        RxPrefill pf = {&t.pool, cases[i].cached, pages, cases[i].key};
+        int rc = qwen3_prefill_ref(&m, &b, &pf, RX_COMPACT, logits, NULL);
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg) && !strchr(radix_error(), '\n'),
+               "%s: rc %d, '%s' lacks '%s'", cases[i].what, rc, radix_error(), cases[i].msg);
+        note("%-42s -> %s", cases[i].what, radix_error());
+        t.pool.n_layers = cfg.n_layers;
+        rx_batch_free(&b);
+    }
+    size_t n = (size_t)t.pool.n_pages * t.pool.page_size * cfg.n_layers * t.pool.kv_dim, written = 0;
+    for (size_t i = 0; i < n; i++) written += !isnan(t.pool.k[i]) || !isnan(t.pool.v[i]);
+    expect(written == 0, "a rejected prefill wrote %zu floats into the pool", written);
+    free(logits);
+    test_pool_free(&t);
+    qwen3_free(&m);
+}
+
 /* ------------------------------------------------------------------------------------------------------- main */
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
@@ -1922,6 +2381,11 @@ static const Test tests[] = {
     {"cache", "hash_eviction_orphans_descendants", test_cache_hash_eviction_orphans_descendants},
     {"cache", "request_larger_than_pool_is_an_error", test_cache_request_larger_than_pool_is_an_error},
     {"cache", "random_trace_balances_refs", test_cache_random_trace_balances_refs},
+    {"prefill", "keyed_trie_matches_bruteforce_oracle", test_keyed_trie_matches_bruteforce_oracle},
+    {"prefill", "equals_full_recomputation_on_random_traces", test_prefill_equals_full_recomputation_on_random_traces},
+    {"prefill", "same_suffix_after_same_prefix_merges", test_same_suffix_after_same_prefix_merges},
+    {"prefill", "same_suffix_after_different_prefix_not_merged", test_same_suffix_after_different_prefix_not_merged},
+    {"prefill", "rejects_bad_inputs", test_prefill_rejects_bad_inputs},
 };
 
 #ifndef RADIXMLP_FUZZ
@@ -2048,7 +2512,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
  * past the end. bad >= 192 makes it invalid on purpose, as radix_index_build must reject: n_seqs < 0 (bit 0),
  * cu_seqlens[0] != 0 (1), cu_seqlens stepping back (2), NULL cu_seqlens (3), input_ids (4) or position_ids (5).
  * kind: token ids from a vocabulary of 1..8 (bits 0-2; small, so prefixes are shared) or raw int32 (bit 3);
- * positions 0..L-1 (bits 4-5 = 0), shifted per sequence (1), random 0..3 (2) or raw int32 (3). */
+ * positions 0..L-1 (bits 4-5 = 0), shifted per sequence (1), random 0..3 (2) or raw int32 (3); bit 6: root keys
+ * (Part II's cached-prefix keys, radix_index_build_keyed) from -1..2, one byte per sequence after the tokens. */
 typedef struct { const uint8_t *p, *end; } FuzzIn;
 static int fuzz_byte(FuzzIn *in) { return in->p < in->end ? *in->p++ : 0; }
 static int32_t fuzz_i32(FuzzIn *in) {
@@ -2059,7 +2524,7 @@ static int32_t fuzz_i32(FuzzIn *in) {
 
 /* What a successful build promises: gather strictly increasing into [0, N), scatter into [0, N'), each maps the other
  * back; and for small batches, equality with the brute-force oracle. */
-static void check_index(const RadixIndex *ix, const RxBatch *b) {
+static void check_index(const RadixIndex *ix, const RxBatch *b, const int32_t *root_key) {
     int n = b->n_tokens, nc = ix->n_compact;
     expect(ix->n_tokens == n && (n ? nc >= 1 && nc <= n : nc == 0), "N = %d, N' = %d for %d tokens", ix->n_tokens, nc, n);
     for (int c = 0; c < nc && !test_failed; c++)
@@ -2068,7 +2533,7 @@ static void check_index(const RadixIndex *ix, const RxBatch *b) {
                c, ix->gather[c]);
     for (int i = 0; i < n && !test_failed; i++)
         expect(ix->scatter[i] >= 0 && ix->scatter[i] < nc, "scatter[%d] = %d is outside [0, %d)", i, ix->scatter[i], nc);
-    if (!test_failed && n <= 64) check_against_oracle(ix, b, "fuzz batch");
+    if (!test_failed && n <= 64) check_against_keyed_oracle(ix, b, root_key, "fuzz batch");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -2097,15 +2562,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             pos[i] = (kind >> 4 & 3) == 2 ? fuzz_byte(&in) % 4 : (kind >> 4 & 3) == 3 ? fuzz_i32(&in) : i - cu[s] + shift;
         }
     }
+    int32_t key[17];
+    for (int s = 0; s < n_seqs && s < 17; s++) key[s] = fuzz_byte(&in) % 4 - 1;
     RadixIndex ix;
-    int rc = radix_index_build(&ix, bad & 16 ? NULL : ids, bad & 32 ? NULL : pos, bad & 8 ? NULL : cu, n_seqs);
+    int rc = radix_index_build_keyed(&ix, bad & 16 ? NULL : ids, bad & 32 ? NULL : pos, bad & 8 ? NULL : cu, n_seqs,
+                                     kind & 64 ? key : NULL);
     expect((rc == 0) == valid, "%s a%s batch: %s", rc ? "rejected" : "accepted", valid ? " valid" : "n invalid",
            rc ? radix_error() : "");
     if (rc) {
         expect(!ix.gather && !ix.scatter && !ix.n_tokens && !ix.n_compact, "a failed build left the index set");
     } else if (!test_failed) {
         RxBatch b = {n_seqs, n, ids, pos, cu};
-        check_index(&ix, &b);
+        check_index(&ix, &b, kind & 64 ? key : NULL);
         radix_draw_trie(devnull, &ix, ids, pos, cu, n_seqs);
     }
     radix_index_free(&ix);
