@@ -27,7 +27,8 @@
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
  * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
  * benchmarks and test hooks -> Part II: the paged KV pool, the prefix caches, a request's life -> the plumbing
- * (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and CLI main(). The plumbing the algorithms call is declared just below the #includes.
+ * (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and CLI main(). The
+ * plumbing the algorithms call is declared just below the #includes.
  *
  * Non-obvious things:
  *   - N vs N': every buffer says which token space it lives in. [N, ...] is the user's ragged batch,
@@ -1552,12 +1553,14 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
         RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
         if (!grown) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
         c->node = grown;
-        for (int32_t i = cap - 1; i >= c->cap_nodes; i--) c->node[i].used = 0, c->node[i].sibling = c->free_node, c->free_node = i;
+        for (int32_t i = cap - 1; i >= c->cap_nodes; i--)      /* the new slots join the free chain */
+            c->node[i].used = 0, c->node[i].sibling = c->free_node, c->free_node = i;
         c->cap_nodes = cap;
     }
     int32_t id = c->free_node;
     RadixNode *x = &c->node[id];
-    int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1), *pg = (int32_t *)malloc((size_t)n * sizeof(int32_t) + 1);
+    int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1);   /* [n * page_size] */
+    int32_t *pg = (int32_t *)malloc((size_t)n * sizeof(int32_t) + 1);            /* [n]             */
     if (!tok || !pg) { free(tok); free(pg); return rx_fail("out of host memory for a radix tree edge"); }
     c->free_node = x->sibling;
     if (n) memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t)), memcpy(pg, pages, (size_t)n * sizeof(int32_t));
@@ -1606,7 +1609,8 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
     while (m < n_pages && (ch = radix_child(c, at, tokens + (size_t)m * P)) >= 0) {
         const RadixNode *x = &c->node[ch];
         int k = 1;
-        while (k < x->n_pages && m + k < n_pages && page_equal(x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P, P)) k++;
+        while (k < x->n_pages && m + k < n_pages &&
+               page_equal(x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P, P)) k++;
         if (k < x->n_pages) { *stop = ch; *stop_pages = k; break; }
         at = ch; m += k;
     }
@@ -1790,8 +1794,8 @@ static int hash_reachable(const RxPrefixCache *c, int32_t p) {  /* every entry u
 static int hash_evict_one(RxPrefixCache *c) {
     int32_t victim = -1;
     for (int32_t p = 0; p < c->pool->n_pages; p++)
-        if (c->entry[p].used && c->pool->ref[p] == 1 && (victim < 0 || c->entry[p].last_use < c->entry[victim].last_use))
-            victim = p;
+        if (c->entry[p].used && c->pool->ref[p] == 1 &&
+            (victim < 0 || c->entry[p].last_use < c->entry[victim].last_use)) victim = p;
     if (victim < 0) return 0;
     int32_t *link = &c->bucket[c->entry[victim].hash & c->mask];
     while (*link != victim) link = &c->entry[*link].next;
@@ -1827,7 +1831,10 @@ int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
         c->entry = (HashEntry *)calloc((size_t)pool->n_pages, sizeof(HashEntry));
         c->entry_tokens = (int32_t *)rx_alloc((size_t)pool->n_pages * c->P * sizeof(int32_t), "the hash cache");
         c->bucket = (int32_t *)rx_alloc(cap * sizeof(int32_t), "the hash cache");
-        if (!c->entry || !c->entry_tokens || !c->bucket) { rx_cache_free(c); return rx_fail("out of host memory for the hash cache"); }
+        if (!c->entry || !c->entry_tokens || !c->bucket) {
+            rx_cache_free(c);
+            return rx_fail("out of host memory for the hash cache");
+        }
         for (uint64_t i = 0; i < cap; i++) c->bucket[i] = -1;
     }
     *out = c;
@@ -1886,10 +1893,12 @@ void rx_cache_walk(const RxPrefixCache *c, void (*visit)(void *ctx, uint64_t mod
         int32_t root = i;
         while (c->node[root].parent >= 0) root = c->node[root].parent;
         depth = radix_depth(c, i);
-        int32_t *pages = (int32_t *)malloc((size_t)depth * sizeof(int32_t)), *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));
+        int32_t *pages = (int32_t *)malloc((size_t)depth * sizeof(int32_t));             /* [depth]     */
+        int32_t *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));        /* [depth * P] */
         if (!pages || !tokens) { free(pages); free(tokens); return; }
         radix_path(c, i, pages, tokens);
-        for (int j = depth - c->node[i].n_pages; j < depth; j++) visit(ctx, c->node[root].model_id, tokens, (j + 1) * P, pages[j]);
+        for (int j = depth - c->node[i].n_pages; j < depth; j++)         /* the pages of i's own edge */
+            visit(ctx, c->node[root].model_id, tokens, (j + 1) * P, pages[j]);
         free(pages); free(tokens);
     }
     for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++) {
@@ -1965,7 +1974,10 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
         s->nodes++;
         int child_locks = 0;
         for (int32_t ch = x->child; ch >= 0; ch = c->node[ch].sibling) child_locks += c->node[ch].lock;
-        if (x->lock < child_locks) { rx_fail("radix node %d has lock %d below its children's %d", i, x->lock, child_locks); goto done; }
+        if (x->lock < child_locks) {
+            rx_fail("radix node %d has lock %d below its children's %d", i, x->lock, child_locks);
+            goto done;
+        }
         if (x->n_pages < 1) { rx_fail("radix node %d has an empty edge", i); goto done; }
         for (int j = 0; j < x->n_pages; j++) cache_ref[x->pages[j]]++;
     }
@@ -1973,12 +1985,18 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
         if (c->entry[p].used) { s->nodes++; cache_ref[p]++; s->orphans += !hash_reachable(c, p); }
     for (int i = 0; i < pool->n_free; i++) {
         int32_t p = pool->free_list[i];
-        if (p < 0 || p >= pool->n_pages || on_free_list[p]++) { rx_fail("free list entry %d (page %d) is out of range or repeated", i, p); goto done; }
+        if (p < 0 || p >= pool->n_pages || on_free_list[p]++) {
+            rx_fail("free list entry %d (page %d) is out of range or repeated", i, p);
+            goto done;
+        }
     }
     for (int32_t p = 0; p < pool->n_pages; p++) {
         if (cache_ref[p] > 1) { rx_fail("page %d is cached %d times", p, cache_ref[p]); goto done; }
-        if (pool->ref[p] < cache_ref[p]) { rx_fail("page %d has ref %d below the cache's %d", p, pool->ref[p], cache_ref[p]); goto done; }
-        if ((pool->ref[p] == 0) != on_free_list[p]) { rx_fail("page %d has ref %d but is %son the free list", p, pool->ref[p], on_free_list[p] ? "" : "not "); goto done; }
+        if (pool->ref[p] < cache_ref[p] || (pool->ref[p] == 0) != on_free_list[p]) {
+            rx_fail("page %d has ref %d, is cached %d times and is %son the free list", p, pool->ref[p], cache_ref[p],
+                    on_free_list[p] ? "" : "not ");
+            goto done;
+        }
         s->cached_pages += cache_ref[p] > 0;
         s->request_pages += pool->ref[p] > cache_ref[p];
     }
@@ -2055,7 +2073,8 @@ int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
 }
 
 int rx_request_finish(RxPrefixCache *c, RxRequest *r) {
-    if (r->state != RX_REQ_RUNNING) return rx_fail("rx_request_finish: the request is not running (state %d)", r->state);
+    if (r->state != RX_REQ_RUNNING)
+        return rx_fail("rx_request_finish: the request is not running (state %d)", r->state);
     int rc = rx_cache_insert(c, r->model_id, r->tokens, r->len, r->pages) < 0 ? -1 : 0;
     request_release(c, r);
     r->state = RX_REQ_FINISHED;
@@ -2163,6 +2182,129 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
             cached, suffixes->n_tokens, ix.n_compact, rows_computed);
     radix_index_free(&ix);
     return 0;
+}
+
+/* --------------------------------------------------------------------------- part ii: serving requests in batches */
+/* The scheduler loop of seed 002 on the C reference. Requests wait in a queue; each round admits up to `batch` of
+ * them, in arrival order (fcfs) or longest cached prefix first (lpm: sorting by matched length visits the tree
+ * depth first, so a prefix is reused while it is cached), and stops at the first one that finds no room. The
+ * admitted requests' unmatched suffixes form one ragged batch (positions continue after each cached prefix), one
+ * qwen3_prefill_ref computes them and writes their K/V into their pages, and each request finishes: its whole pages
+ * go into the cache, its references and locks are released. At the end the cache is flushed and the pool audited. */
+typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
+
+static int by_cached_then_index(const void *a, const void *b) {
+    const Waiting *x = (const Waiting *)a, *y = (const Waiting *)b;
+    return x->cached != y->cached ? (y->cached > x->cached ? 1 : -1) : (x->index > y->index) - (x->index < y->index);
+}
+
+/* The admitted requests' suffixes as a batch: sequence s is tokens[cached_len ..), at positions cached_len ... */
+static int suffix_batch(RxBatch *sfx, RxRequest *const *adm, int n, const int32_t **seqs, int *lens) {
+    for (int s = 0; s < n; s++)
+        seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
+    if (rx_batch_make(sfx, seqs, lens, n)) return -1;
+    for (int s = 0; s < n; s++)
+        for (int i = sfx->cu_seqlens[s]; i < sfx->cu_seqlens[s + 1]; i++) sfx->position_ids[i] += adm[s]->cached_len;
+    return 0;
+}
+
+/* The next batch into adm[]: up to o->batch waiting requests in the scheduler's order. Returns how many, or -1. */
+static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_wait, const RxServeOptions *o,
+                       RxRequest **adm, int32_t *pages_tmp) {
+    if (o->lpm) {
+        for (int w = 0; w < *n_wait; w++) {
+            const RxRequest *r = &req[wait[w].index];
+            wait[w].cached = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, pages_tmp);
+        }
+        qsort(wait, (size_t)*n_wait, sizeof *wait, by_cached_then_index);
+    }
+    int n = 0, w = 0;
+    for (; w < *n_wait && n < o->batch; w++) {
+        RxRequest *r = &req[wait[w].index];
+        int rc = rx_request_admit(c, r);
+        if (rc < 0) return -1;
+        if (rc > 0) break;                                 /* no room until this batch finishes */
+        adm[n++] = r;
+    }
+    memmove(wait, wait + w, (size_t)(*n_wait - w) * sizeof *wait);
+    *n_wait -= w;
+    return n;
+}
+
+int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
+             float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
+    int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1, longest = 1;
+    int64_t need = 0;
+    double t0;
+    memset(st, 0, sizeof *st);
+    if (P < 1 || B < 1 || o->n_pages < 0) return rx_fail("rx_serve: page size %d and batch %d must be >= 1", P, B);
+    for (int s = 0; s < n_req; s++) {
+        if (lens[s] < 1) return rx_fail("rx_serve: request %d is empty", s);
+        need += (lens[s] + P - 1) / P;
+        if (lens[s] > longest) longest = lens[s];
+        st->prompt_tokens += lens[s];
+    }
+    if (need * P > INT32_MAX)
+        return rx_fail("rx_serve: %lld pages of %d tokens are too many for one pool", (long long)need, P);
+    RxKvPool pool;
+    RxPrefixCache *c = NULL;
+    RxBatch sfx = {0, 0, NULL, NULL, NULL};
+    RxRequest *req = (RxRequest *)calloc((size_t)n_req + 1, sizeof(RxRequest));
+    Waiting *wait = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
+    RxRequest **adm = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));             /* [batch] admitted      */
+    int32_t *cached_len = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch] per sequence  */
+    int32_t *prefix_key = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch]               */
+    const int32_t **tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));      /* [batch] page tables   */
+    const int32_t **seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));        /* [batch] suffixes      */
+    int *sfx_lens = (int *)calloc((size_t)B, sizeof(int));                                /* [batch]               */
+    int32_t *pages_tmp = (int32_t *)calloc((size_t)longest, sizeof(int32_t));             /* one lookup's pages    */
+    float *blogits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a batch's logits [batch, vocab]");
+    memset(&pool, 0, sizeof pool);
+    if (!req || !wait || !adm || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens || !pages_tmp || !blogits) {
+        rx_fail("out of host memory for serving %d requests", n_req);
+        goto done;
+    }
+    if (rx_kv_pool_init(&pool, o->n_pages ? o->n_pages : (int)need, P, m->cfg.n_layers,
+                        m->cfg.n_kv_heads * m->cfg.head_dim) || rx_cache_create(&c, o->cache, &pool)) goto done;
+    for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
+    t0 = rx_now_ms();
+    for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
+        int n = admit_batch(c, req, wait, &n_wait, o, adm, pages_tmp), rows = 0;
+        if (n < 0) goto done;
+        if (n == 0) { rx_fail("rx_serve: no request fits into an empty KV pool (a bug)"); goto done; }
+        for (int s = 0; s < n; s++)
+            cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
+        RxPrefill pf = {&pool, cached_len, tables, prefix_key};
+        if (suffix_batch(&sfx, adm, n, seqs, sfx_lens) || qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows))
+            goto done;
+        rx_batch_free(&sfx);
+        st->rows_computed += rows;
+        for (int s = 0; s < n; s++) {
+            int i = (int)(adm[s] - req);
+            if (last_logits) memcpy(last_logits + (size_t)i * V, blogits + (size_t)s * V, (size_t)V * sizeof(float));
+            if (batch_of) batch_of[i] = st->n_batches;
+            if (cached_of) cached_of[i] = adm[s]->cached_len;
+            st->cached_tokens += adm[s]->cached_len;
+            if (rx_request_finish(c, adm[s])) goto done;
+        }
+    }
+    st->ms = rx_now_ms() - t0;
+    RxCacheStats cs;
+    if (rx_cache_audit(c, &cs)) goto done;
+    st->n_requests = n_req; st->pool_pages = pool.n_pages; st->cache_pages = cs.cached_pages;
+    st->evicted_pages = cs.evicted_pages; st->request_pages = cs.request_pages;
+    rx_cache_free(c);                                      /* the final flush: the cache lets go of every page */
+    c = NULL;
+    st->held_after_flush = pool.n_pages - pool.n_free;
+    rc = 0;
+done:
+    rx_batch_free(&sfx);
+    for (int s = 0; req && s < n_req; s++) rx_request_abort(c, &req[s]);
+    rx_cache_free(c);
+    rx_kv_pool_free(&pool);
+    free(req); free(wait); free(adm); free(cached_len); free(prefix_key); free(tables); free(seqs); free(sfx_lens);
+    free(pages_tmp); free(blogits);
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------------------------ errors */
@@ -3082,7 +3224,14 @@ static const char *usage =
     "       radixmlp --check --model DIR      validate a checkpoint on the host and print its inventory\n"
     "       radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits FILE] [--cpu]\n"
     "                FILE: one sequence per line, token ids separated by spaces. --dump-logits writes raw\n"
-    "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n";
+    "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n"
+    "       radixmlp --model DIR --requests FILE [--prefix-cache radix|hash|off] [--page-size P] [--cache-pages M]\n"
+    "                [--batch B] [--schedule fcfs|lpm] [--stats FILE] [--dump-logits FILE] [--cpu]\n"
+    "                Part II: serve FILE (one request per line) through a paged KV prefix cache, B requests per\n"
+    "                forward, in file order (fcfs) or longest cached prefix first (lpm). Defaults: radix, page size\n"
+    "                16, a pool of enough pages for the whole file, batch 1, fcfs, mode compact. --dump-logits writes\n"
+    "                float32 [n_requests, vocab], last-token logits in file order; --stats a CSV row per request.\n"
+    "                Runs on the C reference (CPU) only: the GPU path of Part II is not written yet.\n";
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double d = 0;
@@ -3214,15 +3363,141 @@ done:
     return rc;
 }
 
+/* --requests: Part II end to end (rx_serve), on the C reference. */
+#define RX_MAX_BATCH 1024                                  /* --batch at most */
+
+/* The cache's namespace for this run: a hash of the checkpoint's path (one model per run; it only has to be stable). */
+static uint64_t rx_model_id(const char *dir) {
+    uint64_t h = 1469598103934665603ull;                   /* FNV-1a */
+    for (; *dir; dir++) h = (h ^ (uint8_t)*dir) * 1099511628211ull;
+    return h;
+}
+
+static int write_floats(const char *path, const float *x, size_t n) {
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(x, sizeof(float), n, f) == n;
+    if ((f && fclose(f)) || !ok) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    return 0;
+}
+
+static int write_stats(const char *path, const int *lens, const int32_t *batch_of, const int32_t *cached_of, int n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
+    for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
+    if (fclose(f)) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Every request checked before any work: one line naming the file and line. */
+static int check_requests(const RxBatch *file, const char *path, const Qwen3Config *cfg, const RxServeOptions *o) {
+    for (int s = 0; s < file->n_seqs; s++) {
+        int len = file->cu_seqlens[s + 1] - file->cu_seqlens[s], pages = (len + o->page_size - 1) / o->page_size;
+        for (int i = file->cu_seqlens[s]; i < file->cu_seqlens[s + 1]; i++)
+            if (file->input_ids[i] >= cfg->vocab_size)
+                return rx_fail("%s:%d: token id %d is outside the vocabulary [0, %d)", path, s + 1, file->input_ids[i],
+                               cfg->vocab_size);
+        if (len > cfg->max_position_embeddings)
+            return rx_fail("%s:%d: %d tokens, more than max_position_embeddings %d", path, s + 1, len,
+                           cfg->max_position_embeddings);
+        if (o->n_pages && pages > o->n_pages)
+            return rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path,
+                           s + 1, len, pages, o->page_size, o->n_pages);
+    }
+    return 0;
+}
+
+static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump) {
+    Qwen3Model m;
+    RxBatch file;
+    if (qwen3_load(&m, dir)) return -1;
+    if (rx_batch_read(&file, path)) { qwen3_free(&m); return -1; }
+    int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1;
+    const int32_t **seqs = (const int32_t **)malloc((size_t)n * sizeof(int32_t *));   /* [n_requests] */
+    int *lens = (int *)malloc((size_t)n * sizeof(int));                              /* [n_requests] */
+    int32_t *batch_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                 /* [n_requests] */
+    int32_t *cached_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                /* [n_requests] */
+    float *logits = dump ? (float *)rx_alloc((size_t)n * V * sizeof(float), "the logits [n_requests, vocab]") : NULL;
+    RxServeStats st;
+    if (!seqs || !lens || !batch_of || !cached_of || (dump && !logits)) {
+        rx_fail("out of host memory for %d requests", n);
+        goto done;
+    }
+    for (int s = 0; s < n; s++)
+        seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
+    o->model_id = rx_model_id(dir);
+    if (check_requests(&file, path, &m.cfg, o)) goto done;
+    if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
+    printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
+           " C reference (CPU), mode %s: %.1f ms\n", n, st.prompt_tokens, rx_cache_kind_name(o->cache), o->page_size,
+           st.pool_pages, o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
+           rx_mode_name(o->mode), st.ms);
+    if (stats) {
+        if (write_stats(stats, lens, batch_of, cached_of, n)) goto done;
+        printf("wrote %s: %d rows\n", stats, n);
+    }
+    if (dump) {
+        if (write_floats(dump, logits, (size_t)n * V)) goto done;
+        printf("wrote %s: float32 [%d, %d], last-token logits, rows in file order\n", dump, n, V);
+    }
+    printf("requests %d in %d batches, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
+           n, st.n_batches, st.prompt_tokens, st.cached_tokens, 100.0 * st.cached_tokens / st.prompt_tokens);
+    printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, pages in use by the cache %d of %d\n",
+           st.rows_computed, st.prompt_tokens - st.cached_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
+    if (st.request_pages || st.held_after_flush) {
+        rx_fail("%d pages held by requests at the end, %d pages not free after the final flush: a leak", st.request_pages,
+                st.held_after_flush);
+        goto done;
+    }
+    printf("after the final flush: 0 pages held by requests, all %d pages free (no leak)\n", st.pool_pages);
+    rc = 0;
+done:
+    free(seqs); free(lens); free(batch_of); free(cached_of); free(logits);
+    rx_batch_free(&file); qwen3_free(&m);
+    return rc;
+}
+
+/* An integer flag value in [lo, hi], or exit code 2 from main. */
+static int parse_count(const char *flag, const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "radixmlp: %s takes an integer from %d to %d, not '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *dump = NULL;
-    int check = 0, force_cpu = 0;
+    const char *model = NULL, *tokens = NULL, *dump = NULL, *requests = NULL;
+    int check = 0, force_cpu = 0, mode_given = 0, serve_flags = 0;
     RxMode mode = RX_AUTO;
+    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0};
+    const char *stats = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = !strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--mode") || !strcmp(a, "--dump-logits");
+        int serve = !strcmp(a, "--prefix-cache") || !strcmp(a, "--page-size") || !strcmp(a, "--cache-pages") ||
+                    !strcmp(a, "--batch") || !strcmp(a, "--schedule") || !strcmp(a, "--stats");
+        int takes = serve || !strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--mode") ||
+                    !strcmp(a, "--dump-logits") || !strcmp(a, "--requests");
         if (takes && !val) { fprintf(stderr, "radixmlp: %s needs a value\n", a); return 2; }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
+        serve_flags += serve;
+        if (!strcmp(a, "--requests")) requests = argv[++i];
+        else if (!strcmp(a, "--prefix-cache")) {
+            if (rx_cache_kind_parse(argv[++i], &so.cache)) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 2; }
+        } else if (!strcmp(a, "--page-size")) { if (parse_count(a, argv[++i], 1, 4096, &so.page_size)) return 2; }
+        else if (!strcmp(a, "--cache-pages")) { if (parse_count(a, argv[++i], 1, 1 << 24, &so.n_pages)) return 2; }
+        else if (!strcmp(a, "--batch")) { if (parse_count(a, argv[++i], 1, RX_MAX_BATCH, &so.batch)) return 2; }
+        else if (!strcmp(a, "--schedule")) {
+            so.lpm = !strcmp(argv[++i], "lpm");
+            if (!so.lpm && strcmp(argv[i], "fcfs")) {
+                fprintf(stderr, "radixmlp: --schedule takes fcfs or lpm, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--stats")) stats = argv[++i];
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
         else if (!strcmp(a, "--check")) check = 1;
         else if (!strcmp(a, "--cpu")) force_cpu = 1;
         else if (!strcmp(a, "--model")) model = argv[++i];
@@ -3230,10 +3505,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--dump-logits")) dump = argv[++i];
         else if (!strcmp(a, "--mode")) {
             if (rx_mode_parse(argv[++i], &mode)) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 2; }
+            mode_given = 1;
         } else { fprintf(stderr, "radixmlp: unknown argument '%s'\n%s", a, usage); return 2; }
     }
+    if (serve_flags && !requests) { fprintf(stderr, "radixmlp: the prefix cache flags go with --requests FILE\n"); return 2; }
+    if (requests && tokens) { fprintf(stderr, "radixmlp: choose one of --tokens and --requests\n"); return 2; }
     int rc;
-    if (check) {
+    if (requests) {
+        if (!model) { fprintf(stderr, "radixmlp: --requests needs --model DIR\n"); return 2; }
+        so.mode = mode_given ? mode : RX_COMPACT;
+        if (!force_cpu && gpu_available())
+            printf("Part II runs on the C reference (CPU) only; the GPU path is not written yet\n");
+        rc = run_requests(model, requests, &so, stats, dump);
+    } else if (check) {
         Qwen3Model m;
         if (!model) { fprintf(stderr, "radixmlp: --check needs --model DIR\n"); return 2; }
         if ((rc = qwen3_load(&m, model)) == 0) { qwen3_print_inventory(stdout, &m); qwen3_free(&m); }

@@ -335,6 +335,31 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPref
  *   "prefill: 4 sequences, 160 tokens = 128 cached + 32 new (N); 9 distinct new histories (N'); 9 rows computed"
  * rows_computed: what qwen3_prefill_ref returned in n_compact_out. pf may be NULL (nothing cached).            */
 int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed);
+/* Serves requests through a prefix cache on the C reference (the scheduler loop of seed 002): each round admits up
+ * to `batch` waiting requests, in arrival order (fcfs) or longest cached prefix first (lpm), runs one
+ * qwen3_prefill_ref on their unmatched suffixes, and finishes them. At the end it audits the pool and flushes the
+ * cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL) are in request order.          */
+typedef struct {
+    RxCacheKind cache;
+    int page_size;
+    int n_pages;                     /* the KV pool; 0: enough pages for every request at once                     */
+    int batch;                       /* requests per forward                                                       */
+    int lpm;                         /* 0: fcfs, 1: longest cached prefix first                                    */
+    RxMode mode;                     /* of qwen3_prefill_ref                                                       */
+    uint64_t model_id;
+} RxServeOptions;
+typedef struct {
+    int n_requests, n_batches;
+    long prompt_tokens, cached_tokens;   /* hit rate = cached_tokens / prompt_tokens (seed 002)                    */
+    long rows_computed;                  /* rows the forwards computed: N' of the suffixes in compact mode         */
+    long evicted_pages;
+    int pool_pages, cache_pages;         /* at the end, before the flush                                           */
+    int request_pages;                   /* pages held by requests at the end: 0 unless something leaked          */
+    int held_after_flush;                /* pages not free after the cache's flush: 0 unless something leaked     */
+    double ms;                           /* wall time of the scheduling loop, forwards included                   */
+} RxServeStats;
+int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n, const RxServeOptions *o,
+             float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st);
 
 #ifdef __cplusplus
 }

@@ -1423,18 +1423,26 @@ static void test_cli(void) {
 }
 
 /* -------------------------------------------------------------------------------------------------- the bench */
-static void test_bench_table5_csv(void) {
-    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
-    char out[8192], path[] = "/tmp/radixmlp-t5-XXXXXX";
+/* Runs ./bench ARGS --csv into a temporary file; returns the CSV's text (to free; NULL if none) and the exit code. */
+static char *bench_csv(const char *args, char *out, size_t n, int *rc) {
+    char path[] = "/tmp/radixmlp-csv-XXXXXX", cmd[512];
     int fd = mkstemp(path);
-    if (fd < 0) { expect(0, "mkstemp"); return; }
+    if (fd < 0) { expect(0, "mkstemp"); *rc = -1; return NULL; }
     close(fd);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "./bench --table 5 --quick --csv %s", path);
-    int rc = run_cmd(cmd, out, sizeof out);
-    expect(rc == 0, "'%s' exited %d:\n%s", cmd, rc, out);
+    snprintf(cmd, sizeof cmd, "./bench %s --csv %s", args, path);
+    *rc = run_cmd(cmd, out, n);
     size_t len;
     char *csv = (char *)read_file(path, &len);
+    unlink(path);
+    return csv;
+}
+
+static void test_bench_table5_csv(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[8192];
+    int rc;
+    char *csv = bench_csv("--table 5 --quick", out, sizeof out, &rc);
+    expect(rc == 0, "'bench --table 5 --quick' exited %d:\n%s", rc, out);
     int lines = 0, commas0 = -1, ragged = 0, found = 0;
     for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n"), lines++) {
         int commas = 0;
@@ -1455,7 +1463,6 @@ static void test_bench_table5_csv(void) {
     expect(found, "no 32 x 512 ratio 0.25 row in the CSV");
     note("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416", lines, commas0 + 1);
     free(csv);
-    unlink(path);
 }
 
 static void test_bench_replot_draws_every_series(void) {
@@ -2324,6 +2331,254 @@ static void test_prefill_rejects_bad_inputs(void) {
     qwen3_free(&m);
 }
 
+/* rx_serve on random request traces: a few prompts that share random prefixes, random page sizes, pools (some
+ * under eviction pressure), batches, schedules, caches and modes. Every request's last-token logits must equal a
+ * full recomputation of that request alone, bit for bit; no page may leak. */
+static void test_cache_serve_random_traces_equal_full_recomputation(void) {
+    Qwen3Config cfg = {512, 64, 128, 2, 4, 2, 32, 128, 1e6, 1e-6, 1};
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 5)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    uint64_t rng = 77;
+    int V = cfg.vocab_size, traces = 0, requests = 0;
+    long cached = 0, evicted = 0;
+    double worst = 0;
+    float *all = (float *)malloc((size_t)64 * V * sizeof(float));
+    for (int t = 0; t < 12 && !test_failed; t++) {
+        enum { N = 10 };
+        int32_t seqs[N][48], stems[3][48];
+        const int32_t *ptr[N];
+        int lens[N], longest = 0;
+        for (int g = 0; g < 3; g++) for (int i = 0; i < 48; i++) stems[g][i] = 1 + rng_int(&rng, V - 1);
+        for (int s = 0; s < N; s++) {                      /* a random stem's first shared tokens, then its own */
+            int g = rng_int(&rng, 3), shared = rng_int(&rng, 33);
+            lens[s] = 1 + rng_int(&rng, 47);
+            for (int i = 0; i < lens[s]; i++) seqs[s][i] = i < shared ? stems[g][i] : 1 + rng_int(&rng, V - 1);
+            ptr[s] = seqs[s];
+            if (lens[s] > longest) longest = lens[s];
+        }
+        RxServeOptions o = {(RxCacheKind)rng_int(&rng, 3), 1 + rng_int(&rng, 8), 0, 1 + rng_int(&rng, 4),
+                            rng_int(&rng, 2), (RxMode)rng_int(&rng, 4), 42};
+        if (t % 2) o.n_pages = (longest + o.page_size - 1) / o.page_size * o.batch + rng_int(&rng, 4);  /* pressure */
+        float *got = (float *)malloc((size_t)N * V * sizeof(float));
+        int32_t cached_of[N];
+        RxServeStats st;
+        if (rx_serve(&m, ptr, lens, N, &o, got, NULL, cached_of, &st)) {
+            expect(0, "trace %d: rx_serve: %s", t, radix_error());
+            free(got);
+            break;
+        }
+        for (int s = 0; s < N; s++) {
+            RxBatch b;
+            rx_batch_make(&b, &ptr[s], &lens[s], 1);
+            qwen3_forward_ref(&m, &b, RX_BASELINE, all);
+            const float *want = all + (size_t)(lens[s] - 1) * V, *row = got + (size_t)s * V;
+            double d = max_abs_diff(row, want, (size_t)V);
+            for (int v = 0; v < V; v++) if (!isfinite(row[v])) d = INFINITY;
+            if (d > worst) worst = d;
+            expect(d == 0, "trace %d (%s, page %d, pool %d, batch %d, %s, %s): request %d (%d tokens, %d cached):"
+                   " max |diff| %g, tolerance 0", t, rx_cache_kind_name(o.cache), o.page_size, st.pool_pages, o.batch,
+                   o.lpm ? "lpm" : "fcfs", rx_mode_name(o.mode), s, lens[s], cached_of[s], d);
+            rx_batch_free(&b);
+        }
+        expect(st.request_pages == 0 && st.held_after_flush == 0, "trace %d: %d request pages, %d held after the flush",
+               t, st.request_pages, st.held_after_flush);
+        traces++; requests += N; cached += st.cached_tokens; evicted += st.evicted_pages;
+        free(got);
+    }
+    note("%d random traces, %d requests (%ld tokens from the cache, %ld pages evicted): max |served - full recomputation|"
+         " = %g, tolerance 0 (bit for bit); no page leaked", traces, requests, cached, evicted, worst);
+    expect(cached > 0 && evicted > 0, "the traces must hit the cache and evict");
+    free(all);
+    qwen3_free(&m);
+}
+
+/* ---- the --requests CLI ---- */
+/* 14 requests for tiny-bf16 (vocab 512): three system prompts of 9, 13 and 20 tokens, questions that share their
+ * first tokens, a repeat, a one-token request, and one request unlike the others; written to dir/requests.txt. */
+static int write_requests(const char *dir, int32_t seqs[][40], int *lens) {
+    uint64_t rng = 99;
+    int32_t sys[3][20];
+    char text[8192] = "";
+    int n = 14;
+    for (int g = 0; g < 3; g++) for (int i = 0; i < 20; i++) sys[g][i] = 1 + rng_int(&rng, 511);
+    for (int s = 0; s < n; s++) {
+        int g = s % 3, head = g == 0 ? 9 : g == 1 ? 13 : 20, len = head + 1 + rng_int(&rng, 12);
+        for (int i = 0; i < len; i++) seqs[s][i] = i < head ? sys[g][i] : 1 + rng_int(&rng, 511);
+        if (s >= 6 && s < 9) for (int i = head; i < head + 3; i++) seqs[s][i] = 7 + i;  /* a common question stem */
+        lens[s] = len;
+    }
+    memcpy(seqs[9], seqs[4], sizeof seqs[9]); lens[9] = lens[4];                     /* a repeat */
+    lens[10] = 1;                                                                      /* one token */
+    for (int i = 0; i < 33; i++) seqs[11][i] = 1 + rng_int(&rng, 511);                 /* nothing shared */
+    lens[11] = 33;
+    for (int s = 0; s < n; s++) {
+        for (int i = 0; i < lens[s]; i++) snprintf(text + strlen(text), sizeof text - strlen(text), "%s%d", i ? " " : "", seqs[s][i]);
+        strcat(text, "\n");
+    }
+    write_file(dir, "requests.txt", text, strlen(text));
+    return n;
+}
+
+/* The cached tokens of each request, from the definition: batches of B in file order, unlimited pool; request s
+ * reuses the longest prefix, whole pages and at most len - 1 tokens, that a request of an earlier batch cached
+ * (its whole pages). */
+static int expected_cached(int32_t seqs[][40], const int *lens, int s, int B, int P) {
+    int best = 0;
+    for (int j = 0; j < s / B * B; j++) {
+        int l = 0;
+        while (l < lens[s] && l < lens[j] && seqs[s][l] == seqs[j][l]) l++;
+        int c = l < lens[j] / P * P ? l : lens[j] / P * P;
+        if (c > (lens[s] - 1) / P * P) c = (lens[s] - 1) / P * P;
+        c = c / P * P;
+        if (c > best) best = c;
+    }
+    return best;
+}
+
+static void test_cli_requests_match_full_recomputation(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-req-XXXXXX", cmd[1024], out[16384], path[512];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    int32_t seqs[14][40];
+    int lens[14], n = write_requests(dir, seqs, lens);
+    Qwen3Model m;
+    snprintf(path, sizeof path, "%s/tiny-bf16", fixtures());
+    if (qwen3_load(&m, path)) { expect(0, "load: %s", radix_error()); remove_dir(dir); return; }
+    int V = m.cfg.vocab_size;
+    float *want = (float *)malloc((size_t)n * V * sizeof(float)), *all = (float *)malloc((size_t)40 * V * sizeof(float));
+    for (int s = 0; s < n; s++) {                          /* the oracle: each request alone, from scratch */
+        const int32_t *p = seqs[s];
+        RxBatch b;
+        rx_batch_make(&b, &p, &lens[s], 1);
+        expect(qwen3_forward_ref(&m, &b, RX_BASELINE, all) == 0, "full forward: %s", radix_error());
+        memcpy(want + (size_t)s * V, all + (size_t)(lens[s] - 1) * V, (size_t)V * sizeof(float));
+        rx_batch_free(&b);
+    }
+    const struct { const char *flags; int B, P, exact_cache; } runs[] = {
+        {"", 1, 16, 1},                                    /* the defaults: radix, page 16, batch 1, fcfs */
+        {"--prefix-cache radix --page-size 4 --batch 3 --mode compact", 3, 4, 1},
+        {"--prefix-cache radix --page-size 4 --batch 3 --mode baseline", 3, 4, 1},
+        {"--prefix-cache hash --page-size 4 --batch 3", 3, 4, 1},
+        {"--prefix-cache off --page-size 4 --batch 4", 4, 4, 1},
+        {"--prefix-cache radix --page-size 2 --batch 2 --schedule lpm", 2, 2, 0},
+        {"--prefix-cache radix --page-size 4 --cache-pages 12 --batch 2", 2, 4, 0},    /* eviction pressure */
+        {"--prefix-cache hash --page-size 4 --cache-pages 12 --batch 2 --schedule lpm", 2, 4, 0},
+        {"--prefix-cache radix --page-size 4 --batch 5 --mode radix", 5, 4, 1},
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        snprintf(cmd, sizeof cmd, "%s --model %s --requests %s/requests.txt --dump-logits %s/d.f32 --stats %s/s.csv --cpu %s",
+                 cli(), path, dir, dir, dir, runs[k].flags);
+        int rc = run_cmd(cmd, out, sizeof out);
+        char dump[600], csvp[600];
+        snprintf(dump, sizeof dump, "%s/d.f32", dir);
+        snprintf(csvp, sizeof csvp, "%s/s.csv", dir);
+        size_t len = 0, clen = 0;
+        float *got = rc == 0 ? (float *)read_file(dump, &len) : NULL;
+        char *csv = rc == 0 ? (char *)read_file(csvp, &clen) : NULL;
+        expect(rc == 0 && got && len == (size_t)n * V * sizeof(float), "'%s': exit %d, dump of %zu bytes\n%s", cmd, rc, len, out);
+        if (!got || !csv) { free(got); free(csv); continue; }
+        int finite = 1;
+        for (size_t i = 0; i < (size_t)n * V; i++) finite &= isfinite(got[i]) != 0;
+        double d = max_abs_diff(got, want, (size_t)n * V);
+        expect(finite && d == 0, "%s: max |dump - full recomputation| = %g (tolerance 0, bit for bit), finite %d",
+               runs[k].flags, d, finite);
+        /* the stats: the header, one row per request in file order, cached tokens as the definition says */
+        int rows = 0, bad = 0, cached_sum = 0;
+        char *line = strtok(csv, "\n");
+        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens"), "stats header '%s'", line ? line : "");
+        for (line = strtok(NULL, "\n"); line; line = strtok(NULL, "\n"), rows++) {
+            int r, b, pt, ct;
+            if (sscanf(line, "%d,%d,%d,%d", &r, &b, &pt, &ct) != 4 || r != rows || pt != lens[rows] || ct % runs[k].P ||
+                ct > lens[rows] - 1 || (runs[k].exact_cache && !strstr(runs[k].flags, "lpm") &&
+                                        (b != rows / runs[k].B || ct != (strstr(runs[k].flags, "off") ? 0 :
+                                         expected_cached(seqs, lens, rows, runs[k].B, runs[k].P))))) {
+                if (!bad) expect(0, "%s: stats row '%s'", runs[k].flags, line);
+                bad = 1;
+            }
+            cached_sum += ct;
+        }
+        expect(rows == n, "%d stats rows, expected %d", rows, n);
+        char want_sum[64];
+        snprintf(want_sum, sizeof want_sum, "cached tokens %d,", cached_sum);
+        expect(strstr(out, want_sum) && strstr(out, "hit rate") && strstr(out, "compact rows computed") &&
+               strstr(out, "after the final flush: 0 pages held by requests"), "%s: summary\n%s", runs[k].flags, out);
+        note("%-72s max|diff| %g (tol 0), %d stats rows, %d tokens cached", runs[k].flags[0] ? runs[k].flags : "(defaults)",
+             d, rows, cached_sum);
+        free(got); free(csv);
+    }
+    free(want); free(all);
+    qwen3_free(&m);
+    remove_dir(dir);
+}
+
+static void test_cli_requests_rejects_bad_input(void) {
+    if (!have_cli()) return;
+    char long_line[129 * 2 + 2] = "";
+    for (int i = 0; i < 129; i++) strcat(long_line, "7 ");
+    strcat(long_line, "\n");
+    struct { const char *what, *tokens, *flags, *msg; } cases[] = {
+        {"token id = vocab size", "1 2 3\n4 512 6\n", "", "requests.txt:2: token id 512 is outside the vocabulary [0, 512)"},
+        {"non-numeric token id", "1 2\n3 x\n", "", ":2: 'x' is not part of a token id"},
+        {"empty line", "1 2\n\n3\n", "", ":2: empty line"},
+        {"empty file", "", "", "no sequences"},
+        {"129 tokens, max 128", long_line, "", ":1: 129 tokens, more than max_position_embeddings 128"},
+        {"request beyond the pool", "1 2 3\n1 2 3 4 5 6 7 8 9\n", "--page-size 4 --cache-pages 2",
+         ":2: a request of 9 tokens needs 3 pages of 4 tokens, but --cache-pages is 2"},
+    };
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX", cmd[1024], out[4096];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_file(dir, "requests.txt", cases[i].tokens, strlen(cases[i].tokens));
+        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s", cli(), fixtures(), dir, cases[i].flags);
+        expect_one_line_error(cases[i].what, run_cmd(cmd, out, sizeof out), out, cases[i].msg);
+    }
+    const char *bad[] = {"--prefix-cache lru", "--page-size 0", "--batch x", "--batch 1025", "--schedule sjf",
+                         "--cache-pages -3", "--tokens x.txt"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s", cli(), fixtures(), dir, bad[i]);
+        int rc = run_cmd(cmd, out, sizeof out);
+        expect(rc == 2 && !strncmp(out, "radixmlp: ", 10), "'%s': exit %d, expected 2\n%s", bad[i], rc, out);
+        note("%-28s exit %d, %.*s", bad[i], rc, (int)strcspn(out, "\n"), out);
+    }
+    snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --tokens %s/requests.txt --batch 2", cli(), fixtures(), dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    expect(rc == 2 && strstr(out, "go with --requests"), "cache flags without --requests: exit %d\n%s", rc, out);
+    remove_dir(dir);
+}
+
+static void test_bench_prefix_cache_csv(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[16384];
+    int rc;
+    char *csv = bench_csv("--prefix-cache --reps 1", out, sizeof out, &rc);
+    expect(rc == 0 && strstr(out, "fcfs vs lpm") && strstr(out, "add up"), "'bench --prefix-cache' exited %d:\n%s", rc, out);
+    int lines = 0, ragged = 0, commas0 = -1, matched = 0;
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n"), lines++) {
+        int commas = 0;
+        for (char *c = line; *c; c++) commas += *c == ',';
+        if (commas0 < 0) commas0 = commas;
+        ragged |= commas != commas0;
+        char name[64], kind[16];
+        int req, prompt, cached;   /* cpu,scenario,requests,prompt_tokens,cache,cached_tokens,... */
+        char *f = strchr(line, ',');
+        if (f && sscanf(f + 1, "%63[^,],%d,%d,%15[^,],%d", name, &req, &prompt, kind, &cached) == 5) {
+            /* where the shapes are the seed's, the cached tokens are too: 7 x 16, 23 x 24, 7 x 24, 4 x 5 x 16 */
+            int seed = !strcmp(name, "shared_prefix_basic") ? 112 : !strcmp(name, "high_reuse_many_requests") ? 552 :
+                       !strcmp(name, "branching_conversation") ? 168 : !strcmp(name, "multi_prefix_groups") ? 320 : -1;
+            if (seed >= 0 && strcmp(kind, "off")) { expect(cached == seed, "%s %s: %d cached, seed %d", name, kind, cached, seed); matched++; }
+        }
+    }
+    expect(lines == 1 + 6 * 3 && !ragged, "the CSV has %d lines (expected 19), %s", lines, ragged ? "ragged" : "one width");
+    expect(matched == 8, "%d hash/radix rows of the first four scenarios checked, expected 8", matched);
+    note("bench --prefix-cache: %d CSV lines; hash and radix cache 112, 552, 168, 320 tokens where the seed does", lines);
+    free(csv);
+    const char *bad[] = {"./bench --prefix-cache --table 5", "./bench --prefix-cache --reps 0", "./bench --prefix-cache --svg x.svg"};
+    for (int i = 0; i < 3; i++) {
+        rc = run_cmd(bad[i], out, sizeof out);
+        expect(rc == 2 && strstr(out, "bench: "), "'%s': exit %d, expected 2 with a message:\n%s", bad[i], rc, out);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------------- main */
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
@@ -2386,6 +2641,10 @@ static const Test tests[] = {
     {"prefill", "same_suffix_after_same_prefix_merges", test_same_suffix_after_same_prefix_merges},
     {"prefill", "same_suffix_after_different_prefix_not_merged", test_same_suffix_after_different_prefix_not_merged},
     {"prefill", "rejects_bad_inputs", test_prefill_rejects_bad_inputs},
+    {"cache", "serve_random_traces_equal_full_recomputation", test_cache_serve_random_traces_equal_full_recomputation},
+    {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
+    {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
+    {"bench", "prefix_cache_csv_and_errors", test_bench_prefix_cache_csv},
 };
 
 #ifndef RADIXMLP_FUZZ
