@@ -743,7 +743,8 @@ static Requests scenario_requests(int n, int n_groups, int prefix, int stem, int
     Requests r = {n, calloc(n, sizeof(int32_t *)), calloc(n, sizeof(int))};
     int32_t *prompts = malloc(((size_t)n_groups * (prefix + stem) + 1) * sizeof(int32_t));
     uint64_t rng = seed;
-    for (int i = 0; i < n_groups * (prefix + stem); i++) prompts[i] = 1 + (int32_t)(splitmix(&rng) % (TINY.vocab_size - 1));
+    for (int i = 0; i < n_groups * (prefix + stem); i++)
+        prompts[i] = 1 + (int32_t)(splitmix(&rng) % (TINY.vocab_size - 1));
     for (int i = 0; i < n; i++) {
         int g = interleave ? i % n_groups : i / ((n + n_groups - 1) / n_groups), len = prefix + stem + unique;
         r.seqs[i] = malloc(len * sizeof(int32_t));

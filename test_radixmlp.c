@@ -1562,11 +1562,16 @@ static RxCacheStats audit(const RxPrefixCache *c, const char *when) {
     return s;
 }
 
-static void expect_draw(const RxPrefixCache *c, const char *want, const char *what) {
-    char buf[4096] = "";
-    FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+static void draw_cache(char *buf, size_t n, const RxPrefixCache *c) {   /* rx_cache_draw into buf */
+    memset(buf, 0, n);
+    FILE *f = fmemopen(buf, n - 1, "w");
     rx_cache_draw(f, c);
     fclose(f);
+}
+
+static void expect_draw(const RxPrefixCache *c, const char *want, const char *what) {
+    char buf[4096];
+    draw_cache(buf, sizeof buf, c);
     expect(!strcmp(buf, want), "%s: the tree is\n%s\nexpected\n%s", what, buf, want);
 }
 
@@ -1585,7 +1590,8 @@ static void test_cache_radix_insert_match_split_at_page_boundaries(void) {
     const int32_t ta[] = {1, 2, 3, 4, 5, 6, 0}, tb[] = {1, 2, 3, 4, 7, 7}, td[] = {1, 2, 3, 9};
     alloc_pages(&pool, a, 3); alloc_pages(&pool, b, 3); alloc_pages(&pool, d, 2);      /* pages 0-2, 3-5, 6-7 */
     expect(rx_cache_insert(c, 1, ta, 6, a) == 3, "the first insert adopts its 3 pages");
-    expect(rx_cache_lookup(c, 1, ta, 7, got) == 6 && got[0] == 0 && got[2] == 2, "lookup of 7 tokens: 6 cached, pages 0 1 2");
+    expect(rx_cache_lookup(c, 1, ta, 7, got) == 6 && got[0] == 0 && got[2] == 2,
+           "lookup of 7 tokens: 6 cached, pages 0 1 2");
     expect(rx_cache_lookup(c, 1, ta, 5, got) == 4, "lookup of 5 tokens: only 2 whole pages can match");
     expect(rx_cache_lookup(c, 1, td, 4, got) == 2, "[1 2 3 9]: parts mid-page 2, so only page 1 matches");
     expect(rx_cache_insert(c, 1, tb, 6, b) == 1, "[1 2 3 4 7 7] adopts 1 page: pages 3 and 4 duplicate 0 and 1");
@@ -1601,7 +1607,8 @@ static void test_cache_radix_insert_match_split_at_page_boundaries(void) {
            " expected 5, 5, 8", s.nodes, s.cached_pages, s.request_pages);
     release_pages(&pool, a, 3); release_pages(&pool, b, 3); release_pages(&pool, d, 2);
     s = audit(c, "after the requests released");
-    expect(s.request_pages == 0 && pool.n_free == 16 - 5, "request pages %d, free %d; expected 0, 11", s.request_pages, pool.n_free);
+    expect(s.request_pages == 0 && pool.n_free == 16 - 5, "request pages %d, free %d; expected 0, 11", s.request_pages,
+           pool.n_free);
     rx_cache_free(c);
     expect(pool.n_free == 16, "after rx_cache_free: %d of 16 pages free", pool.n_free);
     note("insert [1 2|3 4|5 6], [1 2|3 4|7 7], [1 2|3 9]: splits after 2 and 1 pages, duplicate pages not adopted");
@@ -1674,8 +1681,10 @@ static void test_cache_lock_refs_prevent_eviction(void) {
     rx_request_preempt(c, &r2);
     expect(r2.state == RX_REQ_WAITING && rx_cache_evict(c, 8) == 8, "after c is preempted, everything is evictable");
     RxCacheStats s = audit(c, "end");
-    expect(s.evicted_pages == 2 && s.nodes == 0, "evicted %ld pages, %d nodes left; expected 2, 0", s.evicted_pages, s.nodes);
-    note("locked: evict frees only unlocked pages (%d then %d free); a split node inherits the lock (lock 2)", free_b, free_c);
+    expect(s.evicted_pages == 2 && s.nodes == 0, "evicted %ld pages, %d nodes left; expected 2, 0", s.evicted_pages,
+           s.nodes);
+    note("locked: evict frees only unlocked pages (%d then %d free); a split node inherits the lock (lock 2)", free_b,
+         free_c);
     rx_cache_free(c); rx_kv_pool_free(&pool);
 }
 
@@ -1713,6 +1722,13 @@ static void test_cache_hash_eviction_orphans_descendants(void) {
         note("%-5s evict for one page: %ld evicted, %d freed, %d entries left, %d orphans (unreachable, held);"
              " a finds %d cached, b %d", rx_cache_kind_name((RxCacheKind)kind), s.evicted_pages, freed, s.nodes,
              s.orphans, a, b);
+        if (kind == RX_CACHE_HASH) {                       /* the map's own picture marks them */
+            char buf[1024];
+            draw_cache(buf, sizeof buf, c);
+            int marked = 0;
+            for (const char *p = buf; (p = strstr(p, "(orphan)")); p++) marked++;
+            expect(marked == 2, "rx_cache_draw marks %d entries as orphans, expected 2:\n%s", marked, buf);
+        }
         if (kind == RX_CACHE_HASH)
             expect(s.evicted_pages == 1 && s.orphans == 2 && s.cached_pages == 4 && a == 0 && b == 4,
                    "hash: the LRU page is a's first; its 2 descendants stay cached as orphans that nothing can reach");
@@ -1784,8 +1800,14 @@ static void trace_step_checks(const RxPrefixCache *c, const RxKvPool *pool, cons
     for (int i = 0; i < now.n && !*bad; i++) {
         const Prefix *p = &now.v[i];
         int P = pool->page_size;
-        if (find_prefix(ever, p->model, p->tok, p->len) < 0) { expect(0, "step %d: a cached prefix never inserted", step); *bad = 1; }
-        if (p->len > P && find_prefix(&now, p->model, p->tok, p->len - P) < 0) { expect(0, "step %d: cached prefix of %d tokens without its parent", step, p->len); *bad = 1; }
+        if (find_prefix(ever, p->model, p->tok, p->len) < 0) {
+            expect(0, "step %d: a cached prefix never inserted", step);
+            *bad = 1;
+        }
+        if (p->len > P && find_prefix(&now, p->model, p->tok, p->len - P) < 0) {
+            expect(0, "step %d: cached prefix of %d tokens without its parent", step, p->len);
+            *bad = 1;
+        }
         for (int k = 0; k < P; k++)                                /* the page holds the K/V of exactly this history */
             if (pool->k[(size_t)p->page * P + k] != fingerprint(p->model, p->tok, p->len - P + k + 1)) {
                 expect(0, "step %d: page %d slot %d holds K of another history", step, p->page, k); *bad = 1; break;
@@ -1795,7 +1817,10 @@ static void trace_step_checks(const RxPrefixCache *c, const RxKvPool *pool, cons
         const RxRequest *r = &req[i].r;
         if (r->state != RX_REQ_RUNNING) continue;
         for (int n = pool->page_size; n <= r->cached_len && s.kind == RX_CACHE_RADIX; n += pool->page_size)
-            if (find_prefix(&now, r->model_id, r->tokens, n) < 0) { expect(0, "step %d: a locked prefix was evicted", step); *bad = 1; }
+            if (find_prefix(&now, r->model_id, r->tokens, n) < 0) {
+                expect(0, "step %d: a locked prefix was evicted", step);
+                *bad = 1;
+            }
     }
     free(now.v);
 }
@@ -2412,7 +2437,8 @@ static int write_requests(const char *dir, int32_t seqs[][40], int *lens) {
     for (int i = 0; i < 33; i++) seqs[11][i] = 1 + rng_int(&rng, 511);                 /* nothing shared */
     lens[11] = 33;
     for (int s = 0; s < n; s++) {
-        for (int i = 0; i < lens[s]; i++) snprintf(text + strlen(text), sizeof text - strlen(text), "%s%d", i ? " " : "", seqs[s][i]);
+        for (int i = 0; i < lens[s]; i++)
+            snprintf(text + strlen(text), sizeof text - strlen(text), "%s%d", i ? " " : "", seqs[s][i]);
         strcat(text, "\n");
     }
     write_file(dir, "requests.txt", text, strlen(text));
@@ -2466,7 +2492,8 @@ static void test_cli_requests_match_full_recomputation(void) {
         {"--prefix-cache radix --page-size 4 --batch 5 --mode radix", 5, 4, 1},
     };
     for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
-        snprintf(cmd, sizeof cmd, "%s --model %s --requests %s/requests.txt --dump-logits %s/d.f32 --stats %s/s.csv --cpu %s",
+        snprintf(cmd, sizeof cmd,
+                 "%s --model %s --requests %s/requests.txt --dump-logits %s/d.f32 --stats %s/s.csv --cpu %s",
                  cli(), path, dir, dir, dir, runs[k].flags);
         int rc = run_cmd(cmd, out, sizeof out);
         char dump[600], csvp[600];
@@ -2475,7 +2502,8 @@ static void test_cli_requests_match_full_recomputation(void) {
         size_t len = 0, clen = 0;
         float *got = rc == 0 ? (float *)read_file(dump, &len) : NULL;
         char *csv = rc == 0 ? (char *)read_file(csvp, &clen) : NULL;
-        expect(rc == 0 && got && len == (size_t)n * V * sizeof(float), "'%s': exit %d, dump of %zu bytes\n%s", cmd, rc, len, out);
+        expect(rc == 0 && got && len == (size_t)n * V * sizeof(float), "'%s': exit %d, dump of %zu bytes\n%s", cmd, rc,
+               len, out);
         if (!got || !csv) { free(got); free(csv); continue; }
         int finite = 1;
         for (size_t i = 0; i < (size_t)n * V; i++) finite &= isfinite(got[i]) != 0;
@@ -2529,7 +2557,8 @@ static void test_cli_requests_rejects_bad_input(void) {
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         write_file(dir, "requests.txt", cases[i].tokens, strlen(cases[i].tokens));
-        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s", cli(), fixtures(), dir, cases[i].flags);
+        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s", cli(), fixtures(), dir,
+                 cases[i].flags);
         expect_one_line_error(cases[i].what, run_cmd(cmd, out, sizeof out), out, cases[i].msg);
     }
     const char *bad[] = {"--prefix-cache lru", "--page-size 0", "--batch x", "--batch 1025", "--schedule sjf",
@@ -2565,14 +2594,18 @@ static void test_bench_prefix_cache_csv(void) {
             /* where the shapes are the seed's, the cached tokens are too: 7 x 16, 23 x 24, 7 x 24, 4 x 5 x 16 */
             int seed = !strcmp(name, "shared_prefix_basic") ? 112 : !strcmp(name, "high_reuse_many_requests") ? 552 :
                        !strcmp(name, "branching_conversation") ? 168 : !strcmp(name, "multi_prefix_groups") ? 320 : -1;
-            if (seed >= 0 && strcmp(kind, "off")) { expect(cached == seed, "%s %s: %d cached, seed %d", name, kind, cached, seed); matched++; }
+            if (seed >= 0 && strcmp(kind, "off")) {
+                expect(cached == seed, "%s %s: %d cached, seed %d", name, kind, cached, seed);
+                matched++;
+            }
         }
     }
     expect(lines == 1 + 6 * 3 && !ragged, "the CSV has %d lines (expected 19), %s", lines, ragged ? "ragged" : "one width");
     expect(matched == 8, "%d hash/radix rows of the first four scenarios checked, expected 8", matched);
     note("bench --prefix-cache: %d CSV lines; hash and radix cache 112, 552, 168, 320 tokens where the seed does", lines);
     free(csv);
-    const char *bad[] = {"./bench --prefix-cache --table 5", "./bench --prefix-cache --reps 0", "./bench --prefix-cache --svg x.svg"};
+    const char *bad[] = {"./bench --prefix-cache --table 5", "./bench --prefix-cache --reps 0",
+                         "./bench --prefix-cache --svg x.svg"};
     for (int i = 0; i < 3; i++) {
         rc = run_cmd(bad[i], out, sizeof out);
         expect(rc == 2 && strstr(out, "bench: "), "'%s': exit %d, expected 2 with a message:\n%s", bad[i], rc, out);
