@@ -6,6 +6,7 @@
  *   ./bench --table 5   Table 5: CPU index construction (radix_index_build); needs no GPU
  *   ./bench --table 6   Table 6: the gather/scatter (index_select) kernel vs a device-to-device copy
  *   ./bench --workload reranker    synthetic MS MARCO-shaped reranking batches (Tables 1 and 3, synthetic)
+ *   ./bench --prefix-cache         Part II: the KV prefix cache, seed 001's six scenarios; CPU only, needs no GPU
  *   ./bench --replot t4.csv --svg t4.svg    re-plot a recorded Table 4 CSV; needs no GPU
  *
  * How things are measured:
@@ -706,16 +707,203 @@ static int reranker(const ModelSpec *only, int reps, int quick)
     return 0;
 }
 
+/* ---- Part II: the KV prefix cache (seed 001's six scenarios), on the CPU ------------------------------------- */
+/* Seed 001 benchmarks a flat hash-chain block cache against a radix tree on a 57K-parameter model on a CPU, with
+ * 4-token blocks. We rebuild its six scenarios from what it says of them (requests, prompt tokens, shared prefixes,
+ * a cache of 8 blocks under eviction pressure) on a random model of the shape of fixtures/tiny-bf16, and serve them
+ * with rx_serve (the C reference, one request per forward as in the seed). Our pool holds the cache and the running
+ * request's own pages together, so "a cache of 8 blocks" becomes a pool of 8 + 6 pages (one 24-token request).
+ * Hit rate is seed 002's: cached tokens / prompt tokens. The seed's own hit-rate column counts something else
+ * (its cached tokens are the same as ours where the shapes match, its rates are not cached / prompt). */
+typedef struct {
+    const char *name;
+    int n_req, n_groups, prefix, unique;   /* n_groups prompts of `prefix` tokens, each request adds `unique`    */
+    int pool_pages;                        /* 0: enough for every request                                       */
+    double seed[2][4];                     /* the seed's flat, radix: cached tokens, hit rate %, x off, evictions */
+} CacheScenario;
+static const CacheScenario SCENARIOS[] = {
+    {"shared_prefix_basic", 8, 1, 16, 8, 0, {{112, 77.8, 0.94, 0}, {112, 87.5, 1.02, 0}}},
+    {"high_reuse_many_requests", 24, 1, 24, 4, 0, {{552, 85.2, 0.77, 0}, {552, 95.8, 0.82, 0}}},
+    {"branching_conversation", 8, 1, 24, 8, 0, {{168, 84.0, 0.87, 0}, {168, 87.5, 1.10, 0}}},
+    {"multi_prefix_groups", 24, 4, 16, 8, 0, {{320, 76.9, 0.70, 0}, {320, 83.3, 0.91, 0}}},
+    {"low_reuse_control", 8, 8, 0, 24, 0, {{0, 0.0, 0.87, 0}, {0, 0.0, 0.99, 0}}},
+    {"eviction_pressure", 24, 6, 16, 8, 8 + 6, {{0, 0.0, 0.76, 136}, {288, 79.2, 0.91, 0}}},
+};
+#define PC_PAGE 4                          /* the seed's block size */
+static const Qwen3Config TINY = {512, 64, 128, 2, 4, 2, 32, 128, 1e6, 1e-6, 1};   /* fixtures/tiny-bf16's shape */
+
+typedef struct { int n; int32_t **seqs; int *lens; } Requests;
+
+static void requests_free(Requests *r)
+{
+    for (int i = 0; i < r->n; i++) free(r->seqs[i]);
+    free(r->seqs); free(r->lens);
+}
+
+/* Request i belongs to group i % n_groups (interleaved arrival) or i / (n / n_groups) (group after group): the
+ * group's prompt, then `unique` ids of its own (the first differs between all requests, so they part there). */
+static Requests scenario_requests(int n, int n_groups, int prefix, int stem, int unique, int interleave, uint64_t seed)
+{
+    Requests r = {n, calloc(n, sizeof(int32_t *)), calloc(n, sizeof(int))};
+    int32_t *prompts = malloc(((size_t)n_groups * (prefix + stem) + 1) * sizeof(int32_t));
+    uint64_t rng = seed;
+    for (int i = 0; i < n_groups * (prefix + stem); i++)
+        prompts[i] = 1 + (int32_t)(splitmix(&rng) % (TINY.vocab_size - 1));
+    for (int i = 0; i < n; i++) {
+        int g = interleave ? i % n_groups : i / ((n + n_groups - 1) / n_groups), len = prefix + stem + unique;
+        r.seqs[i] = malloc(len * sizeof(int32_t));
+        r.lens[i] = len;
+        memcpy(r.seqs[i], prompts + (size_t)g * (prefix + stem), (prefix + stem) * sizeof(int32_t));
+        for (int k = prefix + stem; k < len; k++) r.seqs[i][k] = 1 + (int32_t)(splitmix(&rng) % (TINY.vocab_size - 1));
+        if (unique) r.seqs[i][prefix + stem] = 1 + i % (TINY.vocab_size - 1);
+    }
+    free(prompts);
+    return r;
+}
+
+/* rx_serve of each of n option sets, in turn, for one warm-up round and `reps` timed rounds (taking turns spreads
+ * the noise of a shared machine evenly); ms[k]: the median wall time of set k, st[k]: its (deterministic) stats. */
+static int serve_rounds(const Qwen3Model *m, const Requests *r, const RxServeOptions *o, int n, int reps,
+                        RxServeStats *st, double *ms)
+{
+    double *t = malloc((size_t)n * reps * sizeof *t);
+    for (int round = -1; round < reps; round++)
+        for (int k = 0; k < n; k++) {
+            if (rx_serve(m, (const int32_t *const *)r->seqs, r->lens, r->n, &o[k], NULL, NULL, NULL, &st[k])) {
+                fprintf(stderr, "bench: rx_serve failed: %s\n", radix_error());
+                free(t);
+                return 1;
+            }
+            if (st[k].request_pages || st[k].held_after_flush) {
+                fprintf(stderr, "bench: rx_serve leaked %d pages\n", st[k].request_pages + st[k].held_after_flush);
+                free(t);
+                return 1;
+            }
+            if (round >= 0) t[k * reps + round] = st[k].ms;
+        }
+    for (int k = 0; k < n; k++) ms[k] = median(t + k * reps, reps);
+    free(t);
+    return 0;
+}
+
+static int prefix_cache_tables(int reps)
+{
+    static const Col cols[] = {
+        {"scenario", "scenario"}, {"requests", "requests"}, {"prompt tok", "prompt_tokens"}, {"cache", "cache"},
+        {"cached tok", "cached_tokens"}, {"hit rate", "hit_rate"}, {"ms", "ms"}, {"tok/s", "tok_s"},
+        {"x off", "x_off"}, {"evictions", "evicted_pages"}, {"seed cached tok", "seed_cached_tokens"},
+        {"seed hit rate", "seed_hit_rate"}, {"seed x off", "seed_x_off"}, {"seed evictions", "seed_evictions"}};
+    static const RxCacheKind KINDS[3] = {RX_CACHE_OFF, RX_CACHE_HASH, RX_CACHE_RADIX};
+    Qwen3Model m;
+    char cpu[128];
+    if (qwen3_random(&m, &TINY, SEED)) { fprintf(stderr, "bench: qwen3_random: %s\n", radix_error()); return 1; }
+    cpu_name(cpu, sizeof cpu);
+    printf("cpu: %s (one thread); the C reference (fp32), not a GPU. A random Qwen3 of fixtures/tiny-bf16's shape\n"
+           "(vocab 512, hidden 64, 2 layers); page size %d, batch 1, fcfs, mode compact; median of %d runs.\n\n",
+           cpu, PC_PAGE, reps);
+    table_begin("Part II: seed 001's six scenarios, off vs hash vs radix (CPU timings)", cols, 14, "cpu");
+    for (size_t si = 0; si < sizeof SCENARIOS / sizeof *SCENARIOS; si++) {
+        const CacheScenario *sc = &SCENARIOS[si];
+        Requests r = scenario_requests(sc->n_req, sc->n_groups, sc->prefix, 0, sc->unique, 0, SEED + si);
+        RxServeOptions o[3];
+        RxServeStats st[3];
+        double ms[3];
+        fprintf(stderr, "bench: prefix cache, %s\n", sc->name);
+        for (int k = 0; k < 3; k++) o[k] = (RxServeOptions){KINDS[k], PC_PAGE, sc->pool_pages, 1, 0, RX_COMPACT, 1};
+        if (serve_rounds(&m, &r, o, 3, reps, st, ms)) { requests_free(&r); qwen3_free(&m); return 1; }
+        for (int k = 0; k < 3; k++) {
+            Row row = {0};
+            const double *seed = KINDS[k] == RX_CACHE_OFF ? NULL : sc->seed[KINDS[k] == RX_CACHE_RADIX];
+            cell(&row, "%s", sc->name); cell(&row, "%d", sc->n_req); cell(&row, "%ld", st[k].prompt_tokens);
+            cell(&row, "%s", rx_cache_kind_name(KINDS[k])); cell(&row, "%ld", st[k].cached_tokens);
+            cell(&row, "%.1f%%", 100.0 * st[k].cached_tokens / st[k].prompt_tokens); cell(&row, "%.2f", ms[k]);
+            cell(&row, "%.0f", st[k].prompt_tokens / ms[k] * 1e3); cell(&row, "%.2fx", ms[0] / ms[k]);
+            cell(&row, "%ld", st[k].evicted_pages);
+            if (!seed) for (int c = 0; c < 4; c++) cell(&row, "-");
+            else {
+                cell(&row, "%.0f", seed[0]); cell(&row, "%.1f%%", seed[1]);
+                cell(&row, "%.2fx", seed[2]); cell(&row, "%.0f", seed[3]);
+            }
+            table_row(&row, cpu);
+        }
+        requests_free(&r);
+    }
+    printf("\nHit rate: cached / prompt tokens (seed 002). The seed's columns are its own table (a 57K-parameter\n"
+           "nanoGPT on a CPU, 4-token blocks), and its hit rates count other things: radix, the share of requests\n"
+           "that hit at all (7 of 8 = 87.5%%); flat, the share of block lookups that hit (28 of 36 = 77.8%%). Its\n"
+           "cached tokens are comparable, and ours equal them where the shapes are the seed's. Evictions: pages whose\n"
+           "cache reference was dropped. eviction_pressure: 6 groups of 4 requests arriving group after group, a pool\n"
+           "of 14 pages (the seed's 8-block cache plus one running request's 6 pages). x off > 1 here because the C\n"
+           "reference's fp32 forward dominates; in the seed the cache's overhead did.\n\n");
+
+    FILE *csv = g_csv;                                     /* the CSV holds the first table only */
+    g_csv = NULL;
+    static const Col sched_cols[] = {{"arrival", "arrival"}, {"cache", "cache"}, {"schedule", "schedule"},
+        {"cached tok", "cached_tokens"}, {"hit rate", "hit_rate"}, {"evictions", "evicted_pages"}, {"ms", "ms"}};
+    table_begin("eviction_pressure, requests interleaved across the 6 groups: fcfs vs lpm (seed 002)", sched_cols, 7, "");
+    const CacheScenario *ep = &SCENARIOS[5];
+    Requests r = scenario_requests(ep->n_req, ep->n_groups, ep->prefix, 0, ep->unique, 1, SEED + 5);
+    RxServeOptions so[8];
+    RxServeStats sst[8];
+    double sms[8];
+    for (int k = 0; k < 8; k++)                            /* hash, radix x fcfs, lpm x batch 1, 6 */
+        so[k] = (RxServeOptions){KINDS[1 + k / 4], PC_PAGE, 8 + 6 * (k % 2 ? 6 : 1), k % 2 ? 6 : 1, k / 2 % 2,
+                                 RX_COMPACT, 1};
+    if (serve_rounds(&m, &r, so, 8, reps, sst, sms)) { requests_free(&r); qwen3_free(&m); return 1; }
+    for (int k = 0; k < 8; k++) {
+        Row row = {0};
+        cell(&row, "round-robin"); cell(&row, "%s", rx_cache_kind_name(so[k].cache));
+        cell(&row, "%s, batch %d", so[k].lpm ? "lpm" : "fcfs", so[k].batch); cell(&row, "%ld", sst[k].cached_tokens);
+        cell(&row, "%.1f%%", 100.0 * sst[k].cached_tokens / sst[k].prompt_tokens); cell(&row, "%ld", sst[k].evicted_pages);
+        cell(&row, "%.2f", sms[k]);
+        table_row(&row, "");
+    }
+    requests_free(&r);
+    printf("\nThe pool is 8 pages plus 6 per request of the batch. lpm sorts the waiting requests by their cached\n"
+           "prefix before each batch: the tree is walked depth first, and a group's prompt is reused while cached.\n\n");
+
+    static const Col mix_cols[] = {{"cache", "cache"}, {"mode", "mode"}, {"N (prompt tok)", "prompt_tokens"},
+        {"cached tok", "cached_tokens"}, {"rows computed", "rows"}, {"ms", "ms"}, {"tok/s", "tok_s"},
+        {"x off baseline", "x"}};
+    table_begin("Cache and compaction add up: 32 requests = 48-token system prompt + 8-token question stem + 6 own,"
+                " batch 8, page 16", mix_cols, 8, "");
+    r = scenario_requests(32, 1, 48, 8, 6, 0, SEED + 7);
+    RxServeOptions mo[4];
+    RxServeStats mst[4];
+    double mms[4];
+    for (int k = 0; k < 4; k++)                            /* off, radix x baseline, compact */
+        mo[k] = (RxServeOptions){KINDS[k / 2 * 2], 16, 0, 8, 0, k % 2 ? RX_COMPACT : RX_BASELINE, 1};
+    if (serve_rounds(&m, &r, mo, 4, reps, mst, mms)) { requests_free(&r); qwen3_free(&m); return 1; }
+    for (int k = 0; k < 4; k++) {
+        Row row = {0};
+        cell(&row, "%s", rx_cache_kind_name(mo[k].cache)); cell(&row, "%s", rx_mode_name(mo[k].mode));
+        cell(&row, "%ld", mst[k].prompt_tokens); cell(&row, "%ld", mst[k].cached_tokens);
+        cell(&row, "%ld", mst[k].rows_computed); cell(&row, "%.2f", mms[k]);
+        cell(&row, "%.0f", mst[k].prompt_tokens / mms[k] * 1e3); cell(&row, "%.2fx", mms[0] / mms[k]);
+        table_row(&row, "");
+    }
+    requests_free(&r);
+    printf("\nThe first batch finds nothing cached: compaction computes its shared system prompt and stem once. Later\n"
+           "batches read the prompt's 3 pages from the cache, and compaction merges their equal stems (same cached\n"
+           "prefix, same tokens, same positions). CPU timings of the C reference, one thread.\n\n");
+    g_csv = csv;
+    qwen3_free(&m);
+    return 0;
+}
+
 /* ---- main: arguments, the GPU check, dispatch ---------------------------------------------------------------- */
 static const char *USAGE =
-    "usage: bench (--table 2|4|5|6 | --workload reranker | --replot CSV --svg FILE) [options]\n"
+    "usage: bench (--table 2|4|5|6 | --workload reranker | --prefix-cache | --replot CSV --svg FILE) [options]\n"
     "  --table 4             Qwen3-4B forward latency, B = 32, prefix P x suffix S (the paper's Table 4)\n"
     "  --table 2             Amdahl model vs observed speedup at P = 2048, S = 256, three models (Table 2)\n"
     "  --table 5             CPU index construction, radix_index_build (Table 5); needs no GPU\n"
     "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6)\n"
     "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped)\n"
+    "  --prefix-cache        Part II: seed 001's six scenarios for off, hash and radix, fcfs vs lpm, and cache +\n"
+    "                        compaction together; the C reference on the CPU, needs no GPU (--csv: the first table)\n"
     "  --model 0.6b|4b|8b    the model for --table 4 (default 4b); limits --table 2 and reranker to one model\n"
-    "  --reps N              timed repeats after one warm-up (default 5; 2 with --quick; x4 in Table 6)\n"
+    "  --reps N              timed repeats after one warm-up (default 5, 15 for --prefix-cache; 2 with --quick;\n"
+    "                        x4 in Table 6)\n"
     "  --quick               fewer rows and repeats, for smoke runs\n"
     "  --csv FILE            also write the table as CSV (one header row)\n"
     "  --svg FILE            with --table 4 or --replot: plot speedup vs prefix length as SVG\n"
@@ -731,7 +919,7 @@ static int usage_error(const char *msg, const char *arg)
 
 int main(int argc, char **argv)
 {
-    int table = 0, reranker_run = 0, quick = 0, reps = 0, rc;
+    int table = 0, reranker_run = 0, prefix_cache = 0, quick = 0, reps = 0, rc;
     const char *csv = NULL, *svg = NULL, *replot = NULL, *what;
     const ModelSpec *model = NULL;
     char *end;
@@ -739,6 +927,7 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(USAGE, stdout); return 0; }
         if (!strcmp(a, "--quick")) { quick = 1; continue; }
+        if (!strcmp(a, "--prefix-cache")) { prefix_cache = 1; continue; }
         if (strcmp(a, "--table") && strcmp(a, "--workload") && strcmp(a, "--model") && strcmp(a, "--reps") &&
             strcmp(a, "--csv") && strcmp(a, "--svg") && strcmp(a, "--replot"))
             return usage_error("unknown option", a);
@@ -762,12 +951,12 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--svg")) svg = v;
         else replot = v;
     }
-    if ((table != 0) + reranker_run + (replot != NULL) != 1)
-        return usage_error("choose exactly one of --table N, --workload reranker, --replot CSV", NULL);
+    if ((table != 0) + reranker_run + prefix_cache + (replot != NULL) != 1)
+        return usage_error("choose exactly one of --table N, --workload reranker, --prefix-cache, --replot CSV", NULL);
     if (replot && !svg) return usage_error("--replot needs --svg FILE", NULL);
     if (svg && !replot && table != 4)
         return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
-    if (!reps) reps = quick ? 2 : 5;
+    if (!reps) reps = quick ? 2 : prefix_cache ? 15 : 5;   /* the CPU tables are short: more rounds, less noise */
 
     if (replot) {
         Point pts[64];
@@ -776,7 +965,7 @@ int main(int argc, char **argv)
         return read_t4_csv(replot, pts, 64, &n, title, sizeof title) || write_svg(svg, pts, n, title) ? 1 : 0;
     }
     what = reranker_run ? "--workload reranker" : table == 2 ? "--table 2" : table == 4 ? "--table 4" : "--table 6";
-    if (table != 5 && !gpu_available()) {
+    if (table != 5 && !prefix_cache && !gpu_available()) {
         fprintf(stderr, "bench: %s needs a CUDA device: %s\n", what, radix_error());
         return 1;
     }
@@ -784,7 +973,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));
         return 1;
     }
-    if (table != 5) print_device();
+    if (table != 5 && !prefix_cache) print_device();
     if (table == 4) {
         Point pts[16];
         int n = 0;
@@ -797,6 +986,7 @@ int main(int argc, char **argv)
     } else if (table == 2) rc = table2(model, reps);
     else if (table == 5) rc = table5(quick);
     else if (table == 6) rc = table6(quick ? reps : 4 * reps);
+    else if (prefix_cache) rc = prefix_cache_tables(reps);
     else rc = reranker(model, reps, quick);
     if (g_csv && fclose(g_csv)) { fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno)); rc = 1; }
     return rc ? 1 : 0;

@@ -21,11 +21,15 @@
  *   Algorithm 2 (B.4)               -> radix_index_build()
  *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref() and the attention kernel
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
+ *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
+ *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
+ *   Part II: prefill on a KV cache  -> qwen3_prefill_ref(), the trie keyed by cached prefix: radix_index_build_keyed()
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
  * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
- * benchmarks and test hooks -> the plumbing (errors, JSON reader, safetensors, config, loading, batches and token
- * files) -> the demo and CLI main(). The plumbing the algorithms call is declared just below the #includes.
+ * benchmarks and test hooks -> Part II: the paged KV pool, the prefix caches, a request's life -> the plumbing
+ * (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and CLI main(). The
+ * plumbing the algorithms call is declared just below the #includes.
  *
  * Non-obvious things:
  *   - N vs N': every buffer says which token space it lives in. [N, ...] is the user's ragged batch,
@@ -66,6 +70,7 @@ static void *rx_alloc(size_t bytes, const char *what);
 static inline double rx_now_ms(void);
 static int64_t rx_numel(const RxTensor *t);
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c);   /* tokens, positions, cu_seqlens in range */
+static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
 
 /* ----------------------------------------------------------------------------------------- the trie (algorithm 2) */
 /* The paper's toy example: sequences [1,2,3] and [1,2,4], ragged as [1,2,3,1,2,4], cu_seqlens [0,3,6].
@@ -122,19 +127,37 @@ static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     return (TrieSlot *)calloc(cap, sizeof(TrieSlot));
 }
 
-/* The batch is the whole history: two sequences that start with the same (token, position) are merged from their
- * first token on, whatever position ids they carry. That is exact for this cache-free forward, where nothing
- * precedes a sequence. A caller with a KV cache must key each sequence by its cached prefix too. */
+/* Part I's batch is the whole history: two sequences that start with the same (token, position) are merged from
+ * their first token on, whatever position ids they carry. That is exact for the cache-free forward, where nothing
+ * precedes a sequence. */
 int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                       const int32_t *cu_seqlens, int n_seqs) {
+    return radix_index_build_keyed(ix, input_ids, position_ids, cu_seqlens, n_seqs, NULL);
+}
+
+/* With a KV cache (Part II) something does precede a sequence: its cached prefix, which the batch does not hold.
+ * root_key[s] names it, and the trie gets one root per key. The real root (index N) serves the sequences with
+ * nothing cached (key -1, or no root_key at all); a key k >= 0 is the virtual root ~k, a negative number that no
+ * node has. A virtual root keeps no inline first child, so a sequence's first token below it always goes through
+ * the hash table, keyed (~k, token, position): equal keys meet there, different keys never do. */
+static int32_t trie_root(const int32_t *root_key, int s, int32_t root) {
+    return root_key && root_key[s] >= 0 ? ~root_key[s] : root;
+}
+
+int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                            const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key) {
     memset(ix, 0, sizeof *ix);
     if (n_seqs < 0) return rx_fail("radix_index_build: n_seqs is %d; it must be >= 0", n_seqs);
     if (n_seqs > 0 && !cu_seqlens) return rx_fail("radix_index_build: cu_seqlens is NULL");
     if (n_seqs > 0 && cu_seqlens[0] != 0) return rx_fail("radix_index_build: cu_seqlens[0] is %d; it must be 0", cu_seqlens[0]);
-    for (int s = 0; s < n_seqs; s++)
+    for (int s = 0; s < n_seqs; s++) {
         if (cu_seqlens[s + 1] < cu_seqlens[s])
             return rx_fail("radix_index_build: cu_seqlens decreases at sequence %d (%d -> %d)", s, cu_seqlens[s],
                            cu_seqlens[s + 1]);
+        if (root_key && root_key[s] < -1)
+            return rx_fail("radix_index_build: root key %d of sequence %d; keys are >= 0, or -1 for none",
+                           root_key[s], s);
+    }
     int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
     if (n > 0 && (!input_ids || !position_ids)) return rx_fail("radix_index_build: input_ids or position_ids is NULL");
     ix->n_tokens = n;
@@ -144,13 +167,16 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
     uint64_t mask;
     TrieSlot *t = trie_table(n_seqs, &mask);
     if (!ix->gather || !ix->scatter || !t) { free(t); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory"); }
+    const int32_t root = n;
 
-    /* Fast path: histories can only be shared if two sequences begin with the same (token, position). When no
+    /* Fast path: histories can only be shared if two sequences begin with the same (root, token, position). When no
      * two do (one sequence, or a batch with nothing shared), the trie is the batch itself: N' = N, identity. */
     int shared = 0;
     for (int s = 0; s < n_seqs && !shared; s++) {
         int i = cu_seqlens[s];
-        if (i < cu_seqlens[s + 1]) shared = trie_find_or_insert(t, mask, -1, trie_key(input_ids[i], position_ids[i]), s) >= 0;
+        if (i < cu_seqlens[s + 1])
+            shared = trie_find_or_insert(t, mask, trie_root(root_key, s, root), trie_key(input_ids[i], position_ids[i]),
+                                         s) >= 0;
     }
     free(t);
     if (!shared) {
@@ -165,14 +191,14 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
     if (!first_child || !(t = trie_table(n, &mask))) {
         free(first_child); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory");
     }
-    const int32_t root = n;
     first_child[root] = -1;
     int n_compact = 0;                                                 /* N', the next compact id */
     for (int s = 0; s < n_seqs; s++) {
-        int32_t parent = root;
+        int32_t parent = trie_root(root_key, s, root);
         for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++) {
-            int32_t c = first_child[parent];
-            if (c >= 0 && (input_ids[ix->gather[c]] != input_ids[i] || position_ids[ix->gather[c]] != position_ids[i]))
+            int32_t c = parent < 0 ? -1 : first_child[parent];        /* a virtual root: straight to the table */
+            if (parent < 0 || (c >= 0 && (input_ids[ix->gather[c]] != input_ids[i] ||
+                                          position_ids[ix->gather[c]] != position_ids[i])))
                 c = trie_find_or_insert(t, mask, parent, trie_key(input_ids[i], position_ids[i]), n_compact);
             else if (c < 0)
                 first_child[parent] = n_compact;
@@ -288,9 +314,11 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
-                     const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
-                     int n_heads, int n_kv_heads, int head_dim) {
+/* rx_attention_ref with k and v rows kv_stride floats apart: n_kv_heads*head_dim for a plain [rows, kv] buffer, more
+ * for one layer's slice of the paged KV pool of Part II, [slot, n_layers, kv]. */
+static int attention_ref(const float *q, const float *k, const float *v, size_t kv_stride, float *out, int n_q,
+                         const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
+                         int n_heads, int n_kv_heads, int head_dim) {
     int longest = 1;
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r;
@@ -298,7 +326,7 @@ int rx_attention_ref(const float *q, const float *k, const float *v, float *out,
     }
     float *p = (float *)malloc((size_t)longest * sizeof(float));       /* softmax weights of one query head */
     if (!p) return rx_fail("out of host memory for attention scores (%d keys)", longest);
-    int group = n_heads / n_kv_heads, qd = n_heads * head_dim, kvd = n_kv_heads * head_dim;
+    int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r, t0 = seq_start[g];            /* keys: positions t0..g of g's sequence */
@@ -307,7 +335,7 @@ int rx_attention_ref(const float *q, const float *k, const float *v, float *out,
             int kvh = h / group;                                       /* GQA */
             float mx = -INFINITY, z = 0.0f;
             for (int t = t0; t <= g; t++) {
-                const float *kt = k + (size_t)(kv_row ? kv_row[t] : t) * kvd + kvh * head_dim;
+                const float *kt = k + (size_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
                 float s = 0.0f;
                 for (int i = 0; i < head_dim; i++) s += qh[i] * kt[i];
                 p[t - t0] = s * scale;
@@ -317,7 +345,7 @@ int rx_attention_ref(const float *q, const float *k, const float *v, float *out,
             float *o = out + (size_t)r * qd + h * head_dim;
             for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
             for (int t = t0; t <= g; t++) {
-                const float *vt = v + (size_t)(kv_row ? kv_row[t] : t) * kvd + kvh * head_dim;
+                const float *vt = v + (size_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
                 float pt = p[t - t0] / z;
                 for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
             }
@@ -325,6 +353,13 @@ int rx_attention_ref(const float *q, const float *k, const float *v, float *out,
     }
     free(p);
     return 0;
+}
+
+int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
+                     const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
+                     int n_heads, int n_kv_heads, int head_dim) {
+    return attention_ref(q, k, v, (size_t)n_kv_heads * head_dim, out, n_q, q_orig, seq_start, kv_row, n_heads,
+                         n_kv_heads, head_dim);
 }
 
 /* out[r] = in[idx[r]]: one row copy serves both directions of the paper's eq. 5-7.
@@ -355,11 +390,18 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold) {
     return n_tokens > 0 && (double)n_compact / n_tokens < threshold ? RX_COMPACT : RX_BASELINE;
 }
 
-int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
+/* The one reference forward. pf == NULL: a fresh batch (Part I). pf != NULL: the batch holds only the new suffixes
+ * of sequences whose first pf->cached_len[s] tokens have their K/V in pf->pool (Part II, checked by
+ * qwen3_prefill_ref); the new K/V go into the pages, and attention reads every key from there.
+ * out_idx [n_out]: the tokens (original space) whose logits to return, in that order; NULL: all N of them.
+ * rows_out (may be NULL): R, the rows computed on. */
+static int forward_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode,
+                       const int32_t *out_idx, int n_out, float *logits, int *rows_out) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
-    RadixIndex ix;
-    if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
+    RadixIndex ix;           /* Part II keys each sequence's root by its cached prefix: see radix_index_build_keyed */
+    if (radix_index_build_keyed(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs,
+                                pf ? pf->prefix_key : NULL)) return -1;
     int N = b->n_tokens;
     if (mode == RX_AUTO) mode = rx_auto_mode(ix.n_compact, N, RX_AUTO_THRESHOLD);
     int R = mode == RX_BASELINE ? N : ix.n_compact;       /* rows we compute on: N, or N' in radix/compact mode */
@@ -367,7 +409,14 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
     size_t wmax = (size_t)c->vocab_size * H;              /* the largest weight */
     if ((size_t)I * H > wmax) wmax = (size_t)I * H;
     if ((size_t)QD * H > wmax) wmax = (size_t)QD * H;
+    /* Attention's token space: the batch's N tokens, or with a cache (pf) all M = sum(cached_len + L) tokens of the
+     * whole sequences, cached or new, laid out sequence by sequence. */
+    int M = N;
+    for (int s = 0; pf && s < b->n_seqs; s++) M += pf->cached_len[s];
     size_t Nq = mode == RX_RADIX ? (size_t)N : 0;         /* the radix mode's original-space attention buffers */
+    size_t Nkv = pf ? 0 : Nq;                             /* with a cache the pages take the scattered K/V     */
+    size_t No = out_idx ? (size_t)n_out : 0;              /* rows of the logits asked for                      */
+    size_t Mp = pf ? (size_t)M : 0;
     float *h = (float *)malloc(sizeof(float) * (size_t)R * H),            /* [R, hidden]  residual stream     */
           *xn = (float *)malloc(sizeof(float) * (size_t)R * H),           /* [R, hidden]  normed               */
           *q = (float *)malloc(sizeof(float) * (size_t)R * QD),           /* [R, n_heads*head_dim]             */
@@ -377,28 +426,49 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
           *gate = (float *)malloc(sizeof(float) * (size_t)R * I),         /* [R, intermediate]                 */
           *up = (float *)malloc(sizeof(float) * (size_t)R * I),           /* [R, intermediate]                 */
           *qN = (float *)malloc(sizeof(float) * (Nq * QD + 1)),           /* [N, n_heads*head_dim]  radix only */
-          *kN = (float *)malloc(sizeof(float) * (Nq * KVD + 1)),          /* [N, n_kv*head_dim]     radix only */
-          *vN = (float *)malloc(sizeof(float) * (Nq * KVD + 1)),          /* [N, n_kv*head_dim]     radix only */
+          *kN = (float *)malloc(sizeof(float) * (Nkv * KVD + 1)),         /* [N, n_kv*head_dim]     radix only */
+          *vN = (float *)malloc(sizeof(float) * (Nkv * KVD + 1)),         /* [N, n_kv*head_dim]     radix only */
           *attN = (float *)malloc(sizeof(float) * (Nq * QD + 1)),         /* [N, n_heads*head_dim]  radix only */
+          *xo = (float *)malloc(sizeof(float) * (No * H + 1)),            /* [n_out, hidden]  rows asked for   */
           *w32 = (float *)malloc(sizeof(float) * wmax),                   /* one weight, converted to fp32     */
           *norm_w = (float *)malloc(sizeof(float) * (size_t)(H > c->head_dim ? H : c->head_dim)),
-          *out = mode == RX_BASELINE ? logits : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
+          *out = mode == RX_BASELINE || out_idx ? logits : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
     int32_t *orig = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),       /* [R] original position of each row */
             *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its position id (for RoPE)    */
             *tok = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its token id                  */
-            *seq_start = (int32_t *)malloc(sizeof(int32_t) * (size_t)N);  /* [N] start of each token's sequence */
+            *seq_start = (int32_t *)malloc(sizeof(int32_t) * (size_t)M),  /* [M] start of each token's sequence */
+            *out_row = (int32_t *)malloc(sizeof(int32_t) * (No + 1)),     /* [n_out] the row of each token asked */
+            *at = (int32_t *)malloc(sizeof(int32_t) * ((size_t)N + 1)),   /* [N] pf: batch token -> [M] space   */
+            *slot = (int32_t *)malloc(sizeof(int32_t) * (Mp + 1)),        /* [M] pf: its pool slot              */
+            *q_at = (int32_t *)malloc(sizeof(int32_t) * ((size_t)R + 1)); /* [R] pf: compact row -> [M] space   */
+    /* Where attention finds things. Query rows stand for original tokens (q_rows: N rows, q_compact: N' rows) and
+     * keys are read through kv_rows. Fresh batch: original space is the batch itself, compact keys via I_scatter.
+     * With a cache: the [M] space, and every key, cached or new, is read from its pool slot. That is exact: the
+     * slot of a cached position holds the K/V an earlier forward computed for the same (token, position) history
+     * with the same row arithmetic, this forward writes its new rows to their slots before attending, and the
+     * attention loop visits positions 0..g in the same order as a full recomputation would. */
+    const int32_t *q_rows = pf ? at : NULL, *q_compact = pf ? q_at : ix.gather;
+    const int32_t *kv_rows = pf ? slot : mode == RX_COMPACT ? ix.scatter : NULL;
+    size_t kv_stride = pf ? (size_t)c->n_layers * KVD : (size_t)KVD;     /* a pool slot holds every layer */
     int rc = -1;
-    if (!h || !xn || !q || !k || !v || !att || !gate || !up || !qN || !kN || !vN || !attN || !w32 || !norm_w ||
-        !out || !orig || !pos || !tok || !seq_start) {
+    if (!h || !xn || !q || !k || !v || !att || !gate || !up || !qN || !kN || !vN || !attN || !xo || !w32 || !norm_w ||
+        !out || !orig || !pos || !tok || !seq_start || !out_row || !at || !slot || !q_at) {
         rx_fail("out of host memory for the reference forward (N=%d, N'=%d)", N, ix.n_compact);
         goto done;
     }
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) seq_start[i] = b->cu_seqlens[s];
+    for (int s = 0, t = 0; s < b->n_seqs; s++) {
+        int cached = pf ? pf->cached_len[s] : 0, P = pf ? pf->pool->page_size : 1, t0 = t;
+        for (int p = 0; p < cached + b->cu_seqlens[s + 1] - b->cu_seqlens[s]; p++, t++) {
+            seq_start[t] = t0;
+            if (pf) slot[t] = pf->pages[s][p / P] * P + p % P;  /* token at position p lives in its page table's slot */
+        }
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) at[i] = t0 + cached + i - b->cu_seqlens[s];
+    }
     for (int r = 0; r < R; r++) {                       /* Algorithm 1 lines 6-8: p~ = p[I_gather], x~ = x[I_gather] */
         orig[r] = mode == RX_BASELINE ? r : ix.gather[r];
         pos[r] = b->position_ids[orig[r]];
         tok[r] = b->input_ids[orig[r]];
+        q_at[r] = at[orig[r]];
     }
     rx_tensor_to_f32(m->embed, w32);                    /* line 9: h0 = Embed(x~)  [R, hidden] */
     for (int r = 0; r < R; r++) memcpy(h + (size_t)r * H, w32 + (size_t)tok[r] * H, sizeof(float) * H);
@@ -415,18 +485,34 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
         rx_qk_norm_rope_ref(q, norm_w, pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
         rx_tensor_to_f32(L->k_norm, norm_w);
         rx_qk_norm_rope_ref(k, norm_w, pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
+        const float *ka = k, *va = v;                   /* the keys and values attention reads */
+        if (pf) {                                       /* new K/V into the request's pages: [R] rows -> [N] slots */
+            for (int i = 0; i < N; i++) {
+                size_t dst = ((size_t)slot[at[i]] * c->n_layers + l) * KVD;          /* [slot, layer, kv] */
+                size_t row = mode == RX_BASELINE ? (size_t)i : (size_t)ix.scatter[i];
+                memcpy(pf->pool->k + dst, k + row * KVD, sizeof(float) * KVD);
+                memcpy(pf->pool->v + dst, v + row * KVD, sizeof(float) * KVD);
+            }
+            ka = pf->pool->k + (size_t)l * KVD;         /* layer l's slice of every slot */
+            va = pf->pool->v + (size_t)l * KVD;
+        }
         int arc;
         if (mode == RX_BASELINE) {                      /* N rows, keys t0..i of the same sequence */
-            arc = rx_attention_ref(q, k, v, att, N, NULL, seq_start, NULL, c->n_heads, c->n_kv_heads, c->head_dim);
+            arc = attention_ref(q, ka, va, kv_stride, att, N, q_rows, seq_start, kv_rows, c->n_heads, c->n_kv_heads,
+                                c->head_dim);
         } else if (mode == RX_RADIX) {                  /* the paper: scatter to N rows, attend, gather back */
             rows_by_index(qN, q, ix.scatter, N, QD);    /* [N', .] -> [N, .] */
-            rows_by_index(kN, k, ix.scatter, N, KVD);
-            rows_by_index(vN, v, ix.scatter, N, KVD);
-            arc = rx_attention_ref(qN, kN, vN, attN, N, NULL, seq_start, NULL, c->n_heads, c->n_kv_heads, c->head_dim);
+            if (!pf) {                                  /* (with a cache, writing the pages was the K/V scatter) */
+                rows_by_index(kN, k, ix.scatter, N, KVD);
+                rows_by_index(vN, v, ix.scatter, N, KVD);
+                ka = kN, va = vN;
+            }
+            arc = attention_ref(qN, ka, va, kv_stride, attN, N, q_rows, seq_start, kv_rows, c->n_heads,
+                                c->n_kv_heads, c->head_dim);
             rows_by_index(att, attN, ix.gather, R, QD); /* [N, .] -> [N', .] */
-        } else {                                        /* compact: N' query rows, keys read through I_scatter */
-            arc = rx_attention_ref(q, k, v, att, R, ix.gather, seq_start, ix.scatter, c->n_heads, c->n_kv_heads,
-                                   c->head_dim);
+        } else {                                        /* compact: N' query rows, keys read through kv_rows */
+            arc = attention_ref(q, ka, va, kv_stride, att, R, q_compact, seq_start, kv_rows, c->n_heads,
+                                c->n_kv_heads, c->head_dim);
         }
         if (arc) goto done;
         linear_ref(xn, att, L->o_proj, w32, R);         /* a = att @ Wo^T                 [R, hidden] */
@@ -441,16 +527,28 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
     }
     rx_tensor_to_f32(m->final_norm, norm_w);
     rx_rmsnorm_ref(xn, h, norm_w, R, H, (float)c->rms_norm_eps);
-    linear_ref(out, xn, m->lm_head, w32, R);            /* logits = norm(h) @ W_lm^T      [R, vocab] */
-    if (mode != RX_BASELINE) rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);  /* line 33: [N', V] -> [N, V] */
+    if (out_idx) {                                      /* only the rows asked for: [n_out, hidden] -> [n_out, V] */
+        for (int o = 0; o < n_out; o++) out_row[o] = mode == RX_BASELINE ? out_idx[o] : ix.scatter[out_idx[o]];
+        rows_by_index(xo, xn, out_row, n_out, H);
+        linear_ref(logits, xo, m->lm_head, w32, n_out);
+    } else {
+        linear_ref(out, xn, m->lm_head, w32, R);        /* logits = norm(h) @ W_lm^T      [R, vocab] */
+        if (mode != RX_BASELINE)                        /* line 33: [N', V] -> [N, V] */
+            rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);
+    }
+    if (rows_out) *rows_out = R;
     rc = 0;
 done:
     free(h); free(xn); free(q); free(k); free(v); free(att); free(gate); free(up);
-    free(qN); free(kN); free(vN); free(attN); free(w32); free(norm_w);
+    free(qN); free(kN); free(vN); free(attN); free(xo); free(w32); free(norm_w);
     if (out != logits) free(out);
-    free(orig); free(pos); free(tok); free(seq_start);
+    free(orig); free(pos); free(tok); free(seq_start); free(out_row); free(at); free(slot); free(q_at);
     radix_index_free(&ix);
     return rc;
+}
+
+int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
+    return forward_ref(m, b, NULL, mode, NULL, 0, logits, NULL);
 }
 
 #ifndef RADIXMLP_HOST_ONLY
@@ -1357,6 +1455,872 @@ int gpu_test_attention(const float *, const float *, const float *, float *, int
                        const int32_t *, int, int, int, int, int) { return no_gpu(); }
 #endif /* RADIXMLP_HOST_ONLY */
 
+/* --------------------------------------------------------------------------------------- part ii: a paged kv pool */
+/* Part II, across requests. Part I removes work repeated *inside* one batch. A prefix cache removes it *across*
+ * batches: it keeps the K/V of prompts already prefilled, and a later request that starts with the same tokens reads
+ * them instead of recomputing them (RadixAttention, SGLang). The two compose: the cache skips the cached prefix, the
+ * trie compacts what is left (qwen3_prefill_ref).
+ *
+ * K/V live in a pool of fixed-size pages (PagedAttention); a cache is only an index over it, mapping token
+ * prefixes to pages. Page size 4, one running request r whose prompt is the system prompt, question C and 3 more:
+ *
+ *   radix tree (model 7)                                  the KV pool: 8 pages of 4 token slots
+ *   root                                                  page  0    1    2    3    4    5    6    7
+ *    `-- [s s s s | s s s s]  pages 0 1  lock 1                [ssss][ssss][BBBB][CCCC][    ][rrr ][    ][    ]
+ *         |-- [B B B B]  page 2  lock 0                   ref    2    2    1    2    0    1    0    0
+ *         `-- [C C C C]  page 3  lock 1                   free list: 7 6 4
+ *   request r: cached_len 12, page table 0 1 3 | 5 (its own page: 3 new tokens), prefix_key 3
+ *
+ * A page's ref counts the cache's reference (1 while it is cached) and each request's; at 0 it is free. The cache
+ * never copies K/V: a split, an insert or an eviction only moves page ids. */
+int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int kv_dim) {
+    memset(p, 0, sizeof *p);
+    if (n_pages < 1 || page_size < 1 || n_layers < 0 || kv_dim < 0 || (int64_t)n_pages * page_size > INT32_MAX)
+        return rx_fail("KV pool of %d pages x %d tokens: both must be >= 1 and their product fit in 32 bits",
+                       n_pages, page_size);
+    size_t floats = (size_t)n_pages * page_size * n_layers * kv_dim;     /* [slots, n_layers, kv_dim] */
+    p->n_pages = n_pages; p->page_size = page_size; p->n_layers = n_layers; p->kv_dim = kv_dim;
+    p->ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t));
+    p->free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list");
+    if (floats) {
+        p->k = (float *)rx_alloc(floats * sizeof(float), "the KV pool's K");
+        p->v = (float *)rx_alloc(floats * sizeof(float), "the KV pool's V");
+    }
+    if (!p->ref || !p->free_list || (floats && (!p->k || !p->v))) {
+        rx_kv_pool_free(p);
+        return rx_fail("out of host memory for a KV pool of %d pages x %d tokens", n_pages, page_size);
+    }
+    for (int i = 0; i < n_pages; i++) p->free_list[i] = n_pages - 1 - i;    /* a stack: page 0 is handed out first */
+    p->n_free = n_pages;
+    return 0;
+}
+
+void rx_kv_pool_free(RxKvPool *p) {
+    free(p->k); free(p->v); free(p->ref); free(p->free_list);
+    memset(p, 0, sizeof *p);
+}
+
+int rx_kv_page_alloc(RxKvPool *p) {
+    if (p->n_free == 0) return -1;
+    int32_t page = p->free_list[--p->n_free];
+    p->ref[page] = 1;
+    return page;
+}
+
+void rx_kv_page_retain(RxKvPool *p, int32_t page) { p->ref[page]++; }
+
+void rx_kv_page_release(RxKvPool *p, int32_t page) {
+    if (--p->ref[page] == 0) p->free_list[p->n_free++] = page;
+}
+
+/* -------------------------------------------------------------------------------- part ii: the radix prefix cache */
+/* A radix tree whose edges hold runs of whole pages: an edge of k pages holds k * page_size tokens and their k page
+ * ids. Siblings differ in their first page, so a child is found by comparing one page of tokens. Only whole pages
+ * are cached (a page is the unit of K/V the pool hands out), so two prompts that part in the middle of a page share
+ * only the pages before it, and every split falls on a page boundary:
+ *
+ *   before: root -- [a a | b b | c c]  pages 4 5 6          insert [a a | b b | d d] with pages 9 8 7:
+ *   after:  root -- [a a | b b]  pages 4 5                  the old edge is cut after 2 pages (no K/V moves),
+ *                     |-- [c c]  page 6                     the new tail hangs below the cut; pages 9 and 8
+ *                     `-- [d d]  page 7                     duplicate 4 and 5: the cache does not adopt them
+ *
+ * One root per model id: K/V computed by one model is never offered to another. A running request locks every
+ * node on its path (lock += 1), and eviction takes only unlocked leaves, least recently used first; a parent left
+ * an unlocked leaf goes next (cascade), so a shared trunk outlives its branches. Nodes live in one array and link by
+ * index (parent, first child, next sibling); free slots are chained through `sibling`. */
+typedef struct {
+    int32_t parent, child, sibling;  /* tree links by index, -1: none                                          */
+    int32_t n_pages;                 /* edge length in pages; 0 for a root                                     */
+    int32_t *tokens;                 /* [n_pages * page_size] the edge's tokens                                */
+    int32_t *pages;                  /* [n_pages] where their K/V are in the pool                              */
+    int32_t lock;                    /* running requests whose matched prefix runs through this node           */
+    uint64_t last_use;               /* the cache's clock at the last match or insert through this node        */
+    uint64_t model_id;               /* roots: the namespace                                                   */
+    int used;
+} RadixNode;
+
+typedef struct {                     /* the flat cache's entry of one page, stored at the page's index          */
+    uint64_t hash;                   /* hash(parent's hash, this page's tokens): the map key                    */
+    uint64_t serial, parent_serial;  /* this entry's unique id and its parent's (0: the chain starts here)      */
+    uint64_t model_id, last_use;
+    int32_t parent_page;             /* the parent entry's page (valid while its serial matches)                */
+    int32_t next;                    /* next entry in the same hash bucket, -1: end                             */
+    int used;
+} HashEntry;
+
+struct RxPrefixCache {
+    RxCacheKind kind;
+    RxKvPool *pool;
+    int P;                           /* page size in tokens                                                     */
+    uint64_t clock;                  /* ticks at every match and insert: LRU order                              */
+    long evicted_pages;
+    int n_running;                   /* requests admitted and not yet released                                  */
+    RadixNode *node; int32_t n_nodes, cap_nodes, free_node;                        /* radix                     */
+    HashEntry *entry; int32_t *entry_tokens; int32_t *bucket; uint64_t mask, serial; /* hash: [n_pages] entries,
+                                                                                      [n_pages * P] tokens       */
+};
+
+static int page_equal(const int32_t *a, const int32_t *b, int P) { return !memcmp(a, b, (size_t)P * sizeof(int32_t)); }
+
+static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *tokens, const int32_t *pages, int n) {
+    if (c->free_node < 0) {
+        int32_t cap = c->cap_nodes ? 2 * c->cap_nodes : 64;
+        RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
+        if (!grown) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
+        c->node = grown;
+        for (int32_t i = cap - 1; i >= c->cap_nodes; i--)      /* the new slots join the free chain */
+            c->node[i].used = 0, c->node[i].sibling = c->free_node, c->free_node = i;
+        c->cap_nodes = cap;
+    }
+    int32_t id = c->free_node;
+    RadixNode *x = &c->node[id];
+    int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1);   /* [n * page_size] */
+    int32_t *pg = (int32_t *)malloc((size_t)n * sizeof(int32_t) + 1);            /* [n]             */
+    if (!tok || !pg) { free(tok); free(pg); return rx_fail("out of host memory for a radix tree edge"); }
+    c->free_node = x->sibling;
+    if (n) memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t)), memcpy(pg, pages, (size_t)n * sizeof(int32_t));
+    *x = (RadixNode){parent, -1, -1, n, tok, pg, 0, c->clock, 0, 1};
+    if (parent >= 0) {                                           /* appended: children keep their insertion order */
+        int32_t *link = &c->node[parent].child;
+        while (*link >= 0) link = &c->node[*link].sibling;
+        *link = id;
+    }
+    c->n_nodes++;
+    return id;
+}
+
+static void radix_unlink(RxPrefixCache *c, int32_t id) {        /* takes id out of its parent's child list */
+    int32_t *link = &c->node[c->node[id].parent].child;
+    while (*link != id) link = &c->node[*link].sibling;
+    *link = c->node[id].sibling;
+}
+
+static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1: the model has no root yet */
+    for (int32_t i = 0; i < c->cap_nodes; i++)
+        if (c->node[i].used && c->node[i].parent < 0 && c->node[i].model_id == model_id) return i;
+    return -1;
+}
+
+static int32_t radix_root_or_new(RxPrefixCache *c, uint64_t model_id) {
+    int32_t r = radix_root(c, model_id);
+    if (r < 0 && (r = radix_new_node(c, -1, NULL, NULL, 0)) >= 0) c->node[r].model_id = model_id;
+    return r;
+}
+
+static int32_t radix_child(const RxPrefixCache *c, int32_t id, const int32_t *page_tokens) {
+    for (int32_t ch = c->node[id].child; ch >= 0; ch = c->node[ch].sibling)
+        if (page_equal(c->node[ch].tokens, page_tokens, c->P)) return ch;
+    return -1;
+}
+
+/* Walks whole pages of tokens[0 .. n_pages * P) down from root. Returns the deepest node whose whole edge matched;
+ * *matched: pages matched up to it; *stop, *stop_pages: the child where the match ended mid-edge and how many of
+ * its pages matched (-1, 0: none). */
+static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched,
+                          int32_t *stop, int *stop_pages) {
+    int32_t at = root, ch;
+    int m = 0, P = c->P;
+    *stop = -1; *stop_pages = 0;
+    while (m < n_pages && (ch = radix_child(c, at, tokens + (size_t)m * P)) >= 0) {
+        const RadixNode *x = &c->node[ch];
+        int k = 1;
+        while (k < x->n_pages && m + k < n_pages &&
+               page_equal(x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P, P)) k++;
+        if (k < x->n_pages) { *stop = ch; *stop_pages = k; break; }
+        at = ch; m += k;
+    }
+    *matched = m;
+    return at;
+}
+
+/* Cuts node id's edge after k pages: a new node takes the first k pages (and id's place under the parent), id keeps
+ * the rest below it. Page ids move, K/V does not. The new node inherits id's lock: every request through id runs
+ * through it too. */
+static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
+    int32_t mid = radix_new_node(c, -1, c->node[id].tokens, c->node[id].pages, k);
+    if (mid < 0) return -1;
+    RadixNode *x = &c->node[id], *m = &c->node[mid];
+    int32_t *link = &c->node[x->parent].child;                  /* mid replaces id in the parent's child list */
+    while (*link != id) link = &c->node[*link].sibling;
+    *link = mid;
+    m->parent = x->parent; m->sibling = x->sibling; m->child = id;
+    m->lock = x->lock; m->last_use = x->last_use;
+    x->parent = mid; x->sibling = -1;
+    x->n_pages -= k;
+    memmove(x->tokens, x->tokens + (size_t)k * c->P, (size_t)x->n_pages * c->P * sizeof(int32_t));
+    memmove(x->pages, x->pages + k, (size_t)x->n_pages * sizeof(int32_t));
+    return mid;
+}
+
+/* The walk, splitting where it ends mid-edge, so the matched prefix ends exactly at a node. */
+static int32_t radix_walk_split(RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched) {
+    int32_t stop;
+    int stop_pages;
+    int32_t at = radix_walk(c, root, tokens, n_pages, matched, &stop, &stop_pages);
+    if (stop < 0) return at;
+    *matched += stop_pages;
+    return radix_split(c, stop, stop_pages);
+}
+
+static int radix_depth(const RxPrefixCache *c, int32_t id) {   /* pages from the root to the end of id's edge */
+    int d = 0;
+    for (; id >= 0; id = c->node[id].parent) d += c->node[id].n_pages;
+    return d;
+}
+
+/* The page ids along the path root..id, root first, into pages[0 .. depth); also tokens, when asked for. */
+static void radix_path(const RxPrefixCache *c, int32_t id, int32_t *pages, int32_t *tokens) {
+    int at = radix_depth(c, id), P = c->P;
+    for (; id >= 0; id = c->node[id].parent) {
+        const RadixNode *x = &c->node[id];
+        at -= x->n_pages;
+        memcpy(pages + at, x->pages, (size_t)x->n_pages * sizeof(int32_t));
+        if (tokens) memcpy(tokens + (size_t)at * P, x->tokens, (size_t)x->n_pages * P * sizeof(int32_t));
+    }
+}
+
+static void radix_touch(RxPrefixCache *c, int32_t id, int lock_delta) {   /* the path id..root: LRU and locks */
+    c->clock++;
+    for (; id >= 0; id = c->node[id].parent) c->node[id].last_use = c->clock, c->node[id].lock += lock_delta;
+}
+
+static int radix_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
+    int32_t root = radix_root_or_new(c, model_id);
+    int m = 0;
+    int32_t at = root < 0 ? -1 : radix_walk_split(c, root, tokens, n_pages, &m);
+    if (at < 0) return -1;
+    if (m < n_pages) {                                           /* the unmatched tail becomes one new leaf */
+        if ((at = radix_new_node(c, at, tokens + (size_t)m * c->P, pages + m, n_pages - m)) < 0) return -1;
+        for (int j = m; j < n_pages; j++) rx_kv_page_retain(c->pool, pages[j]);
+    }
+    radix_touch(c, at, 0);
+    return n_pages - m;
+}
+
+static void radix_drop(RxPrefixCache *c, int32_t id) {          /* an unlinked node: pages back, slot freed */
+    RadixNode *x = &c->node[id];
+    for (int j = 0; j < x->n_pages; j++) rx_kv_page_release(c->pool, x->pages[j]);
+    c->evicted_pages += x->n_pages;
+    free(x->tokens); free(x->pages);
+    x->used = 0; x->sibling = c->free_node; c->free_node = id;
+    c->n_nodes--;
+}
+
+/* Evicts the least recently used unlocked leaf, then each parent it leaves an unlocked leaf. 0: nothing to evict. */
+static int radix_evict_one(RxPrefixCache *c) {
+    int32_t victim = -1;
+    for (int32_t i = 0; i < c->cap_nodes; i++) {
+        const RadixNode *x = &c->node[i];
+        if (x->used && x->parent >= 0 && x->child < 0 && x->lock == 0 &&
+            (victim < 0 || x->last_use < c->node[victim].last_use)) victim = i;
+    }
+    if (victim < 0) return 0;
+    while (victim >= 0 && c->node[victim].parent >= 0 && c->node[victim].child < 0 && c->node[victim].lock == 0) {
+        int32_t parent = c->node[victim].parent;
+        radix_unlink(c, victim);
+        radix_drop(c, victim);
+        victim = parent;
+    }
+    return 1;
+}
+
+/* ----------------------------------------------------------------------------- part ii: the flat hash-chain cache */
+/* The baseline of seed 001: no tree, a flat map from hash(parent's hash, page tokens) to the page holding that
+ * page's K/V. A lookup re-walks the chain from the first page, hashing each page with its parent's hash, and stops
+ * at the first miss. A hash is not an identity: each entry keeps its page's tokens and its parent's serial number,
+ * and a lookup accepts an entry only when both match, so a collision can never hand out wrong K/V.
+ *
+ * Eviction is LRU over single pages, blind to the chain: lookups touch pages first to last, so the first page of a
+ * chain is the oldest, and evicting it orphans every page after it (still cached, holding memory, unreachable):
+ *
+ *   [sys 0] -> [sys 1] -> [q A]       evict [sys 0]:     (gone)   [sys 1]  [q A]      orphans, until LRU gets them
+ *                      -> [q B]                                            [q B]
+ * An orphan stays unreachable even when its parent is computed again: the new parent entry has a new serial. That
+ * costs some reuse and buys exactness: no parent is ever trusted by its hash alone. Entries whose page a running
+ * request also holds are skipped by eviction: evicting them would free nothing. */
+static uint64_t hash_mix(uint64_t x) { return rx_rand(&x); }   /* one splitmix64 step from state x */
+
+static uint64_t hash_root(uint64_t model_id) { return hash_mix(model_id); }
+
+static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
+    uint64_t h = parent_hash;
+    for (int i = 0; i < P; i++) h = hash_mix(h ^ (uint32_t)tokens[i]);
+    return h;
+}
+
+/* The page whose entry is (hash h, model, parent serial, tokens), or -1. */
+static int32_t hash_find(const RxPrefixCache *c, uint64_t h, uint64_t model_id, uint64_t parent_serial,
+                         const int32_t *tokens) {
+    for (int32_t p = c->bucket[h & c->mask]; p >= 0; p = c->entry[p].next) {
+        const HashEntry *e = &c->entry[p];
+        if (e->hash == h && e->model_id == model_id && e->parent_serial == parent_serial &&
+            page_equal(c->entry_tokens + (size_t)p * c->P, tokens, c->P)) return p;
+    }
+    return -1;
+}
+
+/* Walks the chain over whole pages of tokens[0 .. n_pages * P); returns the pages matched, their ids in pages[]. */
+static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages,
+                     uint64_t *h, uint64_t *serial) {
+    int j = 0;
+    *h = hash_root(model_id); *serial = 0;
+    for (; j < n_pages; j++) {
+        uint64_t key = hash_page(*h, tokens + (size_t)j * c->P, c->P);
+        int32_t p = hash_find(c, key, model_id, *serial, tokens + (size_t)j * c->P);
+        if (p < 0) break;
+        pages[j] = p; *h = key; *serial = c->entry[p].serial;
+    }
+    return j;
+}
+
+static void hash_touch(RxPrefixCache *c, const int32_t *pages, int n) {     /* first to last: the first is oldest */
+    for (int j = 0; j < n; j++) c->entry[pages[j]].last_use = ++c->clock;
+}
+
+static int hash_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
+    int32_t *hit = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "a hash cache walk");
+    if (!hit) return -1;
+    uint64_t h, serial;
+    int m = hash_walk(c, model_id, tokens, n_pages, hit, &h, &serial), adopted = 0;
+    hash_touch(c, hit, m);
+    int32_t parent = m ? hit[m - 1] : -1;
+    for (int j = m; j < n_pages && !c->entry[pages[j]].used; j++, adopted++) {
+        int32_t p = pages[j];
+        uint64_t key = hash_page(h, tokens + (size_t)j * c->P, c->P);
+        c->entry[p] = (HashEntry){key, ++c->serial, serial, model_id, ++c->clock, parent, c->bucket[key & c->mask], 1};
+        c->bucket[key & c->mask] = p;
+        memcpy(c->entry_tokens + (size_t)p * c->P, tokens + (size_t)j * c->P, (size_t)c->P * sizeof(int32_t));
+        rx_kv_page_retain(c->pool, p);
+        h = key; serial = c->entry[p].serial; parent = p;
+    }
+    free(hit);
+    return adopted;
+}
+
+static int hash_reachable(const RxPrefixCache *c, int32_t p) {  /* every entry up its chain is still the same one */
+    while (c->entry[p].parent_serial) {
+        int32_t q = c->entry[p].parent_page;
+        if (!c->entry[q].used || c->entry[q].serial != c->entry[p].parent_serial) return 0;
+        p = q;
+    }
+    return 1;
+}
+
+static int hash_evict_one(RxPrefixCache *c) {
+    int32_t victim = -1;
+    for (int32_t p = 0; p < c->pool->n_pages; p++)
+        if (c->entry[p].used && c->pool->ref[p] == 1 &&
+            (victim < 0 || c->entry[p].last_use < c->entry[victim].last_use)) victim = p;
+    if (victim < 0) return 0;
+    int32_t *link = &c->bucket[c->entry[victim].hash & c->mask];
+    while (*link != victim) link = &c->entry[*link].next;
+    *link = c->entry[victim].next;
+    c->entry[victim].used = 0;
+    rx_kv_page_release(c->pool, victim);
+    c->evicted_pages++;
+    return 1;
+}
+
+/* ------------------------------------------------------------ part ii: the cache's interface and a request's life */
+const char *rx_cache_kind_name(RxCacheKind kind) {
+    static const char *names[] = {"off", "radix", "hash"};
+    return kind >= RX_CACHE_OFF && kind <= RX_CACHE_HASH ? names[kind] : "?";
+}
+
+int rx_cache_kind_parse(const char *s, RxCacheKind *kind) {
+    for (int k = RX_CACHE_OFF; k <= RX_CACHE_HASH; k++)
+        if (!strcmp(s, rx_cache_kind_name((RxCacheKind)k))) { *kind = (RxCacheKind)k; return 0; }
+    return rx_fail("unknown prefix cache '%s' (use radix, hash or off)", s);
+}
+
+int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
+    *out = NULL;
+    if (kind < RX_CACHE_OFF || kind > RX_CACHE_HASH) return rx_fail("unknown prefix cache kind %d", (int)kind);
+    RxPrefixCache *c = (RxPrefixCache *)calloc(1, sizeof *c);
+    if (!c) return rx_fail("out of host memory for the prefix cache");
+    c->kind = kind; c->pool = pool; c->P = pool->page_size; c->free_node = -1;
+    if (kind == RX_CACHE_HASH) {
+        uint64_t cap = 16;
+        while (cap < 2 * (uint64_t)pool->n_pages) cap *= 2;
+        c->mask = cap - 1;
+        c->entry = (HashEntry *)calloc((size_t)pool->n_pages, sizeof(HashEntry));
+        c->entry_tokens = (int32_t *)rx_alloc((size_t)pool->n_pages * c->P * sizeof(int32_t), "the hash cache");
+        c->bucket = (int32_t *)rx_alloc(cap * sizeof(int32_t), "the hash cache");
+        if (!c->entry || !c->entry_tokens || !c->bucket) {
+            rx_cache_free(c);
+            return rx_fail("out of host memory for the hash cache");
+        }
+        for (uint64_t i = 0; i < cap; i++) c->bucket[i] = -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void rx_cache_free(RxPrefixCache *c) {
+    if (!c) return;
+    for (int32_t i = 0; i < c->cap_nodes; i++)
+        if (c->node[i].used) {
+            for (int j = 0; j < c->node[i].n_pages; j++) rx_kv_page_release(c->pool, c->node[i].pages[j]);
+            free(c->node[i].tokens); free(c->node[i].pages);
+        }
+    for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++)
+        if (c->entry[p].used) rx_kv_page_release(c->pool, p);
+    free(c->node); free(c->entry); free(c->entry_tokens); free(c->bucket);
+    free(c);
+}
+
+int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
+    int n_pages = n > 0 ? n / c->P : 0, m = 0;
+    if (c->kind == RX_CACHE_HASH) {
+        uint64_t h, serial;
+        m = hash_walk(c, model_id, tokens, n_pages, pages_out, &h, &serial);
+    } else if (c->kind == RX_CACHE_RADIX) {
+        int32_t root = radix_root(c, model_id), stop;
+        int stop_pages;
+        if (root < 0) return 0;
+        int32_t at = radix_walk(c, root, tokens, n_pages, &m, &stop, &stop_pages);
+        radix_path(c, at, pages_out, NULL);
+        if (stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
+        m += stop_pages;
+    }
+    return m * c->P;
+}
+
+int rx_cache_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, const int32_t *pages) {
+    int n_pages = n > 0 ? n / c->P : 0;
+    if (n_pages == 0 || c->kind == RX_CACHE_OFF) return 0;
+    return c->kind == RX_CACHE_HASH ? hash_insert(c, model_id, tokens, n_pages, pages)
+                                    : radix_insert(c, model_id, tokens, n_pages, pages);
+}
+
+int rx_cache_evict(RxPrefixCache *c, int n_free) {
+    while (c->pool->n_free < n_free &&
+           (c->kind == RX_CACHE_HASH ? hash_evict_one(c) : c->kind == RX_CACHE_RADIX ? radix_evict_one(c) : 0)) {}
+    return c->pool->n_free;
+}
+
+/* Visits every cached page a lookup can reach, with the whole prefix it ends. */
+void rx_cache_walk(const RxPrefixCache *c, void (*visit)(void *ctx, uint64_t model_id, const int32_t *tokens, int len,
+                   int32_t page), void *ctx) {
+    int P = c->P, depth;
+    for (int32_t i = 0; i < c->cap_nodes; i++) {
+        if (!c->node[i].used || c->node[i].parent < 0) continue;
+        int32_t root = i;
+        while (c->node[root].parent >= 0) root = c->node[root].parent;
+        depth = radix_depth(c, i);
+        int32_t *pages = (int32_t *)malloc((size_t)depth * sizeof(int32_t));             /* [depth]     */
+        int32_t *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));        /* [depth * P] */
+        if (!pages || !tokens) { free(pages); free(tokens); return; }
+        radix_path(c, i, pages, tokens);
+        for (int j = depth - c->node[i].n_pages; j < depth; j++)         /* the pages of i's own edge */
+            visit(ctx, c->node[root].model_id, tokens, (j + 1) * P, pages[j]);
+        free(pages); free(tokens);
+    }
+    for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++) {
+        if (!c->entry[p].used || !hash_reachable(c, p)) continue;
+        depth = 0;
+        for (int32_t q = p;; q = c->entry[q].parent_page) { depth++; if (!c->entry[q].parent_serial) break; }
+        int32_t *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));
+        if (!tokens) return;
+        int j = depth;
+        for (int32_t q = p;; q = c->entry[q].parent_page) {
+            memcpy(tokens + (size_t)--j * P, c->entry_tokens + (size_t)q * P, (size_t)P * sizeof(int32_t));
+            if (!c->entry[q].parent_serial) break;
+        }
+        visit(ctx, c->entry[p].model_id, tokens, depth * P, p);
+        free(tokens);
+    }
+}
+
+static void draw_page_run(FILE *out, const int32_t *tokens, const int32_t *pages, int n_pages, int P) {
+    fprintf(out, "[");
+    for (int j = 0; j < n_pages && j < 3; j++)
+        for (int i = 0; i < P; i++) fprintf(out, "%s%d", i ? " " : j ? " | " : "", tokens[(size_t)j * P + i]);
+    fprintf(out, "%s]  page%s", n_pages > 3 ? " | ..." : "", n_pages > 1 ? "s" : "");
+    for (int j = 0; j < n_pages; j++) fprintf(out, " %d", pages[j]);
+}
+
+void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
+    if (c->kind == RX_CACHE_OFF) { fprintf(out, "(no prefix cache)\n"); return; }
+    if (c->kind == RX_CACHE_HASH) {
+        for (int32_t p = 0; p < c->pool->n_pages; p++) {
+            const HashEntry *e = &c->entry[p];
+            if (!e->used) continue;
+            fprintf(out, "model %llu ", (unsigned long long)e->model_id);
+            draw_page_run(out, c->entry_tokens + (size_t)p * c->P, &p, 1, c->P);
+            if (e->parent_serial) fprintf(out, "  after page %d", e->parent_page);
+            fprintf(out, "%s\n", hash_reachable(c, p) ? "" : "  (orphan)");
+        }
+        return;
+    }
+    for (int32_t r = 0; r < c->cap_nodes; r++) {                /* each root, then depth first */
+        if (!c->node[r].used || c->node[r].parent >= 0) continue;
+        fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
+        int32_t id = c->node[r].child;
+        int depth = 0;
+        while (id >= 0) {
+            const RadixNode *x = &c->node[id];
+            for (int d = 0, up = depth; d < depth; d++, up--) {  /* a bar where the ancestor `up` levels up goes on */
+                int32_t a = id;
+                for (int k = 0; k < up; k++) a = c->node[a].parent;
+                fprintf(out, c->node[a].sibling >= 0 ? "|   " : "    ");
+            }
+            fprintf(out, "%s ", x->sibling >= 0 ? "|--" : "`--");
+            draw_page_run(out, x->tokens, x->pages, x->n_pages, c->P);
+            fprintf(out, "  lock %d\n", x->lock);
+            if (x->child >= 0) { id = x->child; depth++; continue; }
+            while (id >= 0 && c->node[id].sibling < 0) { id = c->node[id].parent; depth--; if (id == r) id = -1; }
+            if (id >= 0) id = c->node[id].sibling;
+        }
+    }
+}
+
+int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
+    const RxKvPool *pool = c->pool;
+    memset(s, 0, sizeof *s);
+    s->kind = c->kind; s->page_size = c->P; s->evicted_pages = c->evicted_pages;
+    int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));
+    char *on_free_list = (char *)calloc((size_t)pool->n_pages, 1);
+    int rc = -1;
+    if (!cache_ref || !on_free_list) { rx_fail("out of host memory auditing the cache"); goto done; }
+    for (int32_t i = 0; i < c->cap_nodes; i++) {
+        const RadixNode *x = &c->node[i];
+        if (!x->used || x->parent < 0) continue;
+        s->nodes++;
+        int child_locks = 0;
+        for (int32_t ch = x->child; ch >= 0; ch = c->node[ch].sibling) child_locks += c->node[ch].lock;
+        if (x->lock < child_locks) {
+            rx_fail("radix node %d has lock %d below its children's %d", i, x->lock, child_locks);
+            goto done;
+        }
+        if (x->n_pages < 1) { rx_fail("radix node %d has an empty edge", i); goto done; }
+        for (int j = 0; j < x->n_pages; j++) cache_ref[x->pages[j]]++;
+    }
+    for (int32_t p = 0; c->entry && p < pool->n_pages; p++)
+        if (c->entry[p].used) { s->nodes++; cache_ref[p]++; s->orphans += !hash_reachable(c, p); }
+    for (int i = 0; i < pool->n_free; i++) {
+        int32_t p = pool->free_list[i];
+        if (p < 0 || p >= pool->n_pages || on_free_list[p]++) {
+            rx_fail("free list entry %d (page %d) is out of range or repeated", i, p);
+            goto done;
+        }
+    }
+    for (int32_t p = 0; p < pool->n_pages; p++) {
+        if (cache_ref[p] > 1) { rx_fail("page %d is cached %d times", p, cache_ref[p]); goto done; }
+        if (pool->ref[p] < cache_ref[p] || (pool->ref[p] == 0) != on_free_list[p]) {
+            rx_fail("page %d has ref %d, is cached %d times and is %son the free list", p, pool->ref[p], cache_ref[p],
+                    on_free_list[p] ? "" : "not ");
+            goto done;
+        }
+        s->cached_pages += cache_ref[p] > 0;
+        s->request_pages += pool->ref[p] > cache_ref[p];
+    }
+    rc = 0;
+done:
+    free(cache_ref); free(on_free_list);
+    return rc;
+}
+
+void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t model_id) {
+    memset(r, 0, sizeof *r);
+    r->tokens = tokens; r->len = len; r->model_id = model_id;
+    r->state = RX_REQ_WAITING; r->prefix_key = -1; r->lock_node = -1;
+}
+
+/* Undoes an admission: the lock and every page reference the request holds. */
+static void request_release(RxPrefixCache *c, RxRequest *r) {
+    if (r->lock_node >= 0) radix_touch(c, r->lock_node, -1);
+    for (int j = 0; j < r->n_pages; j++)
+        if (r->pages[j] >= 0) rx_kv_page_release(c->pool, r->pages[j]);
+    free(r->pages);
+    r->pages = NULL; r->n_pages = 0; r->cached_len = 0; r->prefix_key = -1; r->lock_node = -1;
+    c->n_running--;
+}
+
+/* The longest cached page-aligned prefix of tokens[0 .. len-1): its pages into r->pages, locked (radix) and
+ * touched (LRU). Returns the pages matched, or -1. */
+static int request_match(RxPrefixCache *c, RxRequest *r) {
+    int n_pages = (r->len - 1) / c->P, m = 0;
+    if (c->kind == RX_CACHE_HASH) {
+        uint64_t h, serial;
+        m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages, &h, &serial);
+        hash_touch(c, r->pages, m);
+    } else if (c->kind == RX_CACHE_RADIX) {
+        int32_t root = radix_root_or_new(c, r->model_id);
+        int32_t at = root < 0 ? -1 : radix_walk_split(c, root, r->tokens, n_pages, &m);
+        if (at < 0) return -1;
+        if (m == 0) return 0;
+        radix_path(c, at, r->pages, NULL);
+        radix_touch(c, at, +1);                                  /* lock the path root..at */
+        r->lock_node = at;
+    }
+    return m;
+}
+
+int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
+    int P = c->P;
+    if (r->state != RX_REQ_WAITING) return rx_fail("rx_request_admit: the request is not waiting (state %d)", r->state);
+    if (r->len < 1) return rx_fail("rx_request_admit: a request needs at least one token");
+    int need = (r->len + P - 1) / P;                             /* pages for the whole prompt */
+    if (need > c->pool->n_pages)
+        return rx_fail("a request of %d tokens needs %d pages of %d tokens, but the KV pool has only %d pages", r->len,
+                       need, P, c->pool->n_pages);
+    if (!(r->pages = (int32_t *)rx_alloc((size_t)need * sizeof(int32_t), "a page table"))) return -1;
+    for (int j = 0; j < need; j++) r->pages[j] = -1;
+    r->n_pages = need;
+    c->n_running++;
+    int m = request_match(c, r);
+    if (m < 0) { request_release(c, r); return -1; }
+    for (int j = 0; j < m; j++) rx_kv_page_retain(c->pool, r->pages[j]);   /* the request's own reference */
+    for (int j = m; j < need; j++) {
+        if (c->pool->n_free == 0) rx_cache_evict(c, need - j);
+        if ((r->pages[j] = rx_kv_page_alloc(c->pool)) < 0) {
+            request_release(c, r);
+            if (c->n_running == 0)                               /* cannot happen: need <= n_pages, all evictable */
+                return rx_fail("the KV pool of %d pages cannot make room for %d pages", c->pool->n_pages, need);
+            return 1;                                            /* running requests hold the rest: wait */
+        }
+    }
+    r->cached_len = m * P;
+    r->prefix_key = m ? r->pages[m - 1] : -1;
+    r->state = RX_REQ_RUNNING;
+    return 0;
+}
+
+int rx_request_finish(RxPrefixCache *c, RxRequest *r) {
+    if (r->state != RX_REQ_RUNNING)
+        return rx_fail("rx_request_finish: the request is not running (state %d)", r->state);
+    int rc = rx_cache_insert(c, r->model_id, r->tokens, r->len, r->pages) < 0 ? -1 : 0;
+    request_release(c, r);
+    r->state = RX_REQ_FINISHED;
+    return rc;
+}
+
+void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
+    if (r->state == RX_REQ_RUNNING) request_release(c, r);
+    r->state = RX_REQ_ABORTED;
+}
+
+void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
+    if (r->state != RX_REQ_RUNNING) return;
+    request_release(c, r);
+    r->state = RX_REQ_WAITING;
+}
+
+/* ------------------------------------------------------------------ part ii: prefill on a cached prefix (c reference) */
+/* Part II: across requests. A KV prefix cache keeps the K/V of prompts it has seen in a paged pool (RxKvPool), and a
+ * new request whose prompt begins with a cached page-aligned prefix only prefills the rest. The pool, the radix and
+ * hash caches over it and the request lifecycle live with the cache; this section is the forward's side: the same
+ * reference forward as Part I (forward_ref), told where each sequence's cached K/V are.
+ *
+ *   request s:  | cached_len[s] tokens: K/V in the pool | L_s new tokens: this batch |
+ *   pages[s]:   [ p7 ][ p2 ][ p9 ]                      [ p4 ][ p5 ]                 (page_size tokens each)
+ *                shared, read only                       its own: the forward writes the new K/V here
+ *
+ * Composition with RadixMLP: the trie over the new tokens is keyed by (prefix_key, token, position). Two requests
+ * that continue the same cached prefix with the same tokens share compact rows; the same tokens after different
+ * prefixes are different histories and never merge, even at equal positions. Every row is then computed once, and
+ * attention reads every key, cached or new, through one index: the pool slot of each (sequence, position). */
+
+/* Everything forward_ref trusts about pf, each failure one sentence. Pages a sequence writes (its own, from
+ * cached_len on) must belong to it alone: neither written by another sequence nor read as anyone's cached page. */
+static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf) {
+    const RxKvPool *p = pf->pool;
+    if (!p || !p->k || !p->v) return rx_fail("prefill: no KV pool (pool, or its K/V arrays, is NULL)");
+    if (p->n_layers != c->n_layers || p->kv_dim != c->n_kv_heads * c->head_dim)
+        return rx_fail("prefill: the KV pool holds %d layers x %d floats per token; the model needs %d x %d",
+                       p->n_layers, p->kv_dim, c->n_layers, c->n_kv_heads * c->head_dim);
+    if (p->page_size < 1 || p->n_pages < 0 || (int64_t)p->n_pages * p->page_size > INT32_MAX)
+        return rx_fail("prefill: a KV pool of %d pages of %d tokens is not usable", p->n_pages, p->page_size);
+    if (!pf->cached_len || !pf->pages || !pf->prefix_key)
+        return rx_fail("prefill: cached_len, pages or prefix_key is NULL");
+    if (b->n_seqs > 0 && (b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_seqs] != b->n_tokens))
+        return rx_fail("prefill: cu_seqlens must run from 0 to n_tokens");
+    int P = p->page_size;
+    for (int s = 0; s < b->n_seqs; s++) {
+        int cached = pf->cached_len[s], L = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
+        if (cached < 0 || cached % P)
+            return rx_fail("prefill: sequence %d: cached_len %d is not a multiple of the page size %d", s, cached, P);
+        if (pf->prefix_key[s] < -1 || (cached > 0 && pf->prefix_key[s] < 0))
+            return rx_fail("prefill: sequence %d: prefix key %d; it must be >= 0 when tokens are cached (%d), else -1",
+                           s, pf->prefix_key[s], cached);
+        for (int j = 0; j < L; j++)
+            if (b->position_ids[b->cu_seqlens[s] + j] != cached + j)
+                return rx_fail("prefill: sequence %d: new token %d is at position %d; after %d cached tokens it must be "
+                               "at %d", s, j, b->position_ids[b->cu_seqlens[s] + j], cached, cached + j);
+        if (!pf->pages[s]) return rx_fail("prefill: sequence %d has no page table", s);
+        for (int j = 0; j < (cached + L + P - 1) / P; j++)
+            if (pf->pages[s][j] < 0 || pf->pages[s][j] >= p->n_pages)
+                return rx_fail("prefill: sequence %d: page table entry %d is page %d, outside the pool's %d pages", s, j,
+                               pf->pages[s][j], p->n_pages);
+    }
+    int32_t *writer = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)p->n_pages, "the prefill's page owners");
+    if (!writer) return -1;
+    for (int i = 0; i < p->n_pages; i++) writer[i] = -1;
+    int rc = 0;
+    for (int pass = 0; pass < 2 && !rc; pass++)         /* pass 0: claim the written pages; pass 1: check the reads */
+        for (int s = 0; s < b->n_seqs && !rc; s++) {
+            int first_own = pf->cached_len[s] / P;     /* pages [0, first_own) cached, [first_own, n) its own */
+            int n = (pf->cached_len[s] + b->cu_seqlens[s + 1] - b->cu_seqlens[s] + P - 1) / P;
+            for (int j = pass ? 0 : first_own; j < (pass ? first_own : n) && !rc; j++) {
+                int32_t pg = pf->pages[s][j];
+                if (writer[pg] >= 0)
+                    rc = rx_fail("prefill: page %d is written by sequence %d and also %s by sequence %d", pg, writer[pg],
+                                 pass ? "read" : "written", s);
+                else if (!pass)
+                    writer[pg] = s;
+            }
+        }
+    free(writer);
+    return rc;
+}
+
+int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
+                      float *last_logits, int *n_compact_out) {
+    if (rx_batch_check(suffixes, &m->cfg) || (pf && prefill_check(&m->cfg, suffixes, pf))) return -1;
+    int32_t *last = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)suffixes->n_seqs, "the last-token indices");
+    if (!last) return -1;
+    for (int s = 0; s < suffixes->n_seqs; s++) last[s] = suffixes->cu_seqlens[s + 1] - 1;  /* [n_seqs] original space */
+    int rc = forward_ref(m, suffixes, pf, mode, last, suffixes->n_seqs, last_logits, n_compact_out);
+    free(last);
+    return rc;
+}
+
+int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed) {
+    RadixIndex ix;
+    if (radix_index_build_keyed(&ix, suffixes->input_ids, suffixes->position_ids, suffixes->cu_seqlens,
+                                suffixes->n_seqs, pf ? pf->prefix_key : NULL)) return -1;
+    long cached = 0;
+    for (int s = 0; pf && pf->cached_len && s < suffixes->n_seqs; s++) cached += pf->cached_len[s];
+    fprintf(out, "prefill: %d sequence%s, %ld tokens = %ld cached + %d new (N); %d distinct new histories (N'); "
+            "%d rows computed\n", suffixes->n_seqs, suffixes->n_seqs == 1 ? "" : "s", cached + suffixes->n_tokens,
+            cached, suffixes->n_tokens, ix.n_compact, rows_computed);
+    radix_index_free(&ix);
+    return 0;
+}
+
+/* --------------------------------------------------------------------------- part ii: serving requests in batches */
+/* The scheduler loop of seed 002 on the C reference. Requests wait in a queue; each round admits up to `batch` of
+ * them, in arrival order (fcfs) or longest cached prefix first (lpm: sorting by matched length visits the tree
+ * depth first, so a prefix is reused while it is cached), and stops at the first one that finds no room. The
+ * admitted requests' unmatched suffixes form one ragged batch (positions continue after each cached prefix), one
+ * qwen3_prefill_ref computes them and writes their K/V into their pages, and each request finishes: its whole pages
+ * go into the cache, its references and locks are released. At the end the cache is flushed and the pool audited. */
+typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
+
+static int by_cached_then_index(const void *a, const void *b) {
+    const Waiting *x = (const Waiting *)a, *y = (const Waiting *)b;
+    return x->cached != y->cached ? (y->cached > x->cached ? 1 : -1) : (x->index > y->index) - (x->index < y->index);
+}
+
+/* The admitted requests' suffixes as a batch: sequence s is tokens[cached_len ..), at positions cached_len ... */
+static int suffix_batch(RxBatch *sfx, RxRequest *const *adm, int n, const int32_t **seqs, int *lens) {
+    for (int s = 0; s < n; s++)
+        seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
+    if (rx_batch_make(sfx, seqs, lens, n)) return -1;
+    for (int s = 0; s < n; s++)
+        for (int i = sfx->cu_seqlens[s]; i < sfx->cu_seqlens[s + 1]; i++) sfx->position_ids[i] += adm[s]->cached_len;
+    return 0;
+}
+
+/* The next batch into adm[]: up to o->batch waiting requests in the scheduler's order. Returns how many, or -1. */
+static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_wait, const RxServeOptions *o,
+                       RxRequest **adm, int32_t *pages_tmp) {
+    if (o->lpm) {
+        for (int w = 0; w < *n_wait; w++) {
+            const RxRequest *r = &req[wait[w].index];
+            wait[w].cached = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, pages_tmp);
+        }
+        qsort(wait, (size_t)*n_wait, sizeof *wait, by_cached_then_index);
+    }
+    int n = 0, w = 0;
+    for (; w < *n_wait && n < o->batch; w++) {
+        RxRequest *r = &req[wait[w].index];
+        int rc = rx_request_admit(c, r);
+        if (rc < 0) return -1;
+        if (rc > 0) break;                                 /* no room until this batch finishes */
+        adm[n++] = r;
+    }
+    memmove(wait, wait + w, (size_t)(*n_wait - w) * sizeof *wait);
+    *n_wait -= w;
+    return n;
+}
+
+int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
+             float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
+    int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1, longest = 1;
+    int64_t need = 0;
+    double t0;
+    memset(st, 0, sizeof *st);
+    if (P < 1 || B < 1 || o->n_pages < 0) return rx_fail("rx_serve: page size %d and batch %d must be >= 1", P, B);
+    for (int s = 0; s < n_req; s++) {
+        if (lens[s] < 1) return rx_fail("rx_serve: request %d is empty", s);
+        need += (lens[s] + P - 1) / P;
+        if (lens[s] > longest) longest = lens[s];
+        st->prompt_tokens += lens[s];
+    }
+    if (need * P > INT32_MAX)
+        return rx_fail("rx_serve: %lld pages of %d tokens are too many for one pool", (long long)need, P);
+    RxKvPool pool;
+    RxPrefixCache *c = NULL;
+    RxBatch sfx = {0, 0, NULL, NULL, NULL};
+    RxRequest *req = (RxRequest *)calloc((size_t)n_req + 1, sizeof(RxRequest));
+    Waiting *wait = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
+    RxRequest **adm = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));             /* [batch] admitted      */
+    int32_t *cached_len = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch] per sequence  */
+    int32_t *prefix_key = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch]               */
+    const int32_t **tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));      /* [batch] page tables   */
+    const int32_t **seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));        /* [batch] suffixes      */
+    int *sfx_lens = (int *)calloc((size_t)B, sizeof(int));                                /* [batch]               */
+    int32_t *pages_tmp = (int32_t *)calloc((size_t)longest, sizeof(int32_t));             /* one lookup's pages    */
+    float *blogits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a batch's logits [batch, vocab]");
+    memset(&pool, 0, sizeof pool);
+    if (!req || !wait || !adm || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens || !pages_tmp || !blogits) {
+        rx_fail("out of host memory for serving %d requests", n_req);
+        goto done;
+    }
+    if (rx_kv_pool_init(&pool, o->n_pages ? o->n_pages : (int)need, P, m->cfg.n_layers,
+                        m->cfg.n_kv_heads * m->cfg.head_dim) || rx_cache_create(&c, o->cache, &pool)) goto done;
+    for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
+    t0 = rx_now_ms();
+    for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
+        int n = admit_batch(c, req, wait, &n_wait, o, adm, pages_tmp), rows = 0;
+        if (n < 0) goto done;
+        if (n == 0) { rx_fail("rx_serve: no request fits into an empty KV pool (a bug)"); goto done; }
+        for (int s = 0; s < n; s++)
+            cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
+        RxPrefill pf = {&pool, cached_len, tables, prefix_key};
+        if (suffix_batch(&sfx, adm, n, seqs, sfx_lens) || qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows))
+            goto done;
+        rx_batch_free(&sfx);
+        st->rows_computed += rows;
+        for (int s = 0; s < n; s++) {
+            int i = (int)(adm[s] - req);
+            if (last_logits) memcpy(last_logits + (size_t)i * V, blogits + (size_t)s * V, (size_t)V * sizeof(float));
+            if (batch_of) batch_of[i] = st->n_batches;
+            if (cached_of) cached_of[i] = adm[s]->cached_len;
+            st->cached_tokens += adm[s]->cached_len;
+            if (rx_request_finish(c, adm[s])) goto done;
+        }
+    }
+    st->ms = rx_now_ms() - t0;
+    RxCacheStats cs;
+    if (rx_cache_audit(c, &cs)) goto done;
+    st->n_requests = n_req; st->pool_pages = pool.n_pages; st->cache_pages = cs.cached_pages;
+    st->evicted_pages = cs.evicted_pages; st->request_pages = cs.request_pages;
+    rx_cache_free(c);                                      /* the final flush: the cache lets go of every page */
+    c = NULL;
+    st->held_after_flush = pool.n_pages - pool.n_free;
+    rc = 0;
+done:
+    rx_batch_free(&sfx);
+    for (int s = 0; req && s < n_req; s++) rx_request_abort(c, &req[s]);
+    rx_cache_free(c);
+    rx_kv_pool_free(&pool);
+    free(req); free(wait); free(adm); free(cached_len); free(prefix_key); free(tables); free(seqs); free(sfx_lens);
+    free(pages_tmp); free(blogits);
+    return rc;
+}
 
 /* ------------------------------------------------------------------------------------------------------------ errors */
 /* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */
@@ -2276,7 +3240,14 @@ static const char *usage =
     "       radixmlp --show-index --tokens FILE   the trie, I_gather and I_scatter of a batch (no model needed)\n"
     "       radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits FILE] [--cpu]\n"
     "                FILE: one sequence per line, token ids separated by spaces. --dump-logits writes raw\n"
-    "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n";
+    "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n"
+    "       radixmlp --model DIR --requests FILE [--prefix-cache radix|hash|off] [--page-size P] [--cache-pages M]\n"
+    "                [--batch B] [--schedule fcfs|lpm] [--stats FILE] [--dump-logits FILE] [--cpu]\n"
+    "                Part II: serve FILE (one request per line) through a paged KV prefix cache, B requests per\n"
+    "                forward, in file order (fcfs) or longest cached prefix first (lpm). Defaults: radix, page size\n"
+    "                16, a pool of enough pages for the whole file, batch 1, fcfs, mode compact. --dump-logits writes\n"
+    "                float32 [n_requests, vocab], last-token logits in file order; --stats a CSV row per request.\n"
+    "                Runs on the C reference (CPU) only: the GPU path of Part II is not written yet.\n";
 
 static double max_abs_diff(const float *a, const float *b, size_t n) {
     double d = 0;
@@ -2453,15 +3424,141 @@ done:
     return rc;
 }
 
+/* --requests: Part II end to end (rx_serve), on the C reference. */
+#define RX_MAX_BATCH 1024                                  /* --batch at most */
+
+/* The cache's namespace for this run: a hash of the checkpoint's path (one model per run; it only has to be stable). */
+static uint64_t rx_model_id(const char *dir) {
+    uint64_t h = 1469598103934665603ull;                   /* FNV-1a */
+    for (; *dir; dir++) h = (h ^ (uint8_t)*dir) * 1099511628211ull;
+    return h;
+}
+
+static int write_floats(const char *path, const float *x, size_t n) {
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(x, sizeof(float), n, f) == n;
+    if ((f && fclose(f)) || !ok) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    return 0;
+}
+
+static int write_stats(const char *path, const int *lens, const int32_t *batch_of, const int32_t *cached_of, int n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
+    for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
+    if (fclose(f)) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Every request checked before any work: one line naming the file and line. */
+static int check_requests(const RxBatch *file, const char *path, const Qwen3Config *cfg, const RxServeOptions *o) {
+    for (int s = 0; s < file->n_seqs; s++) {
+        int len = file->cu_seqlens[s + 1] - file->cu_seqlens[s], pages = (len + o->page_size - 1) / o->page_size;
+        for (int i = file->cu_seqlens[s]; i < file->cu_seqlens[s + 1]; i++)
+            if (file->input_ids[i] >= cfg->vocab_size)
+                return rx_fail("%s:%d: token id %d is outside the vocabulary [0, %d)", path, s + 1, file->input_ids[i],
+                               cfg->vocab_size);
+        if (len > cfg->max_position_embeddings)
+            return rx_fail("%s:%d: %d tokens, more than max_position_embeddings %d", path, s + 1, len,
+                           cfg->max_position_embeddings);
+        if (o->n_pages && pages > o->n_pages)
+            return rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path,
+                           s + 1, len, pages, o->page_size, o->n_pages);
+    }
+    return 0;
+}
+
+static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump) {
+    Qwen3Model m;
+    RxBatch file;
+    if (qwen3_load(&m, dir)) return -1;
+    if (rx_batch_read(&file, path)) { qwen3_free(&m); return -1; }
+    int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1;
+    const int32_t **seqs = (const int32_t **)malloc((size_t)n * sizeof(int32_t *));   /* [n_requests] */
+    int *lens = (int *)malloc((size_t)n * sizeof(int));                              /* [n_requests] */
+    int32_t *batch_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                 /* [n_requests] */
+    int32_t *cached_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                /* [n_requests] */
+    float *logits = dump ? (float *)rx_alloc((size_t)n * V * sizeof(float), "the logits [n_requests, vocab]") : NULL;
+    RxServeStats st;
+    if (!seqs || !lens || !batch_of || !cached_of || (dump && !logits)) {
+        rx_fail("out of host memory for %d requests", n);
+        goto done;
+    }
+    for (int s = 0; s < n; s++)
+        seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
+    o->model_id = rx_model_id(dir);
+    if (check_requests(&file, path, &m.cfg, o)) goto done;
+    if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
+    printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
+           " the C reference on the CPU (Part II has no GPU path yet), mode %s: %.1f ms\n", n, st.prompt_tokens,
+           rx_cache_kind_name(o->cache), o->page_size, st.pool_pages, o->n_pages ? "" : " (enough for the whole file)",
+           o->batch, o->lpm ? "lpm" : "fcfs", rx_mode_name(o->mode), st.ms);
+    if (stats) {
+        if (write_stats(stats, lens, batch_of, cached_of, n)) goto done;
+        printf("wrote %s: %d rows\n", stats, n);
+    }
+    if (dump) {
+        if (write_floats(dump, logits, (size_t)n * V)) goto done;
+        printf("wrote %s: float32 [%d, %d], last-token logits, rows in file order\n", dump, n, V);
+    }
+    printf("requests %d in %d batches, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
+           n, st.n_batches, st.prompt_tokens, st.cached_tokens, 100.0 * st.cached_tokens / st.prompt_tokens);
+    printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, pages in use by the cache %d of %d\n",
+           st.rows_computed, st.prompt_tokens - st.cached_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
+    if (st.request_pages || st.held_after_flush) {
+        rx_fail("%d pages held by requests at the end, %d pages not free after the final flush: a leak", st.request_pages,
+                st.held_after_flush);
+        goto done;
+    }
+    printf("after the final flush: 0 pages held by requests, all %d pages free (no leak)\n", st.pool_pages);
+    rc = 0;
+done:
+    free(seqs); free(lens); free(batch_of); free(cached_of); free(logits);
+    rx_batch_free(&file); qwen3_free(&m);
+    return rc;
+}
+
+/* An integer flag value in [lo, hi], or exit code 2 from main. */
+static int parse_count(const char *flag, const char *s, int lo, int hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "radixmlp: %s takes an integer from %d to %d, not '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *dump = NULL;
-    int check = 0, force_cpu = 0, index_only = 0;
+    const char *model = NULL, *tokens = NULL, *dump = NULL, *requests = NULL;
+    int check = 0, force_cpu = 0, mode_given = 0, serve_flags = 0, index_only = 0;
     RxMode mode = RX_AUTO;
+    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0};
+    const char *stats = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = !strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--mode") || !strcmp(a, "--dump-logits");
+        int serve = !strcmp(a, "--prefix-cache") || !strcmp(a, "--page-size") || !strcmp(a, "--cache-pages") ||
+                    !strcmp(a, "--batch") || !strcmp(a, "--schedule") || !strcmp(a, "--stats");
+        int takes = serve || !strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--mode") ||
+                    !strcmp(a, "--dump-logits") || !strcmp(a, "--requests");
         if (takes && !val) { fprintf(stderr, "radixmlp: %s needs a value\n", a); return 2; }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
+        serve_flags += serve;
+        if (!strcmp(a, "--requests")) requests = argv[++i];
+        else if (!strcmp(a, "--prefix-cache")) {
+            if (rx_cache_kind_parse(argv[++i], &so.cache)) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 2; }
+        } else if (!strcmp(a, "--page-size")) { if (parse_count(a, argv[++i], 1, 4096, &so.page_size)) return 2; }
+        else if (!strcmp(a, "--cache-pages")) { if (parse_count(a, argv[++i], 1, 1 << 24, &so.n_pages)) return 2; }
+        else if (!strcmp(a, "--batch")) { if (parse_count(a, argv[++i], 1, RX_MAX_BATCH, &so.batch)) return 2; }
+        else if (!strcmp(a, "--schedule")) {
+            so.lpm = !strcmp(argv[++i], "lpm");
+            if (!so.lpm && strcmp(argv[i], "fcfs")) {
+                fprintf(stderr, "radixmlp: --schedule takes fcfs or lpm, not '%s'\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(a, "--stats")) stats = argv[++i];
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
         else if (!strcmp(a, "--check")) check = 1;
         else if (!strcmp(a, "--cpu")) force_cpu = 1;
         else if (!strcmp(a, "--show-index")) index_only = 1;
@@ -2470,10 +3567,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--dump-logits")) dump = argv[++i];
         else if (!strcmp(a, "--mode")) {
             if (rx_mode_parse(argv[++i], &mode)) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 2; }
+            mode_given = 1;
         } else { fprintf(stderr, "radixmlp: unknown argument '%s'\n%s", a, usage); return 2; }
     }
+    if (serve_flags && !requests) { fprintf(stderr, "radixmlp: the prefix cache flags go with --requests FILE\n"); return 2; }
+    if (requests && tokens) { fprintf(stderr, "radixmlp: choose one of --tokens and --requests\n"); return 2; }
     int rc;
-    if (check) {
+    if (requests) {
+        if (!model) { fprintf(stderr, "radixmlp: --requests needs --model DIR\n"); return 2; }
+        so.mode = mode_given ? mode : RX_COMPACT;
+        rc = run_requests(model, requests, &so, stats, dump);
+    } else if (check) {
         Qwen3Model m;
         if (!model) { fprintf(stderr, "radixmlp: --check needs --model DIR\n"); return 2; }
         if ((rc = qwen3_load(&m, model)) == 0) { qwen3_print_inventory(stdout, &m); qwen3_free(&m); }

@@ -32,6 +32,11 @@ typedef struct {
 
 int  radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                        const int32_t *cu_seqlens, int n_seqs);   /* returns 0 on success */
+/* The same trie with one root per key: root_key [n_seqs] names what precedes sequence s (Part II: the cached prefix,
+ * -1 for nothing), and two tokens share a compact row only if their sequences' keys are equal too. root_key == NULL
+ * is radix_index_build. */
+int  radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                             const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key);
 void radix_index_free(RadixIndex *ix);
 
 /* Draws the trie of a (small) batch as ASCII, one line per node, e.g. for the paper's toy example:
@@ -214,6 +219,148 @@ int gpu_test_gemm(float *y, const float *x, const float *w, int rows, int in, in
 int gpu_test_attention(const float *q, const float *k, const float *v, float *out, int n_q, const int32_t *q_orig,
                        const int32_t *seq_start, const int32_t *kv_row, int n_orig, int n_kv_rows, int n_heads,
                        int n_kv_heads, int head_dim);
+
+/* ---------------------------------------------------------------------------------------------------------------
+ * Part II: across requests, a paged KV prefix cache
+ * ------------------------------------------------------------------------------------------------------------- */
+/* A paged KV pool: n_pages pages of page_size token slots. A slot holds K and V of every layer for one token.
+ * Slot s = page * page_size + i holds token position (page's first position + i) of whichever sequence owns it.
+ * n_layers = kv_dim = 0 makes a pool of bookkeeping only (k = v = NULL), for tests of the caches alone. */
+typedef struct {
+    int n_pages, page_size;
+    int n_layers, kv_dim;            /* kv_dim = n_kv_heads * head_dim                                        */
+    float *k, *v;                    /* [n_pages * page_size, n_layers, kv_dim] fp32, slot-major              */
+    int32_t *ref;                    /* [n_pages] references held on each page (the cache's and requests')   */
+    int32_t *free_list; int n_free;  /* [n_pages] stack of free page ids                                      */
+} RxKvPool;
+int  rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int kv_dim);
+void rx_kv_pool_free(RxKvPool *p);
+/* address of K (or V) of layer l at slot (page, i): p->k + ((size_t)(page * page_size + i) * n_layers + l) * kv_dim */
+int  rx_kv_page_alloc(RxKvPool *p);                    /* a free page, now with 1 reference; -1 when none is free */
+void rx_kv_page_retain(RxKvPool *p, int32_t page);     /* one more reference                                   */
+void rx_kv_page_release(RxKvPool *p, int32_t page);    /* one fewer; the last one puts the page on the free list */
+
+/* The prefix cache: which page-aligned token prefixes have their K/V in the pool, under which model id.
+ *   RX_CACHE_RADIX  a radix tree (RadixAttention): edges are runs of whole pages; LRU eviction of unlocked leaves
+ *   RX_CACHE_HASH   a flat map hash(parent hash, page tokens) -> page, LRU over pages (the baseline of seed 001)
+ *   RX_CACHE_OFF    caches nothing: every request prefills every token
+ * The cache holds one reference on every page it maps; requests hold their own.                                 */
+typedef enum { RX_CACHE_OFF = 0, RX_CACHE_RADIX = 1, RX_CACHE_HASH = 2 } RxCacheKind;
+const char *rx_cache_kind_name(RxCacheKind kind);
+int  rx_cache_kind_parse(const char *s, RxCacheKind *kind);
+
+typedef struct RxPrefixCache RxPrefixCache;
+int  rx_cache_create(RxPrefixCache **c, RxCacheKind kind, RxKvPool *pool);
+void rx_cache_free(RxPrefixCache *c);        /* drops the cache's references (requests must be released first) */
+/* The longest cached page-aligned prefix of tokens[0..n): its length in tokens, its pages in pages_out (room for
+ * n / page_size). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every waiting request).   */
+int  rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
+/* Caches the first n / page_size whole pages of tokens, whose K/V are in pages[]. Prefixes already cached keep
+ * their pages (a duplicate page is not adopted); the cache takes a reference on each page it adopts, and returns
+ * how many it adopted (or -1 out of memory).                                                                       */
+int  rx_cache_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, const int32_t *pages);
+/* Evicts (LRU) until the pool has n_free free pages or nothing more can be evicted; returns the free count. */
+int  rx_cache_evict(RxPrefixCache *c, int n_free);
+/* Calls visit once per cached page that a lookup can reach: the whole token prefix it ends (len tokens, a multiple of
+ * the page size) and its page. Hash entries whose chain to the root was evicted (orphans) are not reachable.       */
+void rx_cache_walk(const RxPrefixCache *c, void (*visit)(void *ctx, uint64_t model_id, const int32_t *tokens,
+                   int len, int32_t page), void *ctx);
+/* Draws the radix tree (or the hash map's entries), one edge per line, e.g. with page size 2:
+ *   model 7
+ *   `-- [5 6 | 7 8]  pages 0 1  lock 1
+ *       |-- [9 9]  page 2  lock 0
+ *       `-- [4 4]  page 3  lock 1                                                                                 */
+void rx_cache_draw(FILE *out, const RxPrefixCache *c);
+
+typedef struct {
+    RxCacheKind kind;
+    int  page_size;
+    int  nodes;            /* radix: edges in the tree; hash: entries in the map                             */
+    int  cached_pages;     /* pages the cache holds a reference on                                          */
+    int  orphans;          /* hash: entries no lookup can reach (their chain to the root was evicted); radix: 0 */
+    int  request_pages;    /* pages some request holds a reference on                                        */
+    long evicted_pages;    /* pages whose cache reference eviction has dropped, since creation              */
+} RxCacheStats;
+/* Recounts everything from the structures and checks them against the pool: every page's ref equals the cache's
+ * references plus the requests', the free list holds exactly the pages with no reference, once each. Returns 0,
+ * or -1 with the first inconsistency in radix_error().                                                            */
+int  rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s);
+
+/* A request's life (seed 004): admit -> (the forward writes its suffix K/V) -> finish | abort | preempt. */
+typedef enum { RX_REQ_WAITING = 0, RX_REQ_RUNNING = 1, RX_REQ_FINISHED = 2, RX_REQ_ABORTED = 3 } RxRequestState;
+typedef struct {
+    const int32_t *tokens; int len;  /* the prompt                                                               */
+    uint64_t model_id;               /* the cache's namespace: K/V of another model is never reused              */
+    RxRequestState state;
+    int cached_len;                  /* tokens 0..cached_len-1 come from the cache: page-aligned, <= len - 1     */
+    int32_t *pages; int n_pages;     /* [ceil(len / page_size)] page table: cached pages, then the request's own */
+    int32_t prefix_key;              /* the last cached page (it determines the whole cached history), -1: none  */
+    int32_t lock_node;               /* radix: the deepest node this request locks, -1: none                     */
+} RxRequest;
+void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t model_id);
+/* Matches the longest cached page-aligned prefix of tokens[0..len-1) (len - 1: the last token is always computed,
+ * it gives the logits), locks it, takes a reference on each cached page, and allocates own pages for the rest,
+ * evicting when the pool is short. Returns 0 (running), 1 (no room now: running requests hold the pages; nothing
+ * changed, retry after one finishes) or -1 (never fits: the request needs more pages than the pool has).          */
+int  rx_request_admit(RxPrefixCache *c, RxRequest *r);
+/* After the forward wrote the request's K/V: caches its whole pages, unlocks, drops the request's references. */
+int  rx_request_finish(RxPrefixCache *c, RxRequest *r);
+void rx_request_abort(RxPrefixCache *c, RxRequest *r);    /* unlock and release; caches nothing; final           */
+void rx_request_preempt(RxPrefixCache *c, RxRequest *r);  /* unlock and release; back to waiting, to recompute    */
+
+/* What the forward needs to prefill a batch whose sequences continue cached prefixes.
+ * The RxBatch holds only the unmatched suffixes: sequence s has L_s new tokens at positions
+ * cached_len[s] .. cached_len[s] + L_s - 1 (its position_ids say so).                                          */
+typedef struct {
+    RxKvPool *pool;
+    const int32_t *cached_len;        /* [n_seqs] tokens 0..cached_len-1 of sequence s are already in the pool;
+                                         a multiple of page_size                                                 */
+    const int32_t *const *pages;      /* [n_seqs] page table of sequence s: pages[s][j] holds positions
+                                         j*page_size .. (j+1)*page_size-1; covers cached_len + L_s positions.
+                                         Cached pages first (shared, read only), then the request's own pages,
+                                         into which the forward writes the new K/V.                               */
+    const int32_t *prefix_key;        /* [n_seqs] identity of the cached prefix (e.g. the id of its last cached
+                                         page, which determines the whole history), -1 when nothing is cached.
+                                         In-batch compaction merges suffix rows only between equal keys.         */
+} RxPrefill;
+
+/* The C reference forward on cached prefixes. Computes only the suffix rows (compacted as `mode` says, with the
+ * trie keyed by (prefix_key, token, position)), reads cached K/V through the page tables, writes the new K/V into
+ * the pages, and returns last-token logits [n_seqs, vocab]. pf == NULL or all cached_len 0 -> same as a fresh
+ * forward. Its logits equal a full recomputation of the whole sequences bit for bit.
+ * n_compact_out (may be NULL): the rows it computed on, N' in radix and compact mode, N in baseline mode.      */
+int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
+                      float *last_logits, int *n_compact_out);
+
+/* One line that puts the token spaces of a prefill side by side, e.g.
+ *   "prefill: 4 sequences, 160 tokens = 128 cached + 32 new (N); 9 distinct new histories (N'); 9 rows computed"
+ * rows_computed: what qwen3_prefill_ref returned in n_compact_out. pf may be NULL (nothing cached).            */
+int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed);
+/* Serves requests through a prefix cache on the C reference (the scheduler loop of seed 002): each round admits up
+ * to `batch` waiting requests, in arrival order (fcfs) or longest cached prefix first (lpm), runs one
+ * qwen3_prefill_ref on their unmatched suffixes, and finishes them. At the end it audits the pool and flushes the
+ * cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL) are in request order.          */
+typedef struct {
+    RxCacheKind cache;
+    int page_size;
+    int n_pages;                     /* the KV pool; 0: enough pages for every request at once                     */
+    int batch;                       /* requests per forward                                                       */
+    int lpm;                         /* 0: fcfs, 1: longest cached prefix first                                    */
+    RxMode mode;                     /* of qwen3_prefill_ref                                                       */
+    uint64_t model_id;
+} RxServeOptions;
+typedef struct {
+    int n_requests, n_batches;
+    long prompt_tokens, cached_tokens;   /* hit rate = cached_tokens / prompt_tokens (seed 002)                    */
+    long rows_computed;                  /* rows the forwards computed: N' of the suffixes in compact mode         */
+    long evicted_pages;
+    int pool_pages, cache_pages;         /* at the end, before the flush                                           */
+    int request_pages;                   /* pages held by requests at the end: 0 unless something leaked          */
+    int held_after_flush;                /* pages not free after the cache's flush: 0 unless something leaked     */
+    double ms;                           /* wall time of the scheduling loop, forwards included                   */
+} RxServeStats;
+int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n, const RxServeOptions *o,
+             float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* test_radixmlp.c - the specification of radixmlp, as tests.
  *
  *   ./test_radixmlp              every test
- *   ./test_radixmlp trie loader  the tests of these groups (or names): trie, loader, reference, gpu, cli, bench
+ *   ./test_radixmlp trie loader  the tests of these groups (or names): trie, loader, reference, gpu, cli, bench, cache
  *
  * Each test prints what it compared. The last line is "N passed, N failed, N skipped"; the exit code is non-zero
  * on any failure. GPU tests report themselves skipped, with the reason, where there is no CUDA device.
@@ -96,18 +96,21 @@ static RxBatch batch_of(int n_seqs, const int *lens, const int32_t *ids, const i
 
 /* ----------------------------------------------------------------------------------------------------- the trie */
 /* The oracle, straight from the definition: tokens i and j share a compact row exactly when their whole
- * (token, position) histories, from the start of their sequences, are equal. */
-static void check_against_oracle(const RadixIndex *ix, const RxBatch *b, const char *what) {
+ * (token, position) histories, from the start of their sequences, are equal, and (Part II) so are the keys of what
+ * precedes their sequences, root_key (NULL: nothing precedes any sequence). */
+static void check_against_keyed_oracle(const RadixIndex *ix, const RxBatch *b, const int32_t *root_key,
+                                       const char *what) {
     int n = b->n_tokens, bad = 0;
-    int *start = (int *)malloc(sizeof(int) * (size_t)(n + 1));
+    int *start = (int *)malloc(sizeof(int) * (size_t)(n + 1)), *seq = (int *)malloc(sizeof(int) * (size_t)(n + 1));
     for (int s = 0; s < b->n_seqs; s++)
-        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) start[i] = b->cu_seqlens[s];
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) start[i] = b->cu_seqlens[s], seq[i] = s;
     expect(ix->n_tokens == n, "%s: n_tokens %d, expected %d", what, ix->n_tokens, n);
     int classes = 0;
     for (int i = 0; i < n && !bad; i++) {
         int first = 1;                                  /* is i the first token with its history? */
         for (int j = 0; j < n && !bad; j++) {
-            int li = i - start[i], lj = j - start[j], same = li == lj;
+            int li = i - start[i], lj = j - start[j];
+            int same = li == lj && (!root_key || root_key[seq[i]] == root_key[seq[j]]);
             for (int k = 0; same && k <= li; k++)
                 same = b->input_ids[start[i] + k] == b->input_ids[start[j] + k] &&
                        b->position_ids[start[i] + k] == b->position_ids[start[j] + k];
@@ -129,7 +132,11 @@ static void check_against_oracle(const RadixIndex *ix, const RxBatch *b, const c
     }
     if (!bad) expect(ix->n_compact == classes, "%s: N' = %d, the oracle finds %d distinct histories", what, ix->n_compact,
                      classes);
-    free(start);
+    free(start); free(seq);
+}
+
+static void check_against_oracle(const RadixIndex *ix, const RxBatch *b, const char *what) {
+    check_against_keyed_oracle(ix, b, NULL, what);
 }
 
 static void build_and_check(const RxBatch *b, const char *what, int expect_compact) {
@@ -1440,18 +1447,26 @@ static void test_show_index_prints_toy_example(void) {
 }
 
 /* -------------------------------------------------------------------------------------------------- the bench */
-static void test_bench_table5_csv(void) {
-    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
-    char out[8192], path[] = "/tmp/radixmlp-t5-XXXXXX";
+/* Runs ./bench ARGS --csv into a temporary file; returns the CSV's text (to free; NULL if none) and the exit code. */
+static char *bench_csv(const char *args, char *out, size_t n, int *rc) {
+    char path[] = "/tmp/radixmlp-csv-XXXXXX", cmd[512];
     int fd = mkstemp(path);
-    if (fd < 0) { expect(0, "mkstemp"); return; }
+    if (fd < 0) { expect(0, "mkstemp"); *rc = -1; return NULL; }
     close(fd);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "./bench --table 5 --quick --csv %s", path);
-    int rc = run_cmd(cmd, out, sizeof out);
-    expect(rc == 0, "'%s' exited %d:\n%s", cmd, rc, out);
+    snprintf(cmd, sizeof cmd, "./bench %s --csv %s", args, path);
+    *rc = run_cmd(cmd, out, n);
     size_t len;
     char *csv = (char *)read_file(path, &len);
+    unlink(path);
+    return csv;
+}
+
+static void test_bench_table5_csv(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[8192];
+    int rc;
+    char *csv = bench_csv("--table 5 --quick", out, sizeof out, &rc);
+    expect(rc == 0, "'bench --table 5 --quick' exited %d:\n%s", rc, out);
     int lines = 0, commas0 = -1, ragged = 0, found = 0;
     for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n"), lines++) {
         int commas = 0;
@@ -1472,7 +1487,6 @@ static void test_bench_table5_csv(void) {
     expect(found, "no 32 x 512 ratio 0.25 row in the CSV");
     note("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416", lines, commas0 + 1);
     free(csv);
-    unlink(path);
 }
 
 static void test_bench_replot_draws_every_series(void) {
@@ -1576,6 +1590,1076 @@ static void test_cli_rejects_bad_tokens(void) {
     remove_dir(dir);
 }
 
+/* ------------------------------------------------------------------------------------------ part ii: the kv cache */
+/* The caches are tested on bookkeeping-only pools (no K/V) except the random trace, whose pool holds one float per
+ * slot: a fingerprint of the token history that produced it, written by a stand-in forward. A cache that ever hands
+ * out a page computed for another history, or for another model, fails the fingerprint check. */
+static RxPrefixCache *cache_of(RxKvPool *pool, RxCacheKind kind, int n_pages, int page_size, int kv) {
+    RxPrefixCache *c = NULL;
+    if (rx_kv_pool_init(pool, n_pages, page_size, kv, kv) || rx_cache_create(&c, kind, pool)) {
+        printf("cache_of: %s\n", radix_error());
+        exit(2);
+    }
+    return c;
+}
+
+/* The audit passes (refs = cache's + requests', free list exact) and returns the stats. */
+static RxCacheStats audit(const RxPrefixCache *c, const char *when) {
+    RxCacheStats s;
+    expect(rx_cache_audit(c, &s) == 0, "%s: audit: %s", when, radix_error());
+    return s;
+}
+
+static void draw_cache(char *buf, size_t n, const RxPrefixCache *c) {   /* rx_cache_draw into buf */
+    memset(buf, 0, n);
+    FILE *f = fmemopen(buf, n - 1, "w");
+    rx_cache_draw(f, c);
+    fclose(f);
+}
+
+static void expect_draw(const RxPrefixCache *c, const char *want, const char *what) {
+    char buf[4096];
+    draw_cache(buf, sizeof buf, c);
+    expect(!strcmp(buf, want), "%s: the tree is\n%s\nexpected\n%s", what, buf, want);
+}
+
+/* A test-held reference on n fresh pages, as a request's own pages. */
+static void alloc_pages(RxKvPool *pool, int32_t *pages, int n) {
+    for (int j = 0; j < n; j++) pages[j] = rx_kv_page_alloc(pool);
+}
+static void release_pages(RxKvPool *pool, const int32_t *pages, int n) {
+    for (int j = 0; j < n; j++) rx_kv_page_release(pool, pages[j]);
+}
+
+static void test_cache_radix_insert_match_split_at_page_boundaries(void) {
+    RxKvPool pool;
+    RxPrefixCache *c = cache_of(&pool, RX_CACHE_RADIX, 16, 2, 0);
+    int32_t a[3], b[3], d[2], got[8];
+    const int32_t ta[] = {1, 2, 3, 4, 5, 6, 0}, tb[] = {1, 2, 3, 4, 7, 7}, td[] = {1, 2, 3, 9};
+    alloc_pages(&pool, a, 3); alloc_pages(&pool, b, 3); alloc_pages(&pool, d, 2);      /* pages 0-2, 3-5, 6-7 */
+    expect(rx_cache_insert(c, 1, ta, 6, a) == 3, "the first insert adopts its 3 pages");
+    expect(rx_cache_lookup(c, 1, ta, 7, got) == 6 && got[0] == 0 && got[2] == 2,
+           "lookup of 7 tokens: 6 cached, pages 0 1 2");
+    expect(rx_cache_lookup(c, 1, ta, 5, got) == 4, "lookup of 5 tokens: only 2 whole pages can match");
+    expect(rx_cache_lookup(c, 1, td, 4, got) == 2, "[1 2 3 9]: parts mid-page 2, so only page 1 matches");
+    expect(rx_cache_insert(c, 1, tb, 6, b) == 1, "[1 2 3 4 7 7] adopts 1 page: pages 3 and 4 duplicate 0 and 1");
+    expect_draw(c, "model 1\n`-- [1 2 | 3 4]  pages 0 1  lock 0\n    |-- [5 6]  page 2  lock 0\n"
+                   "    `-- [7 7]  page 5  lock 0\n", "split after 2 pages");
+    expect(rx_cache_lookup(c, 1, tb, 5, got) == 4 && got[0] == 0 && got[1] == 1, "[1 2 3 4 7]: 4, pages 0 1 (not 3 4)");
+    expect(rx_cache_insert(c, 1, td, 4, d) == 1, "[1 2 3 9] adopts its second page");
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 0\n    |-- [3 4]  page 1  lock 0\n"
+                   "    |   |-- [5 6]  page 2  lock 0\n    |   `-- [7 7]  page 5  lock 0\n"
+                   "    `-- [3 9]  page 7  lock 0\n", "split after 1 page");
+    RxCacheStats s = audit(c, "after the inserts");
+    expect(s.nodes == 5 && s.cached_pages == 5 && s.request_pages == 8, "nodes %d, cached pages %d, request pages %d;"
+           " expected 5, 5, 8", s.nodes, s.cached_pages, s.request_pages);
+    release_pages(&pool, a, 3); release_pages(&pool, b, 3); release_pages(&pool, d, 2);
+    s = audit(c, "after the requests released");
+    expect(s.request_pages == 0 && pool.n_free == 16 - 5, "request pages %d, free %d; expected 0, 11", s.request_pages,
+           pool.n_free);
+    rx_cache_free(c);
+    expect(pool.n_free == 16, "after rx_cache_free: %d of 16 pages free", pool.n_free);
+    note("insert [1 2|3 4|5 6], [1 2|3 4|7 7], [1 2|3 9]: splits after 2 and 1 pages, duplicate pages not adopted");
+    rx_kv_pool_free(&pool);
+}
+
+/* Admit, (forward), finish one request; returns its cached_len. */
+static int serve(RxPrefixCache *c, const int32_t *tokens, int len, uint64_t model) {
+    RxRequest r;
+    rx_request_init(&r, tokens, len, model);
+    int rc = rx_request_admit(c, &r);
+    expect(rc == 0, "admit of %d tokens: %d (%s)", len, rc, radix_error());
+    if (rc) return -1;
+    int cached = r.cached_len;
+    expect(rx_request_finish(c, &r) == 0 && r.state == RX_REQ_FINISHED, "finish: %s", radix_error());
+    return cached;
+}
+
+static void test_cache_match_capped_at_len_minus_one(void) {
+    for (int kind = RX_CACHE_RADIX; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 16, 4, 0);
+        const int32_t t[] = {5, 6, 7, 8, 9, 10, 11, 12, 13};
+        int first = serve(c, t, 8, 1), again = serve(c, t, 8, 1), longer = serve(c, t, 9, 1), one = serve(c, t, 1, 1);
+        int four = serve(c, t, 4, 1), five = serve(c, t, 5, 1);
+        expect(first == 0 && again == 4 && longer == 8 && one == 0 && four == 0 && five == 4,
+               "%s: cached %d %d %d %d %d %d, expected 0 4 8 0 0 4", rx_cache_kind_name((RxCacheKind)kind), first,
+               again, longer, one, four, five);
+        note("%-5s page 4: 8 tokens cold 0, again %d (not 8: the last token is computed), 9 tokens %d, 1 token %d,"
+             " 4 tokens %d, 5 tokens %d", rx_cache_kind_name((RxCacheKind)kind), again, longer, one, four, five);
+        RxCacheStats s = audit(c, "end");
+        expect(s.request_pages == 0, "%d pages still held by requests", s.request_pages);
+        rx_cache_free(c); rx_kv_pool_free(&pool);
+    }
+}
+
+static void test_cache_model_id_namespaces(void) {
+    for (int kind = RX_CACHE_RADIX; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 16, 2, 0);
+        const int32_t t[] = {3, 1, 4, 1, 5, 9, 2};
+        int first = serve(c, t, 7, 100), other = serve(c, t, 7, 200), same = serve(c, t, 7, 100);
+        expect(first == 0 && other == 0 && same == 6, "%s: model 100 cold %d, model 200 %d, model 100 again %d;"
+               " expected 0 0 6", rx_cache_kind_name((RxCacheKind)kind), first, other, same);
+        note("%-5s same 7 tokens: model 100 cold %d, model 200 %d (namespaced), model 100 again %d",
+             rx_cache_kind_name((RxCacheKind)kind), first, other, same);
+        rx_cache_free(c); rx_kv_pool_free(&pool);
+    }
+}
+
+static void test_cache_lock_refs_prevent_eviction(void) {
+    RxKvPool pool;
+    RxPrefixCache *c = cache_of(&pool, RX_CACHE_RADIX, 8, 2, 0);
+    const int32_t ta[] = {1, 2, 3, 4, 5}, tb[] = {1, 2, 3, 4, 9}, tc[] = {1, 2, 8, 8, 8};
+    serve(c, ta, 5, 1);                                                  /* caches [1 2 | 3 4] */
+    RxRequest b, r2;
+    rx_request_init(&b, tb, 5, 1);
+    rx_request_init(&r2, tc, 5, 1);
+    expect(rx_request_admit(c, &b) == 0 && b.cached_len == 4, "b: cached %d, expected 4", b.cached_len);
+    int free_b = rx_cache_evict(c, 8);
+    int32_t got[2];
+    expect(free_b == 8 - 3 && rx_cache_lookup(c, 1, tb, 4, got) == 4, "b locks [1 2 | 3 4]: evict(all) leaves %d"
+           " free (expected 5) and the prefix cached", free_b);
+    expect(rx_request_admit(c, &r2) == 0 && r2.cached_len == 2, "c: cached %d, expected 2", r2.cached_len);
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 2\n    `-- [3 4]  page 1  lock 1\n", "the split inherits b's lock");
+    rx_request_abort(c, &b);
+    int free_c = rx_cache_evict(c, 8);
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 1\n", "after b aborts, [3 4] is evictable, [1 2] is not");
+    expect(free_c == 8 - 1 - 2, "free after evict with c running: %d, expected 5", free_c);
+    rx_request_preempt(c, &r2);
+    expect(r2.state == RX_REQ_WAITING && rx_cache_evict(c, 8) == 8, "after c is preempted, everything is evictable");
+    RxCacheStats s = audit(c, "end");
+    expect(s.evicted_pages == 2 && s.nodes == 0, "evicted %ld pages, %d nodes left; expected 2, 0", s.evicted_pages,
+           s.nodes);
+    note("locked: evict frees only unlocked pages (%d then %d free); a split node inherits the lock (lock 2)", free_b,
+         free_c);
+    rx_cache_free(c); rx_kv_pool_free(&pool);
+}
+
+static void test_cache_eviction_takes_lru_leaf_and_cascades(void) {
+    RxKvPool pool;
+    RxPrefixCache *c = cache_of(&pool, RX_CACHE_RADIX, 16, 2, 0);
+    const int32_t t1[] = {1, 2, 3, 3, 4, 4, 0}, t2[] = {1, 2, 3, 3, 5, 5, 0}, t3[] = {1, 2, 6, 6, 0};
+    serve(c, t1, 7, 1); serve(c, t2, 7, 1); serve(c, t3, 5, 1);          /* [4 4] is the least recently used leaf */
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 0\n    |-- [3 3]  page 1  lock 0\n"
+                   "    |   |-- [4 4]  page 2  lock 0\n    |   `-- [5 5]  page 3  lock 0\n"
+                   "    `-- [6 6]  page 4  lock 0\n", "three prompts");
+    int f0 = pool.n_free, f1 = rx_cache_evict(c, f0 + 1);
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 0\n    |-- [3 3]  page 1  lock 0\n"
+                   "    |   `-- [5 5]  page 3  lock 0\n    `-- [6 6]  page 4  lock 0\n", "one leaf evicted");
+    int f2 = rx_cache_evict(c, f1 + 1);
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 0\n    `-- [6 6]  page 4  lock 0\n",
+                "[5 5] evicted, and [3 3], left an unlocked leaf, with it");
+    expect(f1 - f0 == 1 && f2 - f1 == 2, "freed %d then %d pages, expected 1 then 2 (cascade)", f1 - f0, f2 - f1);
+    expect(rx_cache_lookup(c, 1, t3, 4, (int32_t[4]){0}) == 4, "the trunk and the recent leaf stay cached");
+    note("evictions freed %d page, then %d (leaf [5 5] + its parent [3 3]); trunk [1 2] and [6 6] stay", f1 - f0, f2 - f1);
+    audit(c, "end");
+    rx_cache_free(c); rx_kv_pool_free(&pool);
+}
+
+static void test_cache_hash_eviction_orphans_descendants(void) {
+    const int32_t ta[] = {1, 2, 3, 4, 5, 6, 0}, tb[] = {7, 7, 8, 8, 0};
+    for (int kind = RX_CACHE_RADIX; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 16, 2, 0);
+        serve(c, ta, 7, 1); serve(c, tb, 5, 1);                          /* chains of 3 and 2 pages, a older */
+        int f0 = pool.n_free, freed = rx_cache_evict(c, f0 + 1) - f0;    /* make room for one page */
+        RxCacheStats s = audit(c, "after one eviction");
+        int32_t got[3];
+        int a = rx_cache_lookup(c, 1, ta, 7, got), b = rx_cache_lookup(c, 1, tb, 5, got);
+        note("%-5s evict for one page: %ld evicted, %d freed, %d entries left, %d orphans (unreachable, held);"
+             " a finds %d cached, b %d", rx_cache_kind_name((RxCacheKind)kind), s.evicted_pages, freed, s.nodes,
+             s.orphans, a, b);
+        if (kind == RX_CACHE_HASH) {                       /* the map's own picture marks them */
+            char buf[1024];
+            draw_cache(buf, sizeof buf, c);
+            int marked = 0;
+            for (const char *p = buf; (p = strstr(p, "(orphan)")); p++) marked++;
+            expect(marked == 2, "rx_cache_draw marks %d entries as orphans, expected 2:\n%s", marked, buf);
+        }
+        if (kind == RX_CACHE_HASH)
+            expect(s.evicted_pages == 1 && s.orphans == 2 && s.cached_pages == 4 && a == 0 && b == 4,
+                   "hash: the LRU page is a's first; its 2 descendants stay cached as orphans that nothing can reach");
+        else
+            expect(s.evicted_pages == 3 && s.orphans == 0 && s.cached_pages == 2 && a == 0 && b == 4,
+                   "radix: the LRU leaf goes whole (3 pages); nothing unreachable stays behind");
+        rx_cache_free(c); rx_kv_pool_free(&pool);
+    }
+}
+
+static void test_cache_request_larger_than_pool_is_an_error(void) {
+    for (int kind = RX_CACHE_OFF; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 2, 4, 0);
+        const int32_t t[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+        RxRequest r;
+        rx_request_init(&r, t, 9, 1);
+        int rc = rx_request_admit(c, &r);
+        expect(rc == -1 && strstr(radix_error(), "needs 3 pages of 4 tokens, but the KV pool has only 2"),
+               "%s: admit returned %d: %s", rx_cache_kind_name((RxCacheKind)kind), rc, radix_error());
+        expect(pool.n_free == 2 && r.state == RX_REQ_WAITING, "the failed admission took nothing");
+        if (kind == RX_CACHE_OFF) note("%s", radix_error());
+        rx_cache_free(c); rx_kv_pool_free(&pool);
+    }
+}
+
+/* ---- the random trace: the caches against a brute-force model ---- */
+#define TRACE_MAX_LEN 12
+typedef struct { uint64_t model; int len; int32_t tok[TRACE_MAX_LEN]; int32_t page; } Prefix;
+typedef struct { Prefix *v; int n, cap; } Prefixes;
+
+static void collect_prefix(void *ctx, uint64_t model, const int32_t *tokens, int len, int32_t page) {
+    Prefixes *ps = (Prefixes *)ctx;
+    if (ps->n == ps->cap) ps->v = (Prefix *)realloc(ps->v, (size_t)(ps->cap = 2 * ps->cap + 16) * sizeof(Prefix));
+    Prefix *p = &ps->v[ps->n++];
+    p->model = model; p->len = len < TRACE_MAX_LEN ? len : TRACE_MAX_LEN; p->page = page;
+    memcpy(p->tok, tokens, (size_t)p->len * sizeof(int32_t));
+}
+
+static int find_prefix(const Prefixes *ps, uint64_t model, const int32_t *tokens, int len) {
+    for (int i = 0; i < ps->n; i++)
+        if (ps->v[i].model == model && ps->v[i].len == len && !memcmp(ps->v[i].tok, tokens, (size_t)len * 4)) return i;
+    return -1;
+}
+
+static float fingerprint(uint64_t model, const int32_t *tokens, int n) {   /* of the history tokens[0..n) */
+    uint64_t h = model * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)tokens[i]) * 0xFF51AFD7ED558CCDull, h ^= h >> 29;
+    return (float)(h % 1000003u);                                  /* an integer below 2^24: exact in a float */
+}
+
+typedef struct { RxRequest r; int32_t tok[TRACE_MAX_LEN]; } TraceReq;
+
+static void trace_step_checks(const RxPrefixCache *c, const RxKvPool *pool, const TraceReq *req, int n_req,
+                              Prefixes *ever, int step, int *bad) {
+    Prefixes now = {NULL, 0, 0};
+    rx_cache_walk(c, collect_prefix, &now);
+    RxCacheStats s;
+    if (rx_cache_audit(c, &s)) { expect(0, "step %d: audit: %s", step, radix_error()); *bad = 1; }
+    long refs = 0, held = 0;
+    for (int p = 0; p < pool->n_pages; p++) refs += pool->ref[p];
+    for (int i = 0; i < n_req; i++) if (req[i].r.state == RX_REQ_RUNNING) held += req[i].r.n_pages;
+    long cache_refs = refs - held;                                 /* what the cache must hold: one per cached page */
+    if (cache_refs != s.cached_pages) {
+        expect(0, "step %d: refs %ld, but the cache holds %d pages and the requests %ld refs", step, refs,
+               s.cached_pages, held);
+        *bad = 1;
+    }
+    for (int i = 0; i < now.n && !*bad; i++) {
+        const Prefix *p = &now.v[i];
+        int P = pool->page_size;
+        if (find_prefix(ever, p->model, p->tok, p->len) < 0) {
+            expect(0, "step %d: a cached prefix never inserted", step);
+            *bad = 1;
+        }
+        if (p->len > P && find_prefix(&now, p->model, p->tok, p->len - P) < 0) {
+            expect(0, "step %d: cached prefix of %d tokens without its parent", step, p->len);
+            *bad = 1;
+        }
+        for (int k = 0; k < P; k++)                                /* the page holds the K/V of exactly this history */
+            if (pool->k[(size_t)p->page * P + k] != fingerprint(p->model, p->tok, p->len - P + k + 1)) {
+                expect(0, "step %d: page %d slot %d holds K of another history", step, p->page, k); *bad = 1; break;
+            }
+    }
+    for (int i = 0; i < n_req && !*bad; i++) {                     /* locks: a running request's prefix stays cached */
+        const RxRequest *r = &req[i].r;
+        if (r->state != RX_REQ_RUNNING) continue;
+        for (int n = pool->page_size; n <= r->cached_len && s.kind == RX_CACHE_RADIX; n += pool->page_size)
+            if (find_prefix(&now, r->model_id, r->tokens, n) < 0) {
+                expect(0, "step %d: a locked prefix was evicted", step);
+                *bad = 1;
+            }
+    }
+    free(now.v);
+}
+
+/* Random admits, finishes, aborts and preempts of short prompts over 3 token values and 2 models, under a pool of
+ * 16 pages of 2 tokens: prefixes repeat, requests wait for room, the cache evicts all the time. After every step:
+ * the audit (every page's ref = the cache's + the requests', the free list exact), the refs against the running
+ * requests' page tables, every cached prefix was once inserted, has its parent, and its pages hold the K/V
+ * fingerprints of exactly its history; running requests' prefixes stay cached (radix); and every admission's
+ * cached length equals the brute-force longest cached page-aligned prefix of its first len - 1 tokens. */
+static void test_cache_random_trace_balances_refs(void) {
+    for (int kind = RX_CACHE_OFF; kind <= RX_CACHE_HASH; kind++) {
+        RxKvPool pool;
+        RxPrefixCache *c = cache_of(&pool, (RxCacheKind)kind, 16, 2, 1);
+        enum { N_REQ = 5 };
+        TraceReq req[N_REQ];
+        Prefixes ever = {NULL, 0, 0};
+        uint64_t rng = 1234 + kind;
+        int bad = 0, counts[6] = {0}, hits = 0, step;
+        for (int i = 0; i < N_REQ; i++) rx_request_init(&req[i].r, req[i].tok, 0, 0), req[i].r.state = RX_REQ_FINISHED;
+        for (step = 0; step < 3000 && !bad; step++) {
+            TraceReq *q = &req[rng_int(&rng, N_REQ)];
+            RxRequest *r = &q->r;
+            int op = rng_int(&rng, 4);
+            if (r->state == RX_REQ_FINISHED || r->state == RX_REQ_ABORTED) {          /* a new prompt arrives */
+                int len = 1 + rng_int(&rng, TRACE_MAX_LEN);
+                for (int i = 0; i < len; i++) q->tok[i] = rng_int(&rng, 3);
+                rx_request_init(r, q->tok, len, 1 + (uint64_t)rng_int(&rng, 2));
+            }
+            if (r->state == RX_REQ_WAITING) {
+                Prefixes before = {NULL, 0, 0};
+                rx_cache_walk(c, collect_prefix, &before);
+                int want = 0;
+                for (int n = pool.page_size; n <= r->len - 1; n += pool.page_size)
+                    if (find_prefix(&before, r->model_id, r->tokens, n) >= 0) want = n; else break;
+                free(before.v);
+                int rc = rx_request_admit(c, r);
+                counts[rc == 0 ? 0 : 1]++;
+                if (rc < 0) { expect(0, "step %d: admit failed: %s", step, radix_error()); bad = 1; }
+                if (rc == 0 && r->cached_len != want) {
+                    expect(0, "step %d: cached_len %d, the brute force finds %d", step, r->cached_len, want); bad = 1;
+                }
+                if (rc == 0) {                                     /* the forward: K of the suffix into own pages */
+                    hits += r->cached_len;
+                    for (int i = r->cached_len; i < r->len; i++)
+                        pool.k[(size_t)r->pages[i / 2] * 2 + i % 2] = fingerprint(r->model_id, r->tokens, i + 1);
+                    for (int i = 0; i < r->cached_len && !bad; i++)
+                        if (pool.k[(size_t)r->pages[i / 2] * 2 + i % 2] != fingerprint(r->model_id, r->tokens, i + 1)) {
+                            expect(0, "step %d: a cached page holds another history's K", step); bad = 1;
+                        }
+                }
+            } else if (r->state == RX_REQ_RUNNING) {
+                if (op <= 1) {
+                    for (int n = pool.page_size; n <= r->len; n += pool.page_size) {     /* what finish inserts */
+                        Prefix p = {r->model_id, n, {0}, -1};
+                        memcpy(p.tok, r->tokens, (size_t)n * 4);
+                        if (find_prefix(&ever, p.model, p.tok, n) < 0) collect_prefix(&ever, p.model, p.tok, n, -1);
+                    }
+                    expect(rx_request_finish(c, r) == 0, "finish: %s", radix_error());
+                    counts[2]++;
+                } else if (op == 2) rx_request_abort(c, r), counts[3]++;
+                else rx_request_preempt(c, r), counts[4]++;
+            }
+            trace_step_checks(c, &pool, req, N_REQ, &ever, step, &bad);
+        }
+        for (int i = 0; i < N_REQ; i++) rx_request_abort(c, &req[i].r);
+        RxCacheStats s = audit(c, "after the trace");
+        expect(s.request_pages == 0 && pool.n_free + s.cached_pages == pool.n_pages,
+               "%s: %d pages held by requests, %d free + %d cached of %d", rx_cache_kind_name((RxCacheKind)kind),
+               s.request_pages, pool.n_free, s.cached_pages, pool.n_pages);
+        note("%-5s %d steps: %d admitted (%d had to wait), %d finished, %d aborted, %d preempted; %d tokens from the"
+             " cache, %ld pages evicted; at the end 0 pages held by requests, %d cached, %d free",
+             rx_cache_kind_name((RxCacheKind)kind), step, counts[0], counts[1], counts[2], counts[3], counts[4], hits,
+             s.evicted_pages, s.cached_pages, pool.n_free);
+        expect(kind == RX_CACHE_OFF || (hits > 0 && s.evicted_pages > 0 && counts[1] > 0 && counts[3] > 0 && counts[4] > 0),
+               "the trace must exercise hits, evictions, waits, aborts and preemptions");
+        rx_cache_free(c);
+        expect(pool.n_free == pool.n_pages, "after rx_cache_free: %d of %d pages free", pool.n_free, pool.n_pages);
+        free(ever.v);
+        rx_kv_pool_free(&pool);
+    }
+}
+
+/* ------------------------------------------------------------------------- part ii: prefill on a cached prefix */
+/* The forward's side of the KV prefix cache, specified without the cache: each test fills an RxKvPool itself and
+ * hands out page ids by hand, in the order a cache would. The rule every test checks: prefilling a suffix on top of
+ * cached K/V gives the last-token logits, and writes the K/V, that a full recomputation of the whole sequence gives,
+ * bit for bit, in every mode. */
+#define PF_MAX_LEN 96                   /* tokens per request: below the fixtures' max_position_embeddings 128 */
+
+typedef struct { RxKvPool pool; int next_page; } TestPool;
+
+/* Every slot starts as NaN: a slot read before anything wrote it poisons the logits, and the comparison fails. */
+static int test_pool_make(TestPool *t, int n_pages, int page_size, const Qwen3Config *c) {
+    RxKvPool *p = &t->pool;
+    memset(t, 0, sizeof *t);
+    p->n_pages = n_pages, p->page_size = page_size, p->n_layers = c->n_layers, p->kv_dim = c->n_kv_heads * c->head_dim;
+    size_t n = (size_t)n_pages * page_size * p->n_layers * p->kv_dim;
+    p->k = (float *)malloc(n * sizeof(float));
+    p->v = (float *)malloc(n * sizeof(float));
+    for (size_t i = 0; p->k && p->v && i < n; i++) p->k[i] = p->v[i] = NAN;
+    return p->k && p->v ? 0 : -1;
+}
+
+static void test_pool_free(TestPool *t) { free(t->pool.k); free(t->pool.v); }
+
+/* K (or V) of every layer at position `pos` of a sequence with page table `pages`: [n_layers * kv_dim] */
+static const float *pool_slot(const RxKvPool *p, const float *kv, const int32_t *pages, int pos) {
+    return kv + (size_t)(pages[pos / p->page_size] * p->page_size + pos % p->page_size) * p->n_layers * p->kv_dim;
+}
+
+/* Bit-for-bit equality of n floats, every one finite (a NaN equal to a NaN is no match). */
+static int same_bits_finite(const float *a, const float *b, size_t n, double *max_diff) {
+    int ok = 1;
+    *max_diff = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) { *max_diff = INFINITY; return 0; }
+        ok &= !memcmp(&a[i], &b[i], sizeof(float));
+        *max_diff = fmax(*max_diff, fabs((double)a[i] - b[i]));
+    }
+    return ok;
+}
+
+/* One request as the cache hands it to the forward: its tokens, the cached part, its page table, its prefix key. */
+typedef struct { int32_t tok[PF_MAX_LEN]; int len, cached; int32_t pages[PF_MAX_LEN]; int32_t key; } PfRequest;
+
+/* Pages for positions cached .. len-1 of r, handed out in order (the cached ones are already in r->pages). */
+static void pf_own_pages(PfRequest *r, TestPool *t) {
+    int P = t->pool.page_size;
+    for (int j = r->cached / P; j < (r->len + P - 1) / P; j++) r->pages[j] = t->next_page++;
+    r->key = r->cached ? r->pages[r->cached / P - 1] : -1;   /* the last cached page names the whole prefix */
+}
+
+/* Prefills the suffixes of n requests in one batch: last-token logits [n, vocab], rows computed, and the batch. */
+static int pf_run(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, RxMode mode, float *logits, int *rows,
+                  RxBatch *b) {
+    const int32_t *seqs[16], *pages[16];
+    int lens[16];
+    int32_t cached[16], key[16];
+    for (int s = 0; s < n; s++) {
+        seqs[s] = r[s].tok + r[s].cached, lens[s] = r[s].len - r[s].cached;
+        cached[s] = r[s].cached, key[s] = r[s].key, pages[s] = r[s].pages;
+    }
+    if (rx_batch_make(b, seqs, lens, n)) return -1;
+    for (int s = 0; s < n; s++)                          /* the suffix continues after the cached tokens */
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) b->position_ids[i] += cached[s];
+    RxPrefill pf = {&t->pool, cached, pages, key};
+    if (qwen3_prefill_ref(m, b, &pf, mode, logits, rows) == 0) return 0;
+    rx_batch_free(b);
+    return -1;
+}
+
+/* The full recomputation: qwen3_forward_ref (baseline, no cache) on the whole requests; last-token logits. */
+static int pf_full_logits(const Qwen3Model *m, const PfRequest *r, int n, float *last) {
+    const int32_t *seqs[16];
+    int lens[16], V = m->cfg.vocab_size;
+    for (int s = 0; s < n; s++) seqs[s] = r[s].tok, lens[s] = r[s].len;
+    RxBatch b;
+    if (rx_batch_make(&b, seqs, lens, n)) return -1;
+    float *all = (float *)malloc(sizeof(float) * (size_t)b.n_tokens * V);
+    int rc = !all || qwen3_forward_ref(m, &b, RX_BASELINE, all);
+    for (int s = 0; !rc && s < n; s++)
+        memcpy(last + (size_t)s * V, all + (size_t)(b.cu_seqlens[s + 1] - 1) * V, sizeof(float) * V);
+    free(all);
+    rx_batch_free(&b);
+    return rc ? -1 : 0;
+}
+
+/* Layer 0's K and V of a token, from the building blocks alone (embedding, input norm, k/v projections, k_norm and
+ * RoPE): an oracle for the pool's contents that goes through neither the forward nor the pool. */
+static void layer0_kv(const Qwen3Model *m, int32_t tok, int32_t pos, float *k, float *v) {
+    const Qwen3Config *c = &m->cfg;
+    int H = c->hidden_size, KVD = c->n_kv_heads * c->head_dim;
+    float *emb = (float *)malloc(sizeof(float) * (size_t)c->vocab_size * H);
+    float *w = (float *)malloc(sizeof(float) * (size_t)KVD * H), *x = (float *)malloc(sizeof(float) * H);
+    float *nw = (float *)malloc(sizeof(float) * H);
+    rx_tensor_to_f32(m->embed, emb);
+    rx_tensor_to_f32(m->layers[0].input_norm, nw);
+    rx_rmsnorm_ref(x, emb + (size_t)tok * H, nw, 1, H, (float)c->rms_norm_eps);
+    rx_tensor_to_f32(m->layers[0].k_proj, w);
+    rx_matmul_ref(k, x, w, 1, H, KVD);
+    rx_tensor_to_f32(m->layers[0].k_norm, nw);
+    rx_qk_norm_rope_ref(k, nw, &pos, 1, c->n_kv_heads, c->head_dim, (float)c->rms_norm_eps, c->rope_theta);
+    rx_tensor_to_f32(m->layers[0].v_proj, w);
+    rx_matmul_ref(v, x, w, 1, H, KVD);
+    free(emb); free(w); free(x); free(nw);
+}
+
+/* One random request trace on model m with page size P, prefilled in `mode`:
+ *   - 3 prefixes (1 .. 60 tokens), prefilled once from nothing (cached_len 0) to fill their pages;
+ *   - 8 requests, each a cut of a prefix plus 0 .. 10 new tokens, a third of them copying an earlier request's
+ *     suffix (so that compaction has something to merge); request 0 is a whole prefix, so the len - 1 cap binds;
+ *   - each request's cached_len: 0, one page, as many pages as the cache could hold, or a random page count,
+ *     never past the len - 1 cap or the part it really shares with the prefix.
+ * Checks: last-token logits == qwen3_forward_ref on the whole requests, bit for bit; every slot of every request's
+ * page table (cached and new) == the K/V of a full recomputation (each request prefilled alone from nothing) bit
+ * for bit; layer 0 of those == the building-block oracle. */
+static void pf_trace(const Qwen3Model *m, const char *model, int P, RxMode mode, uint64_t seed) {
+    const Qwen3Config *c = &m->cfg;
+    int V = c->vocab_size, KVD = c->n_kv_heads * c->head_dim;
+    uint64_t rng = seed;
+    TestPool t, full;
+    if (test_pool_make(&t, 11 * (PF_MAX_LEN / P + 1), P, c) || test_pool_make(&full, PF_MAX_LEN / P + 1, P, c)) {
+        expect(0, "out of memory for the pools");
+        test_pool_free(&t); test_pool_free(&full);
+        return;
+    }
+    PfRequest pre[3], req[8];
+    memset(pre, 0, sizeof pre); memset(req, 0, sizeof req);
+    for (int j = 0; j < 3; j++) {                       /* prefix 1: prefix 0 with one token changed */
+        pre[j].len = 1 + rng_int(&rng, 60);
+        for (int i = 0; i < pre[j].len; i++)
+            pre[j].tok[i] = j == 1 && i < pre[0].len ? pre[0].tok[i] : 1 + rng_int(&rng, V - 1);
+        if (j == 1) pre[1].tok[rng_int(&rng, pre[1].len)] ^= 1;
+        pf_own_pages(&pre[j], &t);
+    }
+    float *logits = (float *)malloc(sizeof(float) * 8 * V), *want = (float *)malloc(sizeof(float) * 8 * V);
+    RxBatch b;
+    int rows, rc = pf_run(m, &t, pre, 3, mode, logits, &rows, &b);
+    expect(rc == 0, "%s P=%d %s: prefilling the prefixes: %s", model, P, rx_mode_name(mode), radix_error());
+    if (!rc) rx_batch_free(&b);
+    int from[8];                                         /* the prefix each request continues */
+    for (int s = 0; s < 8 && !rc; s++) {
+        PfRequest *r = &req[s];
+        int copy = s > 0 && rng_int(&rng, 2) == 0 ? rng_int(&rng, s) : -1;
+        int j = from[s] = s == 0 ? 0 : copy >= 0 ? from[copy] : rng_int(&rng, 3), other = (j + 1) % 3;
+        if (copy >= 0 && rng_int(&rng, 2) && pre[other].len >= req[copy].cached) {
+            *r = req[copy];                              /* the same new tokens after another cached prefix */
+            memcpy(r->tok, pre[other].tok, sizeof(int32_t) * (size_t)r->cached);
+            j = from[s] = other;
+        } else if (copy >= 0) {                          /* the same request again: same prefix, same new tokens */
+            *r = req[copy];
+        } else {
+            r->len = s == 0 ? pre[j].len : rng_int(&rng, pre[j].len + 1);
+            memcpy(r->tok, pre[j].tok, sizeof(int32_t) * (size_t)r->len);
+            int extra = s == 0 ? 0 : rng_int(&rng, 11);
+            for (int i = 0; i < extra || r->len == 0; i++) r->tok[r->len++] = 1 + rng_int(&rng, V - 1);
+        }
+        int shared = 0;                                  /* what the request really shares with the prefix */
+        while (shared < r->len && shared < pre[j].len && r->tok[shared] == pre[j].tok[shared]) shared++;
+        int cap = shared < r->len - 1 ? shared : r->len - 1;
+        if (cap > pre[j].len) cap = pre[j].len;
+        cap = cap / P * P;                               /* page-aligned, at most len - 1 */
+        if (copy < 0) {
+            int pick = rng_int(&rng, 4);
+            r->cached = pick == 0   ? 0                          /* nothing cached */
+                        : pick == 1 ? (cap >= P ? P : 0)         /* one page       */
+                        : pick == 2 ? cap                        /* all it can     */
+                                    : rng_int(&rng, cap / P + 1) * P;
+            if (s == 0) r->cached = cap;
+        }
+        memcpy(r->pages, pre[j].pages, sizeof(int32_t) * (size_t)(r->cached / P));
+        pf_own_pages(r, &t);
+    }
+    int n_cached = 0;
+    for (int s = 0; s < 8; s++) n_cached += req[s].cached;
+    if (!rc) {
+        rc = pf_run(m, &t, req, 8, mode, logits, &rows, &b);
+        expect(rc == 0, "%s P=%d %s: prefill: %s", model, P, rx_mode_name(mode), radix_error());
+    }
+    if (!rc) {
+        int nc = -1;
+        {   /* N': the keyed trie over the suffixes, for the note */
+            int32_t key[8];
+            RadixIndex ix;
+            for (int s = 0; s < 8; s++) key[s] = req[s].key;
+            if (!radix_index_build_keyed(&ix, b.input_ids, b.position_ids, b.cu_seqlens, 8, key)) nc = ix.n_compact;
+            check_against_keyed_oracle(&ix, &b, key, "keyed trie of the trace");
+            radix_index_free(&ix);
+        }
+        expect(rows == (mode == RX_BASELINE ? b.n_tokens : nc), "%s: %d rows computed, expected %d", rx_mode_name(mode),
+               rows, mode == RX_BASELINE ? b.n_tokens : nc);
+        double d;
+        expect(pf_full_logits(m, req, 8, want) == 0, "full recomputation: %s", radix_error());
+        int same = same_bits_finite(logits, want, (size_t)8 * V, &d);
+        expect(same, "%s P=%d %s: prefill logits differ from full recomputation (max |diff| %g)", model, P,
+               rx_mode_name(mode), d);
+        /* The K/V: each request alone, from nothing, into its own pages of a second pool. */
+        double dkv = 0, d0 = 0;
+        int kv_same = 1, l0_same = 1;
+        float *k0 = (float *)malloc(sizeof(float) * KVD), *v0 = (float *)malloc(sizeof(float) * KVD);
+        for (int s = 0; s < 8 && !test_failed; s++) {
+            PfRequest alone = req[s];
+            alone.cached = 0;
+            pf_own_pages(&alone, &full);
+            RxBatch fb;
+            float *l1 = (float *)malloc(sizeof(float) * V);
+            if (pf_run(m, &full, &alone, 1, RX_BASELINE, l1, NULL, &fb) == 0) rx_batch_free(&fb);
+            else expect(0, "full prefill: %s", radix_error());
+            free(l1);
+            for (int p = 0; p < req[s].len && !test_failed; p++) {
+                size_t n = (size_t)c->n_layers * KVD;
+                double dk, dv;
+                kv_same &= same_bits_finite(pool_slot(&t.pool, t.pool.k, req[s].pages, p),
+                                            pool_slot(&full.pool, full.pool.k, alone.pages, p), n, &dk);
+                kv_same &= same_bits_finite(pool_slot(&t.pool, t.pool.v, req[s].pages, p),
+                                            pool_slot(&full.pool, full.pool.v, alone.pages, p), n, &dv);
+                dkv = fmax(dkv, fmax(dk, dv));
+                if (mode != RX_BASELINE) continue;      /* the oracle is slow: once per trace is enough */
+                layer0_kv(m, req[s].tok[p], p, k0, v0);
+                l0_same &= same_bits_finite(pool_slot(&t.pool, t.pool.k, req[s].pages, p), k0, KVD, &dk);
+                l0_same &= same_bits_finite(pool_slot(&t.pool, t.pool.v, req[s].pages, p), v0, KVD, &dv);
+                d0 = fmax(d0, fmax(dk, dv));
+            }
+            full.next_page = 0;
+        }
+        free(k0); free(v0);
+        expect(kv_same, "%s P=%d %s: K/V in the pages differ from a full recomputation's (max |diff| %g)", model, P,
+               rx_mode_name(mode), dkv);
+        expect(l0_same, "%s P=%d %s: layer-0 K/V differ from the building-block oracle (max |diff| %g)", model, P,
+               rx_mode_name(mode), d0);
+        char oracle[32] = "";
+        if (mode == RX_BASELINE) snprintf(oracle, sizeof oracle, ", layer-0 oracle %g", d0);
+        note("%-11s P=%-2d %-8s %3d tokens = %3d cached + %3d new (N), N' = %3d, %3d rows; max|diff| logits %g, "
+             "K/V %g%s (tol 0, bits)", model, P, rx_mode_name(mode), n_cached + b.n_tokens, n_cached, b.n_tokens, nc,
+             rows, d, dkv, oracle);
+        rx_batch_free(&b);
+    }
+    free(logits); free(want);
+    test_pool_free(&t); test_pool_free(&full);
+}
+
+static void test_prefill_equals_full_recomputation_on_random_traces(void) {
+    const int pages[] = {1, 4, 16};
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 21)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    for (int pi = 0; pi < 3; pi++)
+        for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++)
+            pf_trace(&m, "random", pages[pi], (RxMode)mode, 500 + 10 * pi + mode);
+    qwen3_free(&m);
+    if (!have_fixtures()) return;
+    const char *models[] = {"tiny-tied", "tiny-untied", "tiny-bf16"};
+    for (int mi = 0; mi < 3; mi++) {
+        char p[512];
+        snprintf(p, sizeof p, "%s/%s", fixtures(), models[mi]);
+        if (qwen3_load(&m, p)) { expect(0, "%s: %s", models[mi], radix_error()); continue; }
+        for (int pi = 0; pi < 3; pi++)
+            for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++)
+                pf_trace(&m, models[mi], pages[pi], (RxMode)mode, 700 + 100 * mi + 10 * pi + mode);
+        qwen3_free(&m);
+    }
+}
+
+/* Item 3's two rules on a random model, P = 4. Prefix A (8 tokens, two pages) is cached once; prefix B is A with one
+ * token changed inside its first page, cached in pages of its own. S is 5 new tokens at positions 8..12.
+ *   A+S, A+S, A+S[:2]+T: same prefix key -> the first two share all 5 rows, the third shares the first 2: N' = 8.
+ *   A+S, B+S:            same tokens at the same positions, different prefix keys -> never merged: N' = 10.
+ * An unkeyed trie would merge A+S and B+S (N' = 5) and give B+S the logits of A+S: the test shows they differ. */
+static void pf_keying_case(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, int want_nc, const char *what,
+                           float *logits) {
+    float *want = (float *)malloc(sizeof(float) * (size_t)n * m->cfg.vocab_size);
+    for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
+        RxBatch b;
+        int rows = -1;
+        for (int s = 0; s < n; s++) { t->next_page = 8 + 4 * s; pf_own_pages(&r[s], t); }   /* fresh own pages */
+        int rc = pf_run(m, t, r, n, (RxMode)mode, logits, &rows, &b);
+        expect(rc == 0, "%s: %s", what, radix_error());
+        if (rc) continue;
+        double d;
+        expect(pf_full_logits(m, r, n, want) == 0, "%s", radix_error());
+        int same = same_bits_finite(logits, want, (size_t)n * m->cfg.vocab_size, &d);
+        expect(same, "%s %s: logits differ from full recomputation by %g", what, rx_mode_name((RxMode)mode), d);
+        int want_rows = mode == RX_BASELINE ? b.n_tokens : want_nc;
+        expect(rows == want_rows, "%s %s: %d rows computed, expected %d", what, rx_mode_name((RxMode)mode), rows,
+               want_rows);
+        RadixIndex plain;                               /* what a trie without prefix keys would have done */
+        radix_index_build(&plain, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
+        if (mode == RX_COMPACT) {
+            note("%s: N = %d new tokens after %d cached, N' = %d (an unkeyed trie: %d), logits == full "
+                 "recomputation (max|diff| %g)", what, b.n_tokens, r[0].cached * n, rows, plain.n_compact, d);
+            printf("    ");
+            RxPrefill pf = {&t->pool, NULL, NULL, NULL};
+            int32_t cached[8], key[8];
+            const int32_t *pages[8];
+            for (int s = 0; s < n; s++) cached[s] = r[s].cached, key[s] = r[s].key, pages[s] = r[s].pages;
+            pf.cached_len = cached, pf.prefix_key = key, pf.pages = pages;
+            expect(rx_prefill_print(stdout, &b, &pf, rows) == 0, "rx_prefill_print: %s", radix_error());
+        }
+        radix_index_free(&plain);
+        rx_batch_free(&b);
+    }
+    free(want);
+}
+
+/* The model, a pool of 64 pages of 4, A and B cached, and S. */
+static int pf_keying_setup(Qwen3Model *m, TestPool *t, PfRequest *a, PfRequest *bb, int32_t *suffix) {
+    Qwen3Config cfg = tiny_config();
+    if (qwen3_random(m, &cfg, 31)) { expect(0, "qwen3_random: %s", radix_error()); return -1; }
+    if (test_pool_make(t, 64, 4, &cfg)) { expect(0, "out of memory for the pool"); qwen3_free(m); return -1; }
+    uint64_t rng = 77;
+    memset(a, 0, sizeof *a); memset(bb, 0, sizeof *bb);
+    a->len = 8;
+    for (int i = 0; i < 8; i++) a->tok[i] = 1 + rng_int(&rng, m->cfg.vocab_size - 1);
+    *bb = *a;
+    bb->tok[1] = a->tok[1] % (m->cfg.vocab_size - 1) + 1;      /* one token differs, inside the first page */
+    for (int i = 0; i < 5; i++) suffix[i] = 1 + rng_int(&rng, m->cfg.vocab_size - 1);
+    RxBatch b;
+    float *l = (float *)malloc(sizeof(float) * 2 * m->cfg.vocab_size);
+    PfRequest both[2] = {*a, *bb};
+    t->next_page = 0;
+    pf_own_pages(&both[0], t); pf_own_pages(&both[1], t);    /* A in pages 0-1, B in pages 2-3 */
+    if (pf_run(m, t, both, 2, RX_BASELINE, l, NULL, &b) == 0) rx_batch_free(&b);
+    else expect(0, "caching A and B: %s", radix_error());
+    free(l);
+    *a = both[0], *bb = both[1];
+    return 0;
+}
+
+static PfRequest pf_continue(const PfRequest *prefix, const int32_t *suffix, int n_suffix) {
+    PfRequest r = *prefix;
+    memcpy(r.tok + r.len, suffix, sizeof(int32_t) * (size_t)n_suffix);
+    r.len += n_suffix;
+    r.cached = prefix->len;                              /* both of its pages */
+    return r;
+}
+
+static void test_same_suffix_after_same_prefix_merges(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    TestPool t;
+    PfRequest a, b, r[3];
+    int32_t s[5], s2[5];
+    if (pf_keying_setup(&m, &t, &a, &b, s)) return;
+    memcpy(s2, s, sizeof s);
+    s2[2] = s[2] % (cfg.vocab_size - 1) + 1, s2[3] = s[4], s2[4] = s[3];  /* T: shares the first 2 tokens of S */
+    r[0] = pf_continue(&a, s, 5), r[1] = pf_continue(&a, s, 5), r[2] = pf_continue(&a, s2, 5);
+    float *logits = (float *)malloc(sizeof(float) * 3 * cfg.vocab_size);
+    pf_keying_case(&m, &t, r, 3, 8, "A+S, A+S, A+S[:2]+T", logits);
+    expect(!test_failed && !memcmp(logits, logits + cfg.vocab_size, sizeof(float) * cfg.vocab_size),
+           "the two A+S requests got different logits");
+    free(logits);
+    test_pool_free(&t);
+    qwen3_free(&m);
+}
+
+static void test_same_suffix_after_different_prefix_not_merged(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    TestPool t;
+    PfRequest a, b, r[2];
+    int32_t s[5];
+    if (pf_keying_setup(&m, &t, &a, &b, s)) return;
+    r[0] = pf_continue(&a, s, 5), r[1] = pf_continue(&b, s, 5);
+    float *logits = (float *)malloc(sizeof(float) * 2 * cfg.vocab_size);
+    pf_keying_case(&m, &t, r, 2, 10, "A+S, B+S (A, B differ at position 1)", logits);
+    double d = max_abs_diff(logits, logits + cfg.vocab_size, (size_t)cfg.vocab_size);
+    expect(d > 0, "A+S and B+S got the same logits: the prefix did not matter");
+    note("A+S vs B+S logits: max|diff| %g (> 0: merging them would have been wrong)", d);
+    free(logits);
+    test_pool_free(&t);
+    qwen3_free(&m);
+}
+
+/* radix_index_build_keyed against the brute-force oracle, on random batches with random keys from a small set
+ * (so equal keys are common); with no keys it is radix_index_build. */
+static void test_keyed_trie_matches_bruteforce_oracle(void) {
+    uint64_t rng = 99;
+    long tokens = 0, compact = 0;
+    for (int t = 0; t < 2000 && !test_failed; t++) {
+        int n_seqs = 1 + rng_int(&rng, 8), lens[8], at = 0, vocab = 1 + rng_int(&rng, 3);
+        int32_t ids[8 * 10], pos[8 * 10], key[8];
+        for (int s = 0; s < n_seqs; s++) {
+            lens[s] = rng_int(&rng, 10);
+            key[s] = rng_int(&rng, 4) - 1;                       /* -1 (nothing cached), 0, 1 or 2 */
+            int start = rng_int(&rng, 2) * 4;                     /* suffixes after 0 or 4 cached tokens */
+            for (int i = 0; i < lens[s]; i++) ids[at + i] = rng_int(&rng, vocab), pos[at + i] = start + i;
+            at += lens[s];
+        }
+        RxBatch b = batch_of(n_seqs, lens, ids, pos);
+        RadixIndex ix;
+        expect(radix_index_build_keyed(&ix, b.input_ids, b.position_ids, b.cu_seqlens, n_seqs, key) == 0, "build: %s",
+               radix_error());
+        if (!test_failed) check_against_keyed_oracle(&ix, &b, key, "keyed batch");
+        tokens += ix.n_tokens, compact += ix.n_compact;
+        radix_index_free(&ix);
+        rx_batch_free(&b);
+    }
+    int32_t bad[1] = {-2}, id[1] = {1}, p0[1] = {0}, cu[2] = {0, 1};
+    RadixIndex ix;
+    expect(radix_index_build_keyed(&ix, id, p0, cu, 1, bad) != 0 && strstr(radix_error(), "root key -2"),
+           "root key -2 accepted: '%s'", radix_error());
+    note("2000 random batches, keys in {-1, 0, 1, 2}: %ld tokens -> %ld compact rows, all as the oracle says; "
+         "key -2 -> %s", tokens, compact, radix_error());
+}
+
+/* Bad RxPrefill inputs: each rejected with one sentence, nothing written. */
+static void test_prefill_rejects_bad_inputs(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    TestPool t;
+    if (qwen3_random(&m, &cfg, 41) || test_pool_make(&t, 8, 4, &cfg)) { expect(0, "setup: %s", radix_error()); return; }
+    /* two sequences of 3 new tokens after 4 cached ones: pages {0, 1} and {0, 2} */
+    int32_t ids[] = {5, 6, 7, 8, 9, 10}, pos[] = {4, 5, 6, 4, 5, 6};
+    int lens[] = {3, 3};
+    struct { const char *what, *msg; int32_t cached[2], key[2], p0[2], p1[2], pos0; int layers; } cases[] = {
+        {"cached_len not a multiple of the page size", "cached_len 3 is not a multiple of the page size 4",
+         {3, 4}, {0, 0}, {0, 1}, {0, 2}, 4, 2},
+        {"page id = n_pages", "page table entry 1 is page 8, outside the pool's 8 pages",
+         {4, 4}, {0, 0}, {0, 8}, {0, 2}, 4, 2},
+        {"negative page id", "page table entry 0 is page -1", {4, 4}, {0, 0}, {-1, 1}, {0, 2}, 4, 2},
+        {"positions not after cached_len", "new token 0 is at position 3; after 4 cached tokens it must be at 4",
+         {4, 4}, {0, 0}, {0, 1}, {0, 2}, 3, 2},
+        {"cached tokens without a prefix key", "prefix key -1; it must be >= 0 when tokens are cached",
+         {4, 4}, {-1, 0}, {0, 1}, {0, 2}, 4, 2},
+        {"one page written by two sequences", "page 1 is written by sequence 0 and also written by sequence 1",
+         {4, 4}, {0, 0}, {0, 1}, {0, 1}, 4, 2},
+        {"a cached page written over", "page 0 is written by sequence 1 and also read by sequence 0",
+         {4, 0}, {0, -1}, {0, 1}, {0, 2}, 4, 2},
+        {"a pool for another model", "the KV pool holds 3 layers x 64 floats per token; the model needs 2 x 64",
+         {4, 4}, {0, 0}, {0, 1}, {0, 2}, 4, 3},
+    };
+    float *logits = (float *)malloc(sizeof(float) * 2 * cfg.vocab_size);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        RxBatch b = batch_of(2, lens, ids, pos);
+        for (int s = 0; s < 2; s++)
+            for (int j = 0; j < 3; j++) b.position_ids[3 * s + j] = (s ? cases[i].cached[1] : cases[i].pos0) + j;
+        const int32_t *pages[2] = {cases[i].p0, cases[i].p1};
+        t.pool.n_layers = cases[i].layers;
+        RxPrefill pf = {&t.pool, cases[i].cached, pages, cases[i].key};
+        int rc = qwen3_prefill_ref(&m, &b, &pf, RX_COMPACT, logits, NULL);
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg) && !strchr(radix_error(), '\n'),
+               "%s: rc %d, '%s' lacks '%s'", cases[i].what, rc, radix_error(), cases[i].msg);
+        note("%-42s -> %s", cases[i].what, radix_error());
+        t.pool.n_layers = cfg.n_layers;
+        rx_batch_free(&b);
+    }
+    size_t n = (size_t)t.pool.n_pages * t.pool.page_size * cfg.n_layers * t.pool.kv_dim, written = 0;
+    for (size_t i = 0; i < n; i++) written += !isnan(t.pool.k[i]) || !isnan(t.pool.v[i]);
+    expect(written == 0, "a rejected prefill wrote %zu floats into the pool", written);
+    free(logits);
+    test_pool_free(&t);
+    qwen3_free(&m);
+}
+
+/* rx_serve on random request traces: a few prompts that share random prefixes, random page sizes, pools (some
+ * under eviction pressure), batches, schedules, caches and modes. Every request's last-token logits must equal a
+ * full recomputation of that request alone, bit for bit; no page may leak. */
+static void test_cache_serve_random_traces_equal_full_recomputation(void) {
+    Qwen3Config cfg = {512, 64, 128, 2, 4, 2, 32, 128, 1e6, 1e-6, 1};
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 5)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    uint64_t rng = 77;
+    int V = cfg.vocab_size, traces = 0, requests = 0;
+    long cached = 0, evicted = 0;
+    double worst = 0;
+    float *all = (float *)malloc((size_t)64 * V * sizeof(float));
+    for (int t = 0; t < 12 && !test_failed; t++) {
+        enum { N = 10 };
+        int32_t seqs[N][48], stems[3][48];
+        const int32_t *ptr[N];
+        int lens[N], longest = 0;
+        for (int g = 0; g < 3; g++) for (int i = 0; i < 48; i++) stems[g][i] = 1 + rng_int(&rng, V - 1);
+        for (int s = 0; s < N; s++) {                      /* a random stem's first shared tokens, then its own */
+            int g = rng_int(&rng, 3), shared = rng_int(&rng, 33);
+            lens[s] = 1 + rng_int(&rng, 47);
+            for (int i = 0; i < lens[s]; i++) seqs[s][i] = i < shared ? stems[g][i] : 1 + rng_int(&rng, V - 1);
+            ptr[s] = seqs[s];
+            if (lens[s] > longest) longest = lens[s];
+        }
+        RxServeOptions o = {(RxCacheKind)rng_int(&rng, 3), 1 + rng_int(&rng, 8), 0, 1 + rng_int(&rng, 4),
+                            rng_int(&rng, 2), (RxMode)rng_int(&rng, 4), 42};
+        if (t % 2) o.n_pages = (longest + o.page_size - 1) / o.page_size * o.batch + rng_int(&rng, 4);  /* pressure */
+        float *got = (float *)malloc((size_t)N * V * sizeof(float));
+        int32_t cached_of[N];
+        RxServeStats st;
+        if (rx_serve(&m, ptr, lens, N, &o, got, NULL, cached_of, &st)) {
+            expect(0, "trace %d: rx_serve: %s", t, radix_error());
+            free(got);
+            break;
+        }
+        for (int s = 0; s < N; s++) {
+            RxBatch b;
+            rx_batch_make(&b, &ptr[s], &lens[s], 1);
+            qwen3_forward_ref(&m, &b, RX_BASELINE, all);
+            const float *want = all + (size_t)(lens[s] - 1) * V, *row = got + (size_t)s * V;
+            double d = max_abs_diff(row, want, (size_t)V);
+            for (int v = 0; v < V; v++) if (!isfinite(row[v])) d = INFINITY;
+            if (d > worst) worst = d;
+            expect(d == 0, "trace %d (%s, page %d, pool %d, batch %d, %s, %s): request %d (%d tokens, %d cached):"
+                   " max |diff| %g, tolerance 0", t, rx_cache_kind_name(o.cache), o.page_size, st.pool_pages, o.batch,
+                   o.lpm ? "lpm" : "fcfs", rx_mode_name(o.mode), s, lens[s], cached_of[s], d);
+            rx_batch_free(&b);
+        }
+        expect(st.request_pages == 0 && st.held_after_flush == 0, "trace %d: %d request pages, %d held after the flush",
+               t, st.request_pages, st.held_after_flush);
+        traces++; requests += N; cached += st.cached_tokens; evicted += st.evicted_pages;
+        free(got);
+    }
+    note("%d random traces, %d requests (%ld tokens from the cache, %ld pages evicted): max |served - full recomputation|"
+         " = %g, tolerance 0 (bit for bit); no page leaked", traces, requests, cached, evicted, worst);
+    expect(cached > 0 && evicted > 0, "the traces must hit the cache and evict");
+    free(all);
+    qwen3_free(&m);
+}
+
+/* ---- the --requests CLI ---- */
+/* 14 requests for tiny-bf16 (vocab 512): three system prompts of 9, 13 and 20 tokens, questions that share their
+ * first tokens, a repeat, a one-token request, and one request unlike the others; written to dir/requests.txt. */
+static int write_requests(const char *dir, int32_t seqs[][40], int *lens) {
+    uint64_t rng = 99;
+    int32_t sys[3][20];
+    char text[8192] = "";
+    int n = 14;
+    for (int g = 0; g < 3; g++) for (int i = 0; i < 20; i++) sys[g][i] = 1 + rng_int(&rng, 511);
+    for (int s = 0; s < n; s++) {
+        int g = s % 3, head = g == 0 ? 9 : g == 1 ? 13 : 20, len = head + 1 + rng_int(&rng, 12);
+        for (int i = 0; i < len; i++) seqs[s][i] = i < head ? sys[g][i] : 1 + rng_int(&rng, 511);
+        if (s >= 6 && s < 9) for (int i = head; i < head + 3; i++) seqs[s][i] = 7 + i;  /* a common question stem */
+        lens[s] = len;
+    }
+    memcpy(seqs[9], seqs[4], sizeof seqs[9]); lens[9] = lens[4];                     /* a repeat */
+    lens[10] = 1;                                                                      /* one token */
+    for (int i = 0; i < 33; i++) seqs[11][i] = 1 + rng_int(&rng, 511);                 /* nothing shared */
+    lens[11] = 33;
+    for (int s = 0; s < n; s++) {
+        for (int i = 0; i < lens[s]; i++)
+            snprintf(text + strlen(text), sizeof text - strlen(text), "%s%d", i ? " " : "", seqs[s][i]);
+        strcat(text, "\n");
+    }
+    write_file(dir, "requests.txt", text, strlen(text));
+    return n;
+}
+
+/* The cached tokens of each request, from the definition: batches of B in file order, unlimited pool; request s
+ * reuses the longest prefix, whole pages and at most len - 1 tokens, that a request of an earlier batch cached
+ * (its whole pages). */
+static int expected_cached(int32_t seqs[][40], const int *lens, int s, int B, int P) {
+    int best = 0;
+    for (int j = 0; j < s / B * B; j++) {
+        int l = 0;
+        while (l < lens[s] && l < lens[j] && seqs[s][l] == seqs[j][l]) l++;
+        int c = l < lens[j] / P * P ? l : lens[j] / P * P;
+        if (c > (lens[s] - 1) / P * P) c = (lens[s] - 1) / P * P;
+        c = c / P * P;
+        if (c > best) best = c;
+    }
+    return best;
+}
+
+static void test_cli_requests_match_full_recomputation(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-req-XXXXXX", cmd[1024], out[16384], path[512];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    int32_t seqs[14][40];
+    int lens[14], n = write_requests(dir, seqs, lens);
+    Qwen3Model m;
+    snprintf(path, sizeof path, "%s/tiny-bf16", fixtures());
+    if (qwen3_load(&m, path)) { expect(0, "load: %s", radix_error()); remove_dir(dir); return; }
+    int V = m.cfg.vocab_size;
+    float *want = (float *)malloc((size_t)n * V * sizeof(float)), *all = (float *)malloc((size_t)40 * V * sizeof(float));
+    for (int s = 0; s < n; s++) {                          /* the oracle: each request alone, from scratch */
+        const int32_t *p = seqs[s];
+        RxBatch b;
+        rx_batch_make(&b, &p, &lens[s], 1);
+        expect(qwen3_forward_ref(&m, &b, RX_BASELINE, all) == 0, "full forward: %s", radix_error());
+        memcpy(want + (size_t)s * V, all + (size_t)(lens[s] - 1) * V, (size_t)V * sizeof(float));
+        rx_batch_free(&b);
+    }
+    const struct { const char *flags; int B, P, exact_cache; } runs[] = {
+        {"", 1, 16, 1},                                    /* the defaults: radix, page 16, batch 1, fcfs */
+        {"--prefix-cache radix --page-size 4 --batch 3 --mode compact", 3, 4, 1},
+        {"--prefix-cache radix --page-size 4 --batch 3 --mode baseline", 3, 4, 1},
+        {"--prefix-cache hash --page-size 4 --batch 3", 3, 4, 1},
+        {"--prefix-cache off --page-size 4 --batch 4", 4, 4, 1},
+        {"--prefix-cache radix --page-size 2 --batch 2 --schedule lpm", 2, 2, 0},
+        {"--prefix-cache radix --page-size 4 --cache-pages 12 --batch 2", 2, 4, 0},    /* eviction pressure */
+        {"--prefix-cache hash --page-size 4 --cache-pages 12 --batch 2 --schedule lpm", 2, 4, 0},
+        {"--prefix-cache radix --page-size 4 --batch 5 --mode radix", 5, 4, 1},
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s --model %s --requests %s/requests.txt --dump-logits %s/d.f32 --stats %s/s.csv --cpu %s",
+                 cli(), path, dir, dir, dir, runs[k].flags);
+        int rc = run_cmd(cmd, out, sizeof out);
+        char dump[600], csvp[600];
+        snprintf(dump, sizeof dump, "%s/d.f32", dir);
+        snprintf(csvp, sizeof csvp, "%s/s.csv", dir);
+        size_t len = 0, clen = 0;
+        float *got = rc == 0 ? (float *)read_file(dump, &len) : NULL;
+        char *csv = rc == 0 ? (char *)read_file(csvp, &clen) : NULL;
+        expect(rc == 0 && got && len == (size_t)n * V * sizeof(float), "'%s': exit %d, dump of %zu bytes\n%s", cmd, rc,
+               len, out);
+        if (!got || !csv) { free(got); free(csv); continue; }
+        int finite = 1;
+        for (size_t i = 0; i < (size_t)n * V; i++) finite &= isfinite(got[i]) != 0;
+        double d = max_abs_diff(got, want, (size_t)n * V);
+        expect(finite && d == 0, "%s: max |dump - full recomputation| = %g (tolerance 0, bit for bit), finite %d",
+               runs[k].flags, d, finite);
+        /* the stats: the header, one row per request in file order, cached tokens as the definition says */
+        int rows = 0, bad = 0, cached_sum = 0;
+        char *line = strtok(csv, "\n");
+        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens"), "stats header '%s'", line ? line : "");
+        for (line = strtok(NULL, "\n"); line; line = strtok(NULL, "\n"), rows++) {
+            int r, b, pt, ct;
+            if (sscanf(line, "%d,%d,%d,%d", &r, &b, &pt, &ct) != 4 || r != rows || pt != lens[rows] || ct % runs[k].P ||
+                ct > lens[rows] - 1 || (runs[k].exact_cache && !strstr(runs[k].flags, "lpm") &&
+                                        (b != rows / runs[k].B || ct != (strstr(runs[k].flags, "off") ? 0 :
+                                         expected_cached(seqs, lens, rows, runs[k].B, runs[k].P))))) {
+                if (!bad) expect(0, "%s: stats row '%s'", runs[k].flags, line);
+                bad = 1;
+            }
+            cached_sum += ct;
+        }
+        expect(rows == n, "%d stats rows, expected %d", rows, n);
+        char want_sum[64];
+        snprintf(want_sum, sizeof want_sum, "cached tokens %d,", cached_sum);
+        expect(strstr(out, want_sum) && strstr(out, "hit rate") && strstr(out, "compact rows computed") &&
+               strstr(out, "after the final flush: 0 pages held by requests"), "%s: summary\n%s", runs[k].flags, out);
+        note("%-72s max|diff| %g (tol 0), %d stats rows, %d tokens cached", runs[k].flags[0] ? runs[k].flags : "(defaults)",
+             d, rows, cached_sum);
+        free(got); free(csv);
+    }
+    free(want); free(all);
+    qwen3_free(&m);
+    remove_dir(dir);
+}
+
+static void test_cli_requests_rejects_bad_input(void) {
+    if (!have_cli()) return;
+    char long_line[129 * 2 + 2] = "";
+    for (int i = 0; i < 129; i++) strcat(long_line, "7 ");
+    strcat(long_line, "\n");
+    struct { const char *what, *tokens, *flags, *msg; } cases[] = {
+        {"token id = vocab size", "1 2 3\n4 512 6\n", "", "requests.txt:2: token id 512 is outside the vocabulary [0, 512)"},
+        {"non-numeric token id", "1 2\n3 x\n", "", ":2: 'x' is not part of a token id"},
+        {"empty line", "1 2\n\n3\n", "", ":2: empty line"},
+        {"empty file", "", "", "no sequences"},
+        {"129 tokens, max 128", long_line, "", ":1: 129 tokens, more than max_position_embeddings 128"},
+        {"request beyond the pool", "1 2 3\n1 2 3 4 5 6 7 8 9\n", "--page-size 4 --cache-pages 2",
+         ":2: a request of 9 tokens needs 3 pages of 4 tokens, but --cache-pages is 2"},
+    };
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX", cmd[1024], out[4096];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_file(dir, "requests.txt", cases[i].tokens, strlen(cases[i].tokens));
+        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s", cli(), fixtures(), dir,
+                 cases[i].flags);
+        expect_one_line_error(cases[i].what, run_cmd(cmd, out, sizeof out), out, cases[i].msg);
+    }
+    const char *bad[] = {"--prefix-cache lru", "--page-size 0", "--batch x", "--batch 1025", "--schedule sjf",
+                         "--cache-pages -3", "--tokens x.txt"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s", cli(), fixtures(), dir, bad[i]);
+        int rc = run_cmd(cmd, out, sizeof out);
+        expect(rc == 2 && !strncmp(out, "radixmlp: ", 10), "'%s': exit %d, expected 2\n%s", bad[i], rc, out);
+        note("%-28s exit %d, %.*s", bad[i], rc, (int)strcspn(out, "\n"), out);
+    }
+    snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --tokens %s/requests.txt --batch 2", cli(), fixtures(), dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    expect(rc == 2 && strstr(out, "go with --requests"), "cache flags without --requests: exit %d\n%s", rc, out);
+    remove_dir(dir);
+}
+
+static void test_bench_prefix_cache_csv(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[16384];
+    int rc;
+    char *csv = bench_csv("--prefix-cache --reps 1", out, sizeof out, &rc);
+    expect(rc == 0 && strstr(out, "fcfs vs lpm") && strstr(out, "add up"), "'bench --prefix-cache' exited %d:\n%s", rc, out);
+    int lines = 0, ragged = 0, commas0 = -1, matched = 0;
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n"), lines++) {
+        int commas = 0;
+        for (char *c = line; *c; c++) commas += *c == ',';
+        if (commas0 < 0) commas0 = commas;
+        ragged |= commas != commas0;
+        char name[64], kind[16];
+        int req, prompt, cached;   /* cpu,scenario,requests,prompt_tokens,cache,cached_tokens,... */
+        char *f = strchr(line, ',');
+        if (f && sscanf(f + 1, "%63[^,],%d,%d,%15[^,],%d", name, &req, &prompt, kind, &cached) == 5) {
+            /* where the shapes are the seed's, the cached tokens are too: 7 x 16, 23 x 24, 7 x 24, 4 x 5 x 16 */
+            int seed = !strcmp(name, "shared_prefix_basic") ? 112 : !strcmp(name, "high_reuse_many_requests") ? 552 :
+                       !strcmp(name, "branching_conversation") ? 168 : !strcmp(name, "multi_prefix_groups") ? 320 : -1;
+            if (seed >= 0 && strcmp(kind, "off")) {
+                expect(cached == seed, "%s %s: %d cached, seed %d", name, kind, cached, seed);
+                matched++;
+            }
+        }
+    }
+    expect(lines == 1 + 6 * 3 && !ragged, "the CSV has %d lines (expected 19), %s", lines, ragged ? "ragged" : "one width");
+    expect(matched == 8, "%d hash/radix rows of the first four scenarios checked, expected 8", matched);
+    note("bench --prefix-cache: %d CSV lines; hash and radix cache 112, 552, 168, 320 tokens where the seed does", lines);
+    free(csv);
+    const char *bad[] = {"./bench --prefix-cache --table 5", "./bench --prefix-cache --reps 0",
+                         "./bench --prefix-cache --svg x.svg"};
+    for (int i = 0; i < 3; i++) {
+        rc = run_cmd(bad[i], out, sizeof out);
+        expect(rc == 2 && strstr(out, "bench: "), "'%s': exit %d, expected 2 with a message:\n%s", bad[i], rc, out);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------------------- main */
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
@@ -1627,6 +2711,23 @@ static const Test tests[] = {
     {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
     {"bench", "replot_of_papers_table4_draws_only_its_lines", test_bench_replot_of_papers_table4},
     {"cli", "cli_rejects_bad_tokens", test_cli_rejects_bad_tokens},
+    {"cache", "radix_insert_match_split_at_page_boundaries", test_cache_radix_insert_match_split_at_page_boundaries},
+    {"cache", "match_capped_at_len_minus_one", test_cache_match_capped_at_len_minus_one},
+    {"cache", "model_id_namespaces", test_cache_model_id_namespaces},
+    {"cache", "lock_refs_prevent_eviction", test_cache_lock_refs_prevent_eviction},
+    {"cache", "eviction_takes_lru_leaf_and_cascades", test_cache_eviction_takes_lru_leaf_and_cascades},
+    {"cache", "hash_eviction_orphans_descendants", test_cache_hash_eviction_orphans_descendants},
+    {"cache", "request_larger_than_pool_is_an_error", test_cache_request_larger_than_pool_is_an_error},
+    {"cache", "random_trace_balances_refs", test_cache_random_trace_balances_refs},
+    {"prefill", "keyed_trie_matches_bruteforce_oracle", test_keyed_trie_matches_bruteforce_oracle},
+    {"prefill", "equals_full_recomputation_on_random_traces", test_prefill_equals_full_recomputation_on_random_traces},
+    {"prefill", "same_suffix_after_same_prefix_merges", test_same_suffix_after_same_prefix_merges},
+    {"prefill", "same_suffix_after_different_prefix_not_merged", test_same_suffix_after_different_prefix_not_merged},
+    {"prefill", "rejects_bad_inputs", test_prefill_rejects_bad_inputs},
+    {"cache", "serve_random_traces_equal_full_recomputation", test_cache_serve_random_traces_equal_full_recomputation},
+    {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
+    {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
+    {"bench", "prefix_cache_csv_and_errors", test_bench_prefix_cache_csv},
 };
 
 #ifndef RADIXMLP_FUZZ
@@ -1753,7 +2854,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
  * past the end. bad >= 192 makes it invalid on purpose, as radix_index_build must reject: n_seqs < 0 (bit 0),
  * cu_seqlens[0] != 0 (1), cu_seqlens stepping back (2), NULL cu_seqlens (3), input_ids (4) or position_ids (5).
  * kind: token ids from a vocabulary of 1..8 (bits 0-2; small, so prefixes are shared) or raw int32 (bit 3);
- * positions 0..L-1 (bits 4-5 = 0), shifted per sequence (1), random 0..3 (2) or raw int32 (3). */
+ * positions 0..L-1 (bits 4-5 = 0), shifted per sequence (1), random 0..3 (2) or raw int32 (3); bit 6: root keys
+ * (Part II's cached-prefix keys, radix_index_build_keyed) from -1..2, one byte per sequence after the tokens. */
 typedef struct { const uint8_t *p, *end; } FuzzIn;
 static int fuzz_byte(FuzzIn *in) { return in->p < in->end ? *in->p++ : 0; }
 static int32_t fuzz_i32(FuzzIn *in) {
@@ -1764,7 +2866,7 @@ static int32_t fuzz_i32(FuzzIn *in) {
 
 /* What a successful build promises: gather strictly increasing into [0, N), scatter into [0, N'), each maps the other
  * back; and for small batches, equality with the brute-force oracle. */
-static void check_index(const RadixIndex *ix, const RxBatch *b) {
+static void check_index(const RadixIndex *ix, const RxBatch *b, const int32_t *root_key) {
     int n = b->n_tokens, nc = ix->n_compact;
     expect(ix->n_tokens == n && (n ? nc >= 1 && nc <= n : nc == 0), "N = %d, N' = %d for %d tokens", ix->n_tokens, nc, n);
     for (int c = 0; c < nc && !test_failed; c++)
@@ -1773,7 +2875,7 @@ static void check_index(const RadixIndex *ix, const RxBatch *b) {
                c, ix->gather[c]);
     for (int i = 0; i < n && !test_failed; i++)
         expect(ix->scatter[i] >= 0 && ix->scatter[i] < nc, "scatter[%d] = %d is outside [0, %d)", i, ix->scatter[i], nc);
-    if (!test_failed && n <= 64) check_against_oracle(ix, b, "fuzz batch");
+    if (!test_failed && n <= 64) check_against_keyed_oracle(ix, b, root_key, "fuzz batch");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -1802,15 +2904,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             pos[i] = (kind >> 4 & 3) == 2 ? fuzz_byte(&in) % 4 : (kind >> 4 & 3) == 3 ? fuzz_i32(&in) : i - cu[s] + shift;
         }
     }
+    int32_t key[17];
+    for (int s = 0; s < n_seqs && s < 17; s++) key[s] = fuzz_byte(&in) % 4 - 1;
     RadixIndex ix;
-    int rc = radix_index_build(&ix, bad & 16 ? NULL : ids, bad & 32 ? NULL : pos, bad & 8 ? NULL : cu, n_seqs);
+    int rc = radix_index_build_keyed(&ix, bad & 16 ? NULL : ids, bad & 32 ? NULL : pos, bad & 8 ? NULL : cu, n_seqs,
+                                     kind & 64 ? key : NULL);
     expect((rc == 0) == valid, "%s a%s batch: %s", rc ? "rejected" : "accepted", valid ? " valid" : "n invalid",
            rc ? radix_error() : "");
     if (rc) {
         expect(!ix.gather && !ix.scatter && !ix.n_tokens && !ix.n_compact, "a failed build left the index set");
     } else if (!test_failed) {
         RxBatch b = {n_seqs, n, ids, pos, cu};
-        check_index(&ix, &b);
+        check_index(&ix, &b, kind & 64 ? key : NULL);
         radix_draw_trie(devnull, &ix, ids, pos, cu, n_seqs);
     }
     radix_index_free(&ix);
