@@ -1369,6 +1369,22 @@ static void *rx_alloc(size_t bytes, const char *what) {
     return p;
 }
 
+/* A NaN or Inf in an output is an error, never a small difference: fmax() would drop a NaN, and an all-NaN output
+ * would then compare equal to anything. */
+double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_bad) {
+    double d = 0.0;
+    if (first_bad) *first_bad = n;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || (b && !isfinite(b[i]))) {
+            if (first_bad) *first_bad = i;
+            return NAN;
+        }
+        double x = fabs((double)a[i] - (b ? (double)b[i] : 0.0));
+        if (x > d) d = x;
+    }
+    return d;
+}
+
 /* ------------------------------------------------------------------------------------------------------ json reader */
 /* A small strict JSON reader, just enough for safetensors headers, config.json and the shard index. It builds a flat
  * array of values; arrays and objects link their elements through child/next indices. Strings are unescaped into one
@@ -2262,15 +2278,17 @@ static const char *usage =
     "                FILE: one sequence per line, token ids separated by spaces. --dump-logits writes raw\n"
     "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n";
 
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
-    return d;
-}
-static double max_abs(const float *a, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i]));
-    return d;
+/* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; -1 with radix_error() set when
+ * either holds a NaN or Inf (what names got), which is a failure, never a small difference. */
+static int compare(const float *got, const float *ref, size_t n, int row_len, const char *what, double *d, double *rel) {
+    size_t bad;
+    *d = rx_max_abs_diff(got, ref, n, &bad);
+    if (bad < n)
+        return rx_fail("%s: element [%zu, %zu] is %g where the reference has %g: a NaN or Inf is never a match", what,
+                       bad / row_len, bad % row_len, got[bad], ref[bad]);
+    double scale = rx_max_abs_diff(ref, NULL, n, NULL);
+    *rel = scale > 0 ? *d / scale : *d;
+    return 0;
 }
 
 static void print_batch_stats(const RxBatch *b, const RadixIndex *ix) {
@@ -2288,9 +2306,13 @@ static int gpu_compare(const Qwen3Model *m, const RxBatch *b, const float *ref, 
     printf("GPU forward on %s (bf16 weights, fp32 accumulation):\n", gpu_device_name());
     for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
         GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
-        if (gpu_forward(g, b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info)) { gpu_model_free(g); return -1; }
+        double d, rel;
+        char what[64];
+        snprintf(what, sizeof what, "the GPU logits (%s)", rx_mode_name((RxMode)mode));
+        if (gpu_forward(g, b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info) ||
+            compare(logits, ref, n, m->cfg.vocab_size, what, &d, &rel)) { gpu_model_free(g); return -1; }
         printf("  %-8s %8.3f ms   max|GPU - C reference| / max|ref| = %.2e\n", rx_mode_name((RxMode)mode),
-               info.forward_ms, max_abs_diff(logits, ref, n) / max_abs(ref, n));
+               info.forward_ms, rel);
     }
     gpu_model_free(g);
     return 0;
@@ -2328,11 +2350,12 @@ static int demo(void) {
     for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
         double t0 = rx_now_ms();
         if (qwen3_forward_ref(&m, &b, (RxMode)mode, mode == RX_BASELINE ? ref : logits)) goto done;
-        double ms = rx_now_ms() - t0;
+        double ms = rx_now_ms() - t0, d, rel;
+        if (compare(mode == RX_BASELINE ? ref : logits, ref, n, cfg.vocab_size, rx_mode_name((RxMode)mode), &d, &rel))
+            goto done;
         if (mode == RX_BASELINE) printf("  %-8s %8.1f ms   computes %d rows\n", "baseline", ms, b.n_tokens);
         else printf("  %-8s %8.1f ms   computes %d rows   max|%s - baseline| = %g%s\n", rx_mode_name((RxMode)mode), ms,
-                    ix.n_compact, rx_mode_name((RxMode)mode), max_abs_diff(logits, ref, n),
-                    max_abs_diff(logits, ref, n) == 0 ? " (bit-identical)" : "");
+                    ix.n_compact, rx_mode_name((RxMode)mode), d, d == 0 ? " (bit-identical)" : "");
     }
     printf("\n");
     if (!gpu_available()) printf("GPU: not used (%s); the CUDA path runs where a GPU is present.\n", radix_error());

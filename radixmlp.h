@@ -20,6 +20,12 @@ extern "C" {
  * explanation (naming the file and tensor where there is one) is then in radix_error(). */
 const char *radix_error(void);
 
+/* The one comparison every check uses (the tests, the demo, the benchmark): max |a[i] - b[i]| over i < n, or
+ * max |a[i]| when b is NULL. NaN and Inf never pass: the result is NaN as soon as an a[i] or b[i] is NaN or +-Inf,
+ * so that `d <= tol` and `d == 0` are both false on a poisoned output; *first_bad (when not NULL) is then the index
+ * of the first such element, else n. */
+double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_bad);
+
 /* ---------------------------------------------------------------------------------------------------------------
  * Algorithm 2: the prefix trie and its compaction indices
  * ------------------------------------------------------------------------------------------------------------- */

@@ -32,12 +32,15 @@ static void expect(int ok, const char *fmt, ...) {
     test_failed = 1;
 }
 
-static void note(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
+static void vnote(const char *fmt, va_list ap) {
     printf("    ");
     vprintf(fmt, ap);
     printf("\n");
+}
+static void note(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vnote(fmt, ap);
     va_end(ap);
 }
 
@@ -60,11 +63,9 @@ static float *rand_floats(size_t n, float lo, float hi, uint64_t *rng) {
     return x;
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
-    return d;
-}
+/* max|a - b| and max|a| are the library's rx_max_abs_diff: NaN as soon as either side holds a NaN or Inf. */
+static double max_abs_diff(const float *a, const float *b, size_t n) { return rx_max_abs_diff(a, b, n, NULL); }
+static double max_abs(const float *a, size_t n) { return rx_max_abs_diff(a, NULL, n, NULL); }
 
 static double mean_abs_diff(const float *a, const float *b, size_t n) {
     double d = 0;
@@ -72,10 +73,43 @@ static double mean_abs_diff(const float *a, const float *b, size_t n) {
     return n ? d / n : 0;
 }
 
-static double max_abs(const float *a, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i]));
-    return d;
+/* The two verdicts every output comparison gives; each returns 1 (pass) or 0 with the reason in why[WHY]. A NaN or
+ * Inf in either array fails both, with its own reason, even where got and ref hold the very same bits.
+ *   close:     max|got - ref| <= tol_rel * max|ref|   (*d, *tol: what was compared, for the note)
+ *   identical: the same bits everywhere                (radix vs baseline in the C reference, determinism)  */
+#define WHY 256
+static int nonfinite(const float *got, const float *ref, size_t n, char *why) {
+    size_t bad;
+    rx_max_abs_diff(got, ref, n, &bad);
+    if (bad < n) snprintf(why, WHY, "element %zu is %g, the other side %g: a NaN or Inf never passes", bad, got[bad], ref[bad]);
+    return bad < n;
+}
+static int close_verdict(const float *got, const float *ref, size_t n, double tol_rel, double *d, double *tol, char *why) {
+    *d = max_abs_diff(got, ref, n);
+    *tol = tol_rel * max_abs(ref, n);
+    if (nonfinite(got, ref, n, why)) return 0;
+    snprintf(why, WHY, "max|diff| %.3g > tol %.3g", *d, *tol);
+    return *d <= *tol;
+}
+static int identical_verdict(const float *a, const float *b, size_t n, char *why) {
+    if (nonfinite(a, b, n, why)) return 0;
+    snprintf(why, WHY, "not bit-identical: max|diff| %g", max_abs_diff(a, b, n));
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+static int expect_identical(const char *what, const float *a, const float *b, size_t n) {
+    char why[WHY];
+    int ok = identical_verdict(a, b, n, why);
+    expect(ok, "%s: %s", what, why);
+    return ok;
+}
+
+/* A summary line, printed only while it is true: never under a FAIL line of the same test. */
+static void summary(const char *fmt, ...) {
+    if (test_failed) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vnote(fmt, ap);
+    va_end(ap);
 }
 
 static const char *fixtures(void) {
@@ -192,7 +226,7 @@ static void test_random_batches_match_bruteforce_oracle(void) {
         }
         rx_batch_free(&b);
     }
-    note("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), all equal to the oracle",
+    summary("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), all equal to the oracle",
          batches, tokens, compact, tokens ? (double)compact / tokens : 0);
 }
 
@@ -402,7 +436,7 @@ static void test_safetensors_edge_cases_accepted(void) {
         expect(!strcmp(t[2].name, "scalar") && t[2].rank == 0 && t[2].nbytes == 4 && t[2].data == b + len - 12,
                "scalar wrong");
         expect(!strcmp(t[1].name, "i") && t[1].dtype == RX_OTHER_DTYPE && t[1].data == b + len - 8, "I64 tensor wrong");
-        note("zero-sized, rank-0 and I64 tensors parsed; data pointers inside the buffer");
+        summary("zero-sized, rank-0 and I64 tensors parsed; data pointers inside the buffer");
         for (int i = 0; i < n; i++) free(t[i].name);
         free(t);
     }
@@ -429,7 +463,7 @@ static void test_half_formats_decode_exactly(void) {
             expect(memcmp(&got[i], &want[i], 4) == 0, "%s 0x%04X -> %g, expected %g", f ? "BF16" : "F16",
                    f ? bf16[i] : f16[i], got[i], want[i]);
     }
-    note("F16 and BF16: 7 bit patterns each (normal, negative, max, subnormal, inf, 1/3, -0) decode exactly");
+    summary("F16 and BF16: 7 bit patterns each (normal, negative, max, subnormal, inf, 1/3, -0) decode exactly");
 }
 
 static void test_config_parsing(void) {
@@ -660,15 +694,20 @@ static void test_reference_matches_transformers(void) {
             expect(hf && len == n * sizeof(float), "%s: missing or not [%d, %d] float32", p, b.n_tokens, m.cfg.vocab_size);
             float *ours = (float *)malloc(n * sizeof(float)), *other = (float *)malloc(n * sizeof(float));
             if (hf && len == n * sizeof(float) && qwen3_forward_ref(&m, &b, RX_BASELINE, ours) == 0) {
-                double rel = max_abs_diff(ours, hf, n) / max_abs(hf, n);
-                expect(rel <= 1e-4, "%s x %s: relative error %.2e > 1e-4", models[mi], batches[bi], rel);
+                double d, tol;
+                char why[WHY], what[96];
+                int same = 1;
+                expect(close_verdict(ours, hf, n, 1e-4, &d, &tol, why), "%s x %s: %s", models[mi], batches[bi], why);
                 for (int mode = RX_RADIX; mode <= RX_COMPACT; mode++) {
-                    expect(qwen3_forward_ref(&m, &b, (RxMode)mode, other) == 0, "%s", radix_error());
-                    expect(max_abs_diff(other, ours, n) == 0, "%s x %s: %s differs from baseline by %g", models[mi],
-                           batches[bi], rx_mode_name((RxMode)mode), max_abs_diff(other, ours, n));
+                    int rc = qwen3_forward_ref(&m, &b, (RxMode)mode, other);
+                    expect(rc == 0, "%s", radix_error());
+                    snprintf(what, sizeof what, "%s x %s: %s vs baseline", models[mi], batches[bi],
+                             rx_mode_name((RxMode)mode));
+                    same &= rc == 0 && expect_identical(what, other, ours, n);
                 }
-                note("%-11s x %-13s N=%2d  max|ours - transformers| / max|transformers| = %.2e (tol 1e-4); "
-                     "radix, compact == baseline", models[mi], batches[bi], b.n_tokens, rel);
+                note("%-11s x %-13s N=%2d  max|ours - transformers| / max|transformers| = %.2e (tol 1e-4)%s",
+                     models[mi], batches[bi], b.n_tokens, d / max_abs(hf, n),
+                     same ? "; radix, compact == baseline" : "");
             } else if (hf && len == n * sizeof(float)) {
                 expect(0, "forward failed: %s", radix_error());
             }
@@ -677,6 +716,50 @@ static void test_reference_matches_transformers(void) {
         }
         qwen3_free(&m);
     }
+}
+
+/* fmax() drops a NaN: that is how an all-NaN output could pass every comparison. Each poisoned copy of a random
+ * output, poisoned in got, in ref, or in both alike (the same bits on both sides), must fail both verdicts with the
+ * NaN/Inf reason, at any tolerance; the clean pair must pass both, or this test could not tell. */
+static void test_comparisons_fail_on_nan_and_inf(void) {
+    enum { n = 64 };
+    float clean[n], got[n], ref[n];
+    uint64_t rng = 9;
+    float *r = rand_floats(n, -1.0f, 1.0f, &rng);
+    memcpy(clean, r, sizeof clean);
+    free(r);
+    static const struct { const char *what; int at; float value; } poison[] = {
+        {"one NaN", 17, NAN}, {"one +Inf", 0, INFINITY}, {"one -Inf", n - 1, -INFINITY}, {"all NaN", -1, NAN}};
+    static const char *sides[3] = {"in got", "in ref", "in both alike"};
+    double d, tol;
+    char why[WHY];
+    expect(close_verdict(clean, clean, n, 0.0, &d, &tol, why) && identical_verdict(clean, clean, n, why),
+           "the clean pair fails: %s", why);
+    int cases = 0;
+    for (size_t p = 0; p < sizeof poison / sizeof poison[0]; p++)
+        for (int side = 0; side < 3; side++) {
+            memcpy(got, clean, sizeof got);
+            memcpy(ref, clean, sizeof ref);
+            for (int i = 0; i < n; i++)
+                if (poison[p].at < 0 || i == poison[p].at) {
+                    if (side != 1) got[i] = poison[p].value;
+                    if (side != 0) ref[i] = poison[p].value;
+                }
+            size_t bad, first = poison[p].at < 0 ? 0 : (size_t)poison[p].at;
+            double lib = rx_max_abs_diff(got, ref, n, &bad);
+            expect(isnan(lib) && bad == first, "%s %s: rx_max_abs_diff = %g, first_bad %zu (want NaN, %zu)",
+                   poison[p].what, sides[side], lib, bad, first);
+            int close_ok = close_verdict(got, ref, n, 1e30, &d, &tol, why);
+            expect(!close_ok && strstr(why, "a NaN or Inf never passes"), "%s %s: close: %s", poison[p].what,
+                   sides[side], close_ok ? "passed" : why);
+            int same_ok = identical_verdict(got, ref, n, why);
+            expect(!same_ok && strstr(why, "a NaN or Inf never passes"), "%s %s: identical: %s", poison[p].what,
+                   sides[side], same_ok ? "passed" : why);
+            cases++;
+        }
+    note("e.g. %s", why);
+    summary("%d poisoned pairs (one NaN, one +Inf, one -Inf, all NaN; in got, in ref, in both alike) fail 'close' "
+            "(even at tol 1e30 x max|ref|) and 'identical' with their own reason; the clean pair passes both", cases);
 }
 
 /* The paper's Table 7a patterns on a random model (head_dim != hidden/heads, GQA): radix and compact must equal
@@ -727,7 +810,11 @@ static void test_reference_radix_equals_baseline_table7a(void) {
         expect(ok, "%s: %s", table7a[p].name, radix_error());
         if (ok) {
             double rmax = max_abs_diff(radix, base, n), cmax = max_abs_diff(compact, base, n);
-            expect(rmax == 0 && cmax == 0, "%s: radix %g, compact %g away from baseline", table7a[p].name, rmax, cmax);
+            char what[64];
+            snprintf(what, sizeof what, "%s: radix vs baseline", table7a[p].name);
+            expect_identical(what, radix, base, n);
+            snprintf(what, sizeof what, "%s: compact vs baseline", table7a[p].name);
+            expect_identical(what, compact, base, n);
             expect(max_abs(base, n) > 0.1, "%s: logits suspiciously small", table7a[p].name);
             note("%-20s %4d %4d   (%g, %g)%*s(%g, %g)", table7a[p].name, ix.n_tokens, ix.n_compact, rmax,
                  mean_abs_diff(radix, base, n), 14, "", cmax, mean_abs_diff(compact, base, n));
@@ -770,7 +857,7 @@ static void test_auto_mode_compacts_only_below_threshold(void) {
         expect(got == cases[i].want, "N'=%d, N=%d: auto chose %s, expected %s", cases[i].nc, cases[i].n,
                rx_mode_name(got), rx_mode_name(cases[i].want));
     }
-    note("threshold %.2f: N'/N = 0.94 -> compact, 0.95 -> baseline", RX_AUTO_THRESHOLD);
+    summary("threshold %.2f: N'/N = 0.94 -> compact, 0.95 -> baseline", RX_AUTO_THRESHOLD);
 }
 
 static void test_tokens_file(void) {
@@ -835,13 +922,15 @@ static void round_to_bf16(float *x, size_t n) {   /* in place, to nearest even, 
 
 static float *floats(size_t n) { return (float *)malloc(n * sizeof(float)); }
 
-/* rc is the GPU call's result; passes when it succeeded and max|got - ref| <= tol_rel * max|ref|. */
+/* rc is the GPU call's result; passes when it succeeded and max|got - ref| <= tol_rel * max|ref|, both finite. */
 static void expect_close(const char *what, int rc, const float *got, const float *ref, size_t n, double tol_rel) {
     expect(rc == 0, "%s: the GPU call failed: %s", what, radix_error());
     if (rc != 0) return;
-    double d = max_abs_diff(got, ref, n), tol = tol_rel * max_abs(ref, n);
+    double d, tol;
+    char why[WHY];
+    int ok = close_verdict(got, ref, n, tol_rel, &d, &tol, why);
     note("%-58s max|diff| %.3g  tol %.3g", what, d, tol);
-    expect(d <= tol, "%s: max|diff| %.3g > tol %.3g", what, d, tol);
+    expect(ok, "%s: %s", what, why);
 }
 
 static void test_gpu_rows_by_index(void) {
@@ -1010,11 +1099,11 @@ static void test_gpu_attention(void) {
         expect_close("attention compact (q_orig = I_gather, kv_row = I_scatter)", rc_c, got_c, ref_c, nq_c,
                      2 * BF16_U);
         /* compact is the radix sandwich without the copies: its row j is row I_gather[j] of radix, bit for bit */
-        double d = 0.0;
-        for (int j = 0; rc == 0 && rc_c == 0 && j < Nc; j++)
-            d = fmax(d, max_abs_diff(got_c + (size_t)j * qd, got_n + (size_t)ix.gather[j] * qd, (size_t)qd));
-        note("attention compact row j vs radix row I_gather[j]: max|diff| %g (must be 0)", d);
-        expect(d == 0.0, "compact attention differs from the gathered radix attention by %g", d);
+        for (int j = 0; j < Nc; j++)     /* ref_c, no longer needed: radix's rows I_gather, [N', n_heads*head_dim] */
+            memcpy(ref_c + (size_t)j * qd, got_n + (size_t)ix.gather[j] * qd, (size_t)qd * sizeof(float));
+        if (rc == 0 && rc_c == 0 &&
+            expect_identical("attention compact row j vs radix row I_gather[j]", got_c, ref_c, nq_c))
+            note("attention compact row j vs radix row I_gather[j]: bit-identical");
         free(q); free(k); free(v); free(qc); free(kc); free(vc);
         free(ref_n); free(got_n); free(ref_c); free(got_c);
     }
@@ -1074,16 +1163,18 @@ static void test_gpu_radix_and_compact_match_baseline_table7a(void) {
              gpu_forward(g, &b, RX_RADIX, RX_AUTO_THRESHOLD, 0, radix, &ir) || gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, comp, &ic);
         expect(rc == 0, "%s: %s", table7a[p].name, radix_error());
         if (rc == 0) {
-            double tol = FORWARD_TOL * max_abs(base, n), dr = max_abs_diff(radix, base, n);
-            double dc = max_abs_diff(comp, base, n), dcr = max_abs_diff(comp, radix, n);
+            double tol, dr, dc;
+            char why_r[WHY], why_c[WHY], what[64];
+            int ok_r = close_verdict(radix, base, n, FORWARD_TOL, &dr, &tol, why_r);
+            int ok_c = close_verdict(comp, base, n, FORWARD_TOL, &dc, &tol, why_c);
             note("%-20s %4d %4d   (%.3g, %.3g)%*s(%.3g, %.3g)%*s%.3g", table7a[p].name, b.n_tokens, ir.n_compact, dr,
                  mean_abs_diff(radix, base, n), 8, "", dc, mean_abs_diff(comp, base, n), 8, "", tol);
             expect(ir.n_compact == ix.n_compact && ic.n_compact == ix.n_compact, "%s: N' = %d, %d; the trie has %d",
                    table7a[p].name, ir.n_compact, ic.n_compact, ix.n_compact);
-            expect(dr <= tol && dc <= tol, "%s: radix %.3g, compact %.3g from baseline > %.3g", table7a[p].name, dr,
-                   dc, tol);
-            expect(dcr == 0.0, "%s: compact differs from radix by %g; they must be bit-identical", table7a[p].name,
-                   dcr);
+            expect(ok_r, "%s: radix vs baseline: %s", table7a[p].name, why_r);
+            expect(ok_c, "%s: compact vs baseline: %s", table7a[p].name, why_c);
+            snprintf(what, sizeof what, "%s: compact vs radix (must be bit-identical)", table7a[p].name);
+            expect_identical(what, comp, radix, n);
         }
         if (built) radix_index_free(&ix);
         free(base); free(radix); free(comp);
@@ -1130,9 +1221,9 @@ static void test_gpu_forward_is_deterministic(void) {
     for (int k = 0; k < 3; k++) {
         int rc = gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, a, NULL) || gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, c, NULL);
         expect(rc == 0, "%s: %s", rx_mode_name(modes[k]), radix_error());
-        int same = rc == 0 && memcmp(a, c, n * sizeof(float)) == 0;
-        note("%-8s the same batch twice: %s", rx_mode_name(modes[k]), same ? "bit-identical" : "DIFFERENT");
-        expect(rc != 0 || same, "%s: two runs of the same batch differ", rx_mode_name(modes[k]));
+        char what[64];
+        snprintf(what, sizeof what, "%s, the same batch twice", rx_mode_name(modes[k]));
+        if (rc == 0 && expect_identical(what, a, c, n)) note("%s: bit-identical", what);
     }
     free(a); free(c);
     rx_batch_free(&b);
@@ -1353,7 +1444,7 @@ static void test_broken_checkpoint_corpus(void) {
         made++;
     }
     free(huge);
-    note("%d broken checkpoints written and rejected with the expected message (%d in the table)", made, n);
+    summary("%d broken checkpoints written and rejected with the expected message (%d in the table)", made, n);
     expect(made >= 25, "only %d broken checkpoints", made);
 }
 
@@ -1446,7 +1537,7 @@ static void test_bench_table5_csv(void) {
     }
     expect(lines >= 2 && !ragged, "the CSV has %d lines, %s", lines, ragged ? "with ragged rows" : "all of one width");
     expect(found, "no 32 x 512 ratio 0.25 row in the CSV");
-    note("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416", lines, commas0 + 1);
+    summary("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416", lines, commas0 + 1);
     free(csv);
     unlink(path);
 }
@@ -1478,7 +1569,7 @@ static void test_bench_replot_draws_every_series(void) {
         expect(lines == 6, "%d polylines, expected 6 (3 series x 2 suffix lengths)", lines);
         /* the y axis spans 0..6 over pixels 430..60, so a 4.00x radix speedup sits at 430 - 4/6 * 370 = 183.3 */
         expect(strstr(svg, "600.0,183.3") != NULL, "the 4.00x point at P = 2048 is not at y = 183.3");
-        note("replot: %zu-byte SVG, %d series; the 4.00x point lands where the axis says", len, lines);
+        summary("replot: %zu-byte SVG, %d series; the 4.00x point lands where the axis says", len, lines);
     }
     free(svg);
     unlink(svg_path);
@@ -1553,6 +1644,7 @@ static const Test tests[] = {
     {"loader", "checkpoint_variants_accepted", test_checkpoint_variants_accepted},
     {"loader", "config_default_head_dim_checked", test_config_default_head_dim_checked},
     {"loader", "broken_checkpoint_corpus", test_broken_checkpoint_corpus},
+    {"reference", "comparisons_fail_on_nan_and_inf", test_comparisons_fail_on_nan_and_inf},
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
