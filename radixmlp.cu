@@ -109,21 +109,33 @@ static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     return (TrieSlot *)calloc(cap, sizeof(TrieSlot));
 }
 
+/* The shape of a ragged batch as a C API caller hands it over, before anything reads it: n_seqs >= 0, cu_seqlens
+ * starting at 0 and never decreasing, the arrays present; n_tokens >= 0 must equal cu_seqlens[n_seqs] (n_tokens < 0:
+ * not given, the trie reads N from cu_seqlens). who starts the message. */
+static int ragged_check(const char *who, const int32_t *input_ids, const int32_t *position_ids,
+                        const int32_t *cu_seqlens, int n_seqs, int n_tokens) {
+    if (n_seqs < 0) return rx_fail("%s: n_seqs is %d; it must be >= 0", who, n_seqs);
+    if (n_seqs > 0 && !cu_seqlens) return rx_fail("%s: cu_seqlens is NULL", who);
+    if (n_seqs > 0 && cu_seqlens[0] != 0) return rx_fail("%s: cu_seqlens[0] is %d; it must be 0", who, cu_seqlens[0]);
+    for (int s = 0; s < n_seqs; s++)
+        if (cu_seqlens[s + 1] < cu_seqlens[s])
+            return rx_fail("%s: cu_seqlens decreases at sequence %d (%d -> %d)", who, s, cu_seqlens[s], cu_seqlens[s + 1]);
+    int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
+    if (n_tokens >= 0 && n != n_tokens)
+        return rx_fail("%s: cu_seqlens[%d] is %d but n_tokens is %d", who, n_seqs, n, n_tokens);
+    if (n > 0 && !input_ids) return rx_fail("%s: input_ids is NULL", who);
+    if (n > 0 && !position_ids) return rx_fail("%s: position_ids is NULL", who);
+    return 0;
+}
+
 /* The batch is the whole history: two sequences that start with the same (token, position) are merged from their
  * first token on, whatever position ids they carry. That is exact for this cache-free forward, where nothing
  * precedes a sequence. A caller with a KV cache must key each sequence by its cached prefix too. */
 int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                       const int32_t *cu_seqlens, int n_seqs) {
     memset(ix, 0, sizeof *ix);
-    if (n_seqs < 0) return rx_fail("radix_index_build: n_seqs is %d; it must be >= 0", n_seqs);
-    if (n_seqs > 0 && !cu_seqlens) return rx_fail("radix_index_build: cu_seqlens is NULL");
-    if (n_seqs > 0 && cu_seqlens[0] != 0) return rx_fail("radix_index_build: cu_seqlens[0] is %d; it must be 0", cu_seqlens[0]);
-    for (int s = 0; s < n_seqs; s++)
-        if (cu_seqlens[s + 1] < cu_seqlens[s])
-            return rx_fail("radix_index_build: cu_seqlens decreases at sequence %d (%d -> %d)", s, cu_seqlens[s],
-                           cu_seqlens[s + 1]);
+    if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
     int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
-    if (n > 0 && (!input_ids || !position_ids)) return rx_fail("radix_index_build: input_ids or position_ids is NULL");
     ix->n_tokens = n;
     if (n == 0) return 0;
     ix->gather = (int32_t *)malloc((size_t)n * sizeof(int32_t));       /* [N'] (N' <= N; the tail stays unused) */
@@ -1004,8 +1016,7 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
     const float eps = (float)c->rms_norm_eps;
     const int32_t *cu = b->cu_seqlens;
     cudaStream_t st = g->stream;
-    if (N < 1 || S < 1) return rx_fail("the batch is empty (%d sequences, %d tokens)", S, N);
-    TRY(rx_batch_check(b, c));
+    TRY(rx_batch_check(b, c));                /* on the host, before any device work */
 
     /* lines 1-5: the trie and its indices, on the CPU (baseline needs none: it reports N' = N) */
     info->n_tokens = info->n_compact = N;
@@ -2254,10 +2265,14 @@ done:
     return rc;
 }
 
-/* The checks every forward makes before touching a weight. */
+/* The checks every forward makes before touching a weight: a batch built through the C API may be inconsistent in any
+ * field, and attention would read out of bounds. One line for each problem. */
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c) {
+    if (!b) return rx_fail("the batch is NULL");
+    if (ragged_check("the batch", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens)) return -1;
+    if (b->n_seqs == 0) return rx_fail("the batch is empty (0 sequences)");
     for (int s = 0; s < b->n_seqs; s++)
-        if (b->cu_seqlens[s + 1] <= b->cu_seqlens[s]) return rx_fail("sequence %d is empty", s);
+        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("sequence %d is empty", s);
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
             return rx_fail("token id %d at batch position %d is outside the vocabulary [0, %d)", b->input_ids[i], i,

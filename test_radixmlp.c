@@ -317,8 +317,8 @@ static void test_invalid_input_rejected(void) {
         {"cu_seqlens NULL", ids, pos, NULL, 2, "cu_seqlens is NULL"},
         {"cu_seqlens[0] = 1", ids, pos, bad_start, 2, "cu_seqlens[0] is 1"},
         {"cu_seqlens decreasing", ids, pos, decreasing, 2, "decreases at sequence 1"},
-        {"input_ids NULL", NULL, pos, cu, 2, "input_ids or position_ids is NULL"},
-        {"position_ids NULL", ids, NULL, cu, 2, "input_ids or position_ids is NULL"},
+        {"input_ids NULL", NULL, pos, cu, 2, "input_ids is NULL"},
+        {"position_ids NULL", ids, NULL, cu, 2, "position_ids is NULL"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         RadixIndex ix;
@@ -826,6 +826,54 @@ static void test_reference_radix_equals_baseline_table7a(void) {
     qwen3_free(&m);
 }
 
+/* Batches a C API caller could build by hand, each inconsistent in one field; both forwards must refuse each with its
+ * one line before reading anything out of bounds (the arrays are exactly n_tokens long: AddressSanitizer watches).
+ * The base batch: [1,2,3] and [1,2,4], cu_seqlens [0,3,6]. */
+typedef struct {
+    const char *what, *msg;
+    int n_seqs, n_tokens;
+    int32_t cu[4];
+    int null_array;           /* 1: input_ids, 2: position_ids, 3: cu_seqlens is NULL */
+} BadBatch;
+static const BadBatch bad_batches[] = {
+    {"n_seqs = -1", "n_seqs is -1", -1, 6, {0, 3, 6, 0}, 0},
+    {"no sequences", "the batch is empty", 0, 0, {0, 0, 0, 0}, 0},
+    {"cu_seqlens NULL", "cu_seqlens is NULL", 2, 6, {0, 3, 6, 0}, 3},
+    {"input_ids NULL", "input_ids is NULL", 2, 6, {0, 3, 6, 0}, 1},
+    {"position_ids NULL", "position_ids is NULL", 2, 6, {0, 3, 6, 0}, 2},
+    {"cu_seqlens[0] = 1", "cu_seqlens[0] is 1; it must be 0", 2, 6, {1, 3, 6, 0}, 0},
+    {"cu_seqlens decreasing", "cu_seqlens decreases at sequence 1 (7 -> 6)", 2, 6, {0, 7, 6, 0}, 0},
+    {"cu_seqlens ends short", "cu_seqlens[2] is 5 but n_tokens is 6", 2, 6, {0, 3, 5, 0}, 0},
+    {"cu_seqlens ends beyond", "cu_seqlens[2] is 9 but n_tokens is 6", 2, 6, {0, 3, 9, 0}, 0},
+    {"an empty sequence", "sequence 1 is empty", 3, 6, {0, 3, 3, 6}, 0},
+};
+#define N_BAD_BATCHES (sizeof bad_batches / sizeof bad_batches[0])
+
+/* Runs every bad batch through forward (the C reference or the GPU's) and expects its message. */
+static void expect_bad_batches_refused(const char *which, int (*forward)(const RxBatch *b, void *ctx), void *ctx) {
+    int32_t *ids = (int32_t *)malloc(6 * sizeof(int32_t)), *pos = (int32_t *)malloc(6 * sizeof(int32_t));
+    int32_t *cu = (int32_t *)malloc(4 * sizeof(int32_t));
+    static const int32_t base_ids[6] = {1, 2, 3, 1, 2, 4}, base_pos[6] = {0, 1, 2, 0, 1, 2};
+    memcpy(ids, base_ids, sizeof base_ids);
+    memcpy(pos, base_pos, sizeof base_pos);
+    for (size_t i = 0; i < N_BAD_BATCHES; i++) {
+        const BadBatch *c = &bad_batches[i];
+        memcpy(cu, c->cu, sizeof c->cu);
+        RxBatch b = {c->n_seqs, c->n_tokens, c->null_array == 1 ? NULL : ids, c->null_array == 2 ? NULL : pos,
+                     c->null_array == 3 ? NULL : cu};
+        int rc = forward(&b, ctx);
+        expect(rc != 0 && strstr(radix_error(), c->msg), "%s, %s: rc %d, message '%s' lacks '%s'", which, c->what, rc,
+               radix_error(), c->msg);
+        note("%-24s -> %s", c->what, radix_error());
+    }
+    free(ids); free(pos); free(cu);
+}
+
+static int forward_ref_logits(const RxBatch *b, void *model) {
+    float logits[6 * 512];                             /* [N = 6, vocab 512] for the consistent base batch */
+    return qwen3_forward_ref((const Qwen3Model *)model, b, RX_COMPACT, logits);
+}
+
 static void test_forward_rejects_bad_batches(void) {
     Qwen3Config cfg = tiny_config();
     Qwen3Model m;
@@ -844,6 +892,9 @@ static void test_forward_rejects_bad_batches(void) {
     note("position = max    -> %s", radix_error());
     free(out);
     rx_batch_free(&b);
+    expect(qwen3_forward_ref(&m, NULL, RX_BASELINE, NULL) != 0 && strstr(radix_error(), "the batch is NULL"),
+           "a NULL batch: '%s'", radix_error());
+    expect_bad_batches_refused("C reference", forward_ref_logits, &m);
     qwen3_free(&m);
 }
 
@@ -1254,6 +1305,11 @@ static void test_gpu_auto_mode_picks_compact_only_below_threshold(void) {
     gpu_model_free(g);
 }
 
+static int gpu_forward_logits(const RxBatch *b, void *g) {
+    float logits[6 * 512];                             /* [N = 6, vocab 512] for the consistent base batch */
+    return gpu_forward((GpuModel *)g, b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, logits, NULL);
+}
+
 static void test_gpu_forward_rejects_bad_batches(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     Qwen3Config cfg = tiny_config();
@@ -1270,6 +1326,7 @@ static void test_gpu_forward_rejects_bad_batches(void) {
         *field = saved;
     }
     rx_batch_free(&b);
+    expect_bad_batches_refused("GPU", gpu_forward_logits, g);
     gpu_model_free(g);
 }
 
