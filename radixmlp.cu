@@ -910,8 +910,8 @@ static int model_build(GpuModel *g, const Qwen3Model *m, uint64_t seed) {
         TRY(weight(g, m, &G->down_proj, L->down_proj, H * I, (int)I, s + 10, l, "mlp.down_proj"));
     }
     TRY(weight(g, m, &g->final_norm, m ? m->final_norm : NULL, H, 0, seed + 1, -1, "norm"));
-    /* tie_word_embeddings: the LM head is embed_tokens itself, whether or not the file also holds lm_head.weight */
-    if (c->tie_word_embeddings || (m && (!m->lm_head || m->lm_head == m->embed)))
+    /* tied: the LM head is embed_tokens itself (the loader decides for a checkpoint: see bind_model) */
+    if (m ? m->lm_head == m->embed : c->tie_word_embeddings)
         g->lm_head = g->embed;
     else
         TRY(weight(g, m, &g->lm_head, m ? m->lm_head : NULL, c->vocab_size * H, (int)H, seed + 2, -1, "lm_head"));
@@ -1785,13 +1785,11 @@ int rx_parse_safetensors(const uint8_t *bytes, size_t len, const char *file, RxT
 }
 
 /* ------------------------------------------------------------------------------------------- config and shard index */
-/* An integer field of config.json in [lo, hi]; absent: *out = dflt, or an error when dflt < 0. */
+/* An integer field of config.json in [lo, hi]; absent or null: *out = dflt, or an error when dflt < 0. */
 static int cfg_int(const Json *j, const char *key, int dflt, int lo, int hi, int *out, const char *file) {
     int v = jget(j, 0, key);
     if (v < 0 || j->v[v].type == J_NULL) {
         if (dflt < 0) return rx_fail("%s: missing \"%s\"", file, key);
-        if (dflt < lo || dflt > hi)             /* a default computed from other fields: head_dim = hidden/heads */
-            return rx_fail("%s: \"%s\" is missing and its default, %d, is not in [%d, %d]", file, key, dflt, lo, hi);
         *out = dflt;
         return 0;
     }
@@ -1811,6 +1809,48 @@ static int cfg_num(const Json *j, int obj, const char *key, double dflt, double 
     return 0;
 }
 
+/* A string value of config.json as a message shows it: "\"gelu\"" (at most 64 bytes of it), or "not a string". */
+static const char *cfg_show(const Json *j, int v, char *buf, size_t n) {
+    if (j->v[v].type == J_STR) snprintf(buf, n, "\"%.64s\"", jstr(j, v));
+    else snprintf(buf, n, "not a string");
+    return buf;
+}
+
+/* A boolean field of config.json; absent: *out = 0. */
+static int cfg_bool(const Json *j, const char *key, int *out, const char *file) {
+    int v = jget(j, 0, key);
+    if (v >= 0 && j->v[v].type != J_BOOL) return rx_fail("%s: \"%s\" must be true or false", file, key);
+    *out = v >= 0 && j->v[v].boolean;
+    return 0;
+}
+
+/* Sliding-window attention, as Qwen3Config and Qwen3Model decide it: the window is "sliding_window" (default 4096;
+ * null: none) when "use_sliding_window" is true, else there is none; layer i slides when "layer_types"[i] is
+ * "sliding_attention", or, without layer_types, when there is a window and i >= "max_window_layers" (default 28).
+ * Only full causal attention is computed here: every config in which some layer slides is refused. */
+static int config_full_attention(const Json *j, const Qwen3Config *c, const char *file) {
+    int use, sw = jget(j, 0, "sliding_window"), lt = jget(j, 0, "layer_types"), max_window_layers;
+    if (cfg_bool(j, "use_sliding_window", &use, file)) return -1;
+    int window = use && (sw < 0 || j->v[sw].type != J_NULL);
+    if (lt >= 0 && j->v[lt].type != J_NULL) {
+        if (j->v[lt].type != J_ARR || j->v[lt].count != c->n_layers)
+            return rx_fail("%s: \"layer_types\" must be an array of num_hidden_layers (%d) strings", file, c->n_layers);
+        int i = 0;
+        char shown[80];
+        for (int e = j->v[lt].child; e >= 0; e = j->v[e].next, i++)
+            if (j->v[e].type != J_STR || strcmp(jstr(j, e), "full_attention"))
+                return rx_fail("%s: \"layer_types\"[%d] is %s; only \"full_attention\" is supported", file, i,
+                               cfg_show(j, e, shown, sizeof shown));
+        return 0;
+    }
+    if (cfg_int(j, "max_window_layers", 28, 0, 1 << 20, &max_window_layers, file)) return -1;
+    if (window && max_window_layers < c->n_layers)
+        return rx_fail("%s: \"use_sliding_window\" is true and \"max_window_layers\" %d < \"num_hidden_layers\" %d: "
+                       "layers %d.. use sliding-window attention; only full causal attention is supported", file,
+                       max_window_layers, c->n_layers, max_window_layers);
+    return 0;
+}
+
 static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     if (j->v[0].type != J_OBJ) return rx_fail("%s: not a JSON object", file);
     /* Limits far above any real Qwen3 but low enough that sizes computed from them cannot overflow. */
@@ -1818,12 +1858,16 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
         cfg_int(j, "hidden_size", -1, 1, 1 << 16, &c->hidden_size, file) ||
         cfg_int(j, "intermediate_size", -1, 1, 1 << 18, &c->intermediate_size, file) ||
         cfg_int(j, "num_hidden_layers", -1, 1, 1024, &c->n_layers, file) ||
-        cfg_int(j, "num_attention_heads", -1, 1, 1024, &c->n_heads, file) ||
-        cfg_int(j, "num_key_value_heads", c->n_heads, 1, 1024, &c->n_kv_heads, file) ||
-        cfg_int(j, "max_position_embeddings", 32768, 1, 1 << 24, &c->max_position_embeddings, file))
+        cfg_int(j, "num_attention_heads", -1, 1, 1024, &c->n_heads, file))
         return -1;
-    /* head_dim is its own field in Qwen3 (0.6B: 128, while hidden/heads = 64); HF falls back to hidden/heads. */
-    if (cfg_int(j, "head_dim", c->hidden_size / c->n_heads, 2, 1024, &c->head_dim, file)) return -1;
+    /* The defaults of transformers' Qwen3Config where a key is missing: head_dim 128 (its own field in Qwen3, not
+     * hidden/heads: 0.6B has 128 while hidden/heads = 64), num_key_value_heads 32, or num_attention_heads when the
+     * key is present as null, max_position_embeddings 32768. */
+    int kv_null = jget(j, 0, "num_key_value_heads") >= 0;
+    if (cfg_int(j, "num_key_value_heads", kv_null ? c->n_heads : 32, 1, 1024, &c->n_kv_heads, file) ||
+        cfg_int(j, "max_position_embeddings", 32768, 1, 1 << 24, &c->max_position_embeddings, file) ||
+        cfg_int(j, "head_dim", 128, 2, 1024, &c->head_dim, file))
+        return -1;
     if (c->head_dim % 2) return rx_fail("%s: \"head_dim\" must be even for rotate-half RoPE", file);
     if (c->n_heads % c->n_kv_heads)
         return rx_fail("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", file, c->n_heads,
@@ -1837,12 +1881,17 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     int rs = jget(j, 0, "rope_scaling"), rt = jget(j, rp, "rope_type");
     if ((rs >= 0 && j->v[rs].type != J_NULL) || (rt >= 0 && (j->v[rt].type != J_STR || strcmp(jstr(j, rt), "default"))))
         return rx_fail("%s: only the default RoPE is supported (found rope_scaling or a rope_type)", file);
-    int sw = jget(j, 0, "use_sliding_window"), tie = jget(j, 0, "tie_word_embeddings");
-    if (sw >= 0 && j->v[sw].type == J_BOOL && j->v[sw].boolean)
-        return rx_fail("%s: use_sliding_window is true; only full causal attention is supported", file);
-    if (tie >= 0 && j->v[tie].type != J_BOOL) return rx_fail("%s: tie_word_embeddings must be true or false", file);
-    c->tie_word_embeddings = tie >= 0 && j->v[tie].boolean;
-    return 0;
+    /* What this forward does not compute is refused, never approximated: other activations, projection biases. */
+    int act = jget(j, 0, "hidden_act"), bias;
+    char shown[80];
+    if (act >= 0 && (j->v[act].type != J_STR || strcmp(jstr(j, act), "silu")))
+        return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file, cfg_show(j, act, shown, sizeof shown));
+    if (cfg_bool(j, "attention_bias", &bias, file)) return -1;
+    if (bias)
+        return rx_fail("%s: \"attention_bias\" is true; the q/k/v/o projection biases are not implemented (only false "
+                       "is supported)", file);
+    if (config_full_attention(j, c, file)) return -1;
+    return cfg_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, file);
 }
 
 int rx_parse_config(Qwen3Config *c, const char *json, size_t len, const char *file) {
@@ -1977,9 +2026,17 @@ static int bind_model(Qwen3Model *m, const char *where) {
             bind(m, where, p, "mlp.up_proj.weight", c->intermediate_size, h, &L->up_proj) ||
             bind(m, where, p, "mlp.down_proj.weight", h, c->intermediate_size, &L->down_proj)) return -1;
     }
-    /* Tied: the LM head is the embedding, whether or not the file also stores lm_head.weight. */
-    if (c->tie_word_embeddings) m->lm_head = m->embed;
-    else if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
+    /* Tied: the LM head is the embedding. A tied checkpoint that also stores lm_head.weight gets what transformers
+     * (5.x) gives it: the two tied when they are equal (the real Qwen3-0.6B file), else the stored head, untied (it
+     * warns "we will NOT tie them"). Never a third thing. */
+    if (c->tie_word_embeddings && !find_tensor(m, "lm_head.weight")) {
+        m->lm_head = m->embed;
+        return 0;
+    }
+    if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
+    if (c->tie_word_embeddings && m->lm_head->dtype == m->embed->dtype &&
+        !memcmp(m->lm_head->data, m->embed->data, m->embed->nbytes))
+        m->lm_head = m->embed;
     return 0;
 }
 
@@ -2167,7 +2224,9 @@ void qwen3_print_inventory(FILE *out, const Qwen3Model *m) {
     fprintf(out, "config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
                  "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
             c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings, c->tie_word_embeddings ? "yes" : "no");
+            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings, !c->tie_word_embeddings ? "no"
+            : m->lm_head == m->embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
+            "untied, as transformers does");
     int64_t params = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const RxTensor *t = &m->tensors[i];

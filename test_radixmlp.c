@@ -485,7 +485,13 @@ static void test_config_parsing(void) {
         {"heads not a multiple of kv", "\"num_key_value_heads\":8", "\"num_key_value_heads\":3", "not a multiple"},
         {"odd head_dim", "\"head_dim\":128", "\"head_dim\":127", "even"},
         {"rope scaling", "\"rope_scaling\":null", "\"rope_scaling\":{\"type\":\"yarn\"}", "default RoPE"},
-        {"sliding window", "\"rope_scaling\":null", "\"use_sliding_window\":true", "sliding"},
+        {"sliding window", "\"rope_scaling\":null", "\"use_sliding_window\":true,\"max_window_layers\":27",
+         "\"max_window_layers\" 27 < \"num_hidden_layers\" 28"},
+        {"sliding layer_types", "\"rope_scaling\":null", "\"layer_types\":[\"full_attention\",\"sliding_attention\"]",
+         "\"layer_types\" must be an array of num_hidden_layers (28) strings"},
+        {"hidden_act gelu", "\"rope_scaling\":null", "\"hidden_act\":\"gelu\"", "\"hidden_act\" is \"gelu\"; only \"silu\""},
+        {"hidden_act not a string", "\"rope_scaling\":null", "\"hidden_act\":1", "\"hidden_act\" is not a string"},
+        {"attention_bias true", "\"rope_scaling\":null", "\"attention_bias\":true", "\"attention_bias\" is true"},
         {"theta zero", "\"rope_theta\":1000000.0", "\"rope_theta\":0", "rope_theta"},
         {"tie not a bool", "\"tie_word_embeddings\":true", "\"tie_word_embeddings\":\"yes\"", "true or false"},
     };
@@ -497,10 +503,31 @@ static void test_config_parsing(void) {
         expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
         note("%-28s -> %s", cases[i].what, radix_error());
     }
+    /* Qwen3Config's defaults for missing keys: head_dim 128 (not hidden/heads), num_key_value_heads 32 (heads when
+     * the key is present as null), use_sliding_window false, max_window_layers 28, silu, no bias, untied */
     const char *top = "{\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
-                      "\"num_attention_heads\":2,\"rope_theta\":500000}";
-    expect(rx_parse_config(&c, top, strlen(top), "config.json") == 0 && c.rope_theta == 5e5 && c.head_dim == 4 &&
-           c.n_kv_heads == 2, "top-level rope_theta and HF defaults (head_dim = hidden/heads, kv = heads) not applied");
+                      "\"num_attention_heads\":64,\"rope_theta\":500000}";
+    int rc = rx_parse_config(&c, top, strlen(top), "config.json");
+    expect(rc == 0 && c.rope_theta == 5e5 && c.head_dim == 128 && c.n_kv_heads == 32 && !c.tie_word_embeddings,
+           "top-level rope_theta and Qwen3Config's defaults: rc %d '%s', head_dim %d (want 128), kv %d (want 32)", rc,
+           radix_error(), c.head_dim, c.n_kv_heads);
+    const char *kv_null = "{\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+                          "\"num_attention_heads\":4,\"num_key_value_heads\":null}";
+    rc = rx_parse_config(&c, kv_null, strlen(kv_null), "config.json");
+    expect(rc == 0 && c.n_kv_heads == 4, "num_key_value_heads null: rc %d, kv %d (want num_attention_heads 4)", rc,
+           c.n_kv_heads);
+    /* use_sliding_window with max_window_layers >= num_hidden_layers, or with sliding_window null: no layer slides */
+    const char *full[] = {"\"use_sliding_window\":true,\"max_window_layers\":28",
+                          "\"use_sliding_window\":true,\"max_window_layers\":0,\"sliding_window\":null",
+                          "\"use_sliding_window\":false,\"max_window_layers\":0"};
+    for (int i = 0; i < 3; i++) {
+        char buf[1024];
+        const char *at = strstr(good, "\"rope_scaling\":null");
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, full[i], at + strlen("\"rope_scaling\":null"));
+        expect(rx_parse_config(&c, buf, strlen(buf), "config.json") == 0, "%s: rejected: %s", full[i], radix_error());
+    }
+    summary("missing head_dim -> 128, num_key_value_heads -> 32 (null -> heads); sliding configs where no layer "
+            "slides accepted");
 }
 
 static void test_shard_index_names(void) {
@@ -607,6 +634,30 @@ static void edit_file(const char *dir, const char *name, const char *from, const
     free(b); free(h); free(out);
 }
 
+/* Appends to dir/model.safetensors a tensor `name` ("dtype" and "shape" as dtype_shape) that holds a copy of bytes
+ * [begin, end) of the file's data: a second tensor equal to an existing one, without overlapping it. */
+static void append_tensor_copy(const char *dir, const char *name, const char *dtype_shape, size_t begin, size_t end) {
+    char p[512];
+    size_t len, hlen = 0;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    uint8_t *b = read_file(p, &len);
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+    size_t data = len - 8 - hlen, close = 8 + hlen;
+    while (b[close - 1] != '}') close--;                   /* the header's last '}', before any space padding */
+    char entry[256];
+    int elen = snprintf(entry, sizeof entry, ",\"%s\":{%s,\"data_offsets\":[%zu,%zu]}}", name, dtype_shape, data,
+                        data + end - begin);
+    size_t nh = close - 1 - 8 + (size_t)elen, out_len = 8 + nh + data + (end - begin);
+    uint8_t *out = (uint8_t *)malloc(out_len);
+    for (int i = 0; i < 8; i++) out[i] = (uint8_t)((uint64_t)nh >> (8 * i));
+    memcpy(out + 8, b + 8, close - 1 - 8);
+    memcpy(out + 8 + (close - 1 - 8), entry, (size_t)elen);
+    memcpy(out + 8 + nh, b + 8 + hlen, data);
+    memcpy(out + 8 + nh + data, b + 8 + hlen + begin, end - begin);
+    write_file(dir, "model.safetensors", out, out_len);
+    free(b); free(out);
+}
+
 static int have_fixtures(void) {
     char p[512];
     snprintf(p, sizeof p, "%s/tiny-tied/config.json", fixtures());
@@ -664,12 +715,40 @@ static void test_checkpoint_variants_accepted(void) {
     expect(qwen3_load(&m, d) == 0, "flat tensor names rejected: %s", radix_error());
     if (!test_failed) { note("flat names (no 'model.' prefix): loaded, %d tensors", m.n_tensors); qwen3_free(&m); }
     remove_dir(d);
-    /* tied although the checkpoint stores lm_head.weight: the head is the embedding */
-    d = copy_fixture("tiny-untied");
-    edit_file(d, "config.json", "\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true");
-    expect(qwen3_load(&m, d) == 0, "tied with lm_head present rejected: %s", radix_error());
-    if (!test_failed) { expect(m.lm_head == m.embed, "tied model must use the embedding as head"); qwen3_free(&m); }
+    /* tied, and the file also stores an lm_head.weight equal to the embedding (as the real Qwen3-0.6B file does):
+     * tied, one tensor serves both */
+    d = copy_fixture("tiny-tied");
+    append_tensor_copy(d, "lm_head.weight", "\"dtype\":\"F32\",\"shape\":[512,64]", 0, 131072);
+    int rc = qwen3_load(&m, d);
+    expect(rc == 0, "tied with an equal lm_head.weight stored: %s", radix_error());
+    if (rc == 0) {
+        expect(m.lm_head == m.embed, "tied, stored lm_head equal to the embedding: the head must be the embedding");
+        summary("tied + a stored lm_head.weight equal to the embedding: loaded, tied (%d tensors)", m.n_tensors);
+        qwen3_free(&m);
+    }
     remove_dir(d);
+}
+
+/* The configs transformers reads otherwise than a guess would (docs/qwen3.md): each a committed checkpoint made by
+ * fixtures/make_fixtures.py --variants; reference_matches_transformers checks their logits. */
+static void test_config_variants_load_as_transformers_reads_them(void) {
+    if (!have_fixtures()) return;
+    static const char *names[] = {"tiny-own-head", "tiny-default-head-dim", "tiny-default-kv-heads", "tiny-sliding-full"};
+    for (int i = 0; i < 4; i++) {
+        char dir[512];
+        Qwen3Model m;
+        snprintf(dir, sizeof dir, "%s/%s", fixtures(), names[i]);
+        if (qwen3_load(&m, dir)) { expect(0, "%s: %s", names[i], radix_error()); continue; }
+        const Qwen3Config *c = &m.cfg;
+        int ok = i == 0 ? c->tie_word_embeddings && m.lm_head != m.embed && !strcmp(m.lm_head->name, "lm_head.weight")
+               : i == 1 ? c->head_dim == 128 && c->hidden_size / c->n_heads == 8
+               : i == 2 ? c->n_kv_heads == 32 && c->n_heads == 32 : c->n_layers == 2;
+        expect(ok, "%s: head_dim %d, kv heads %d, tied %d, lm_head %s", names[i], c->head_dim, c->n_kv_heads,
+               c->tie_word_embeddings, m.lm_head->name);
+        note("%-22s head_dim %3d, heads %2d/%2d kv, tied in config %d, LM head: %s", names[i], c->head_dim,
+             c->n_heads, c->n_kv_heads, c->tie_word_embeddings, m.lm_head->name);
+        qwen3_free(&m);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------- the C reference */
@@ -677,13 +756,18 @@ static void test_reference_matches_transformers(void) {
     /* transformers' eager fp32 forward (fixtures/make_fixtures.py) vs ours: the two sum in different orders, so
      * they agree to fp32 rounding, not bit for bit. Tolerance: max|ours - hf| / max|hf| <= 1e-4. */
     if (!have_fixtures()) return;
-    const char *models[] = {"tiny-tied", "tiny-untied", "tiny-bf16"}, *batches[] = {"single", "shared_prefix", "mixed"};
-    for (int mi = 0; mi < 3; mi++) {
+    /* the three models on every batch; the config variants (config_variants_load_as_transformers_reads_them) on the
+     * first, where they differ from a guess: a tied config with its own stored head, missing head_dim and
+     * num_key_value_heads, use_sliding_window with no sliding layer */
+    const char *models[] = {"tiny-tied", "tiny-untied", "tiny-bf16", "tiny-own-head", "tiny-default-head-dim",
+                            "tiny-default-kv-heads", "tiny-sliding-full"};
+    const char *batches[] = {"single", "shared_prefix", "mixed"};
+    for (int mi = 0; mi < 7; mi++) {
         char p[512];
         Qwen3Model m;
         snprintf(p, sizeof p, "%s/%s", fixtures(), models[mi]);
         if (qwen3_load(&m, p)) { expect(0, "%s: %s", models[mi], radix_error()); continue; }
-        for (int bi = 0; bi < 3; bi++) {
+        for (int bi = 0; bi < (mi < 3 ? 3 : 1); bi++) {
             RxBatch b;
             size_t len;
             snprintf(p, sizeof p, "%s/batches/%s.txt", fixtures(), batches[bi]);
@@ -705,7 +789,7 @@ static void test_reference_matches_transformers(void) {
                              rx_mode_name((RxMode)mode));
                     same &= rc == 0 && expect_identical(what, other, ours, n);
                 }
-                note("%-11s x %-13s N=%2d  max|ours - transformers| / max|transformers| = %.2e (tol 1e-4)%s",
+                note("%-21s x %-13s N=%2d  max|ours - transformers| / max|transformers| = %.2e (tol 1e-4)%s",
                      models[mi], batches[bi], b.n_tokens, d / max_abs(hf, n),
                      same ? "; radix, compact == baseline" : "");
             } else if (hf && len == n * sizeof(float)) {
@@ -1365,15 +1449,16 @@ static void test_gpu_functions_fail_cleanly_without_device(void) {
 
 
 static void test_config_default_head_dim_checked(void) {
-    /* Found by fuzzing (make fuzz, target config): without "head_dim", HF's default hidden/heads can be 0 (hidden 1,
-     * 2 heads), and it used to be accepted unchecked: a model of zero-width heads. */
+    /* Found by fuzzing (make fuzz, target config): without "head_dim", a default of hidden/heads could be 0 (hidden 1,
+     * 2 heads), a model of zero-width heads. Qwen3Config's default is 128 whatever hidden/heads; here 2 heads and
+     * the default 32 kv heads do not divide, which is refused. */
     const char *c0 = "{\"vocab_size\":8,\"hidden_size\":1,\"intermediate_size\":8,\"num_hidden_layers\":1,"
                      "\"num_attention_heads\":2}";
     Qwen3Config c;
     int rc = rx_parse_config(&c, c0, strlen(c0), "config.json");
-    expect(rc != 0 && strstr(radix_error(), "\"head_dim\" is missing and its default, 0, is not in [2, 1024]"),
+    expect(rc != 0 && strstr(radix_error(), "num_attention_heads 2 is not a multiple of num_key_value_heads 32"),
            "hidden 1, 2 heads, no head_dim: rc %d, head_dim %d, '%s'", rc, c.head_dim, radix_error());
-    note("hidden 1, 2 heads, no head_dim -> %s", radix_error());
+    note("hidden 1, 2 heads, no head_dim, no num_key_value_heads -> %s", radix_error());
 }
 
 /* ---- a corpus of broken checkpoints: each a copy of a fixture with one corruption, written here, never committed */
@@ -1475,6 +1560,20 @@ static void test_broken_checkpoint_corpus(void) {
         {"vocab disagrees with the embedding", T, CFG, EDIT, "\"vocab_size\": 512", "\"vocab_size\": 600", 0,
          "shape [512, 64] but config.json implies [600, 64]"},
         {"head_dim disagrees with q_proj", T, CFG, EDIT, "\"head_dim\": 32", "\"head_dim\": 16", 0, "but config.json implies"},
+        {"attention_bias true", T, CFG, EDIT, "\"attention_bias\": false", "\"attention_bias\": true", 0,
+         "\"attention_bias\" is true; the q/k/v/o projection biases are not implemented"},
+        {"hidden_act gelu", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", 0,
+         "\"hidden_act\" is \"gelu\"; only \"silu\" is supported"},
+        {"hidden_act gelu_pytorch_tanh", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu_pytorch_tanh\"",
+         0, "\"hidden_act\" is \"gelu_pytorch_tanh\"; only \"silu\""},
+        {"hidden_act relu", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu\"", 0,
+         "\"hidden_act\" is \"relu\"; only \"silu\""},
+        {"layer 1 slides (max_window_layers 1)", "tiny-sliding-full", CFG, EDIT, "\"max_window_layers\": 2",
+         "\"max_window_layers\": 1", 0, "\"use_sliding_window\" is true and \"max_window_layers\" 1 < \"num_hidden_layers\" 2"},
+        {"layer_types says sliding", T, CFG, EDIT, "\"full_attention\"", "\"sliding_attention\"", 0,
+         "\"layer_types\"[0] is \"sliding_attention\"; only \"full_attention\""},
+        {"use_sliding_window not a bool", T, CFG, EDIT, "\"use_sliding_window\": false", "\"use_sliding_window\": 0", 0,
+         "\"use_sliding_window\" must be true or false"},
         {"untied without lm_head.weight", T, CFG, EDIT, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", 0,
          ": missing tensor 'lm_head.weight'"},
         /* shards and their index */
@@ -1700,6 +1799,7 @@ static const Test tests[] = {
     {"loader", "fixture_checkpoints_load", test_fixture_checkpoints_load},
     {"loader", "checkpoint_variants_accepted", test_checkpoint_variants_accepted},
     {"loader", "config_default_head_dim_checked", test_config_default_head_dim_checked},
+    {"loader", "config_variants_load_as_transformers_reads_them", test_config_variants_load_as_transformers_reads_them},
     {"loader", "broken_checkpoint_corpus", test_broken_checkpoint_corpus},
     {"reference", "comparisons_fail_on_nan_and_inf", test_comparisons_fail_on_nan_and_inf},
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
