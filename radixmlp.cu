@@ -465,7 +465,17 @@ done:
 #define TRY(call) do { if ((call) != 0) return -1; } while (0)
 
 /* Activations and weights are bf16 in device memory and fp32 inside every kernel: load, compute in fp32, round once
- * to bf16 (to nearest even) on store, as PyTorch does for a bf16 model. */
+ * to bf16 (to nearest even) on store. PyTorch rounds to bf16 after every op of a bf16 model, so where one kernel does
+ * several of transformers' ops it rounds fewer times than transformers (eager attention) does:
+ *   RoPE          transformers rounds cos, sin, q*cos and rotate_half(q)*sin, then the sum; we round the sum only
+ *   SiLU * up     transformers rounds silu(gate), then the product; we round the product only
+ *   attention     transformers (eager) rounds the scores, the scaled scores and the softmax probabilities; we keep
+ *                 all three in fp32 (as its SDPA/flash path does) and round the output only
+ * The norms, residual adds and GEMMs round exactly where transformers does. Each rounding skipped is an error of up
+ * to 2^-9 of a value that the fp32 C reference does not make either: the GPU is checked against that reference, and
+ * the skipped roundings bring it closer, never further. Against transformers' own bf16 forward the GPU then differs
+ * by those roundings, about 8 per layer, each as large as one of the ~15 per layer both make (docs/tutorial.md,
+ * section 11, gives the budget). */
 typedef __nv_bfloat16 bf16;
 static __host__ __device__ float f32(bf16 x) { return __bfloat162float(x); }
 static __host__ __device__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
@@ -638,7 +648,8 @@ static void rope_inv_freq(float *inv_freq, int head_dim, double theta) {   /* th
  * (row, head); lane l owns the rotate-half pairs (i, i + d/2) for i = l, l+32, ... < d/2 (d = head_dim):
  *   a = bf16(w[i] * bf16(x[i] * r)),  b = the same for i + d/2       per-head RMSNorm, r = rsqrt(mean(x^2) + eps)
  *   x[i] = a cos - b sin,  x[i+d/2] = b cos + a sin,                 angle = pos[row] * inv_freq[i] in fp32
- * pos is each row's own position: compact rows carry p[I_gather] (Algorithm 1, line 6), so RoPE runs in compact
+ * cos, sin and the products stay fp32 and only x is rounded; transformers rounds cos, sin and each product to bf16 too
+ * (see the bf16 note above). pos is each row's own position: compact rows carry p[I_gather] (Algorithm 1, line 6), so RoPE runs in compact
  * space. */
 __global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
                                     int n_heads, int head_dim, float eps) {
@@ -667,7 +678,8 @@ static int qk_norm_rope(cudaStream_t st, bf16 *x, const bf16 *w, const int32_t *
     return 0;
 }
 
-/* out = silu(gate) * up, element-wise over [rows, intermediate]; silu(g) = g * sigmoid(g). Safe in place. */
+/* out = silu(gate) * up, element-wise over [rows, intermediate]; silu(g) = g * sigmoid(g). Safe in place. Rounded
+ * once, where transformers rounds silu(gate) to bf16 first (see the bf16 note above). */
 __global__ void silu_mul_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -722,7 +734,8 @@ static int fill_uniform(cudaStream_t st, bf16 *w, int64_t n, uint64_t seed, floa
  * h / (n_heads / n_kv).
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
  * softmax in fp32: keep the running max m, the running sum l of exp(score - m) and the weighted sum acc of values,
- * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l.
+ * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l. Scores and probabilities stay
+ * fp32, only out is rounded (transformers' eager attention rounds both to bf16: see the bf16 note above).
  *
  * Compact mode (q_orig = I_gather, kv_row = I_scatter, queries are the N' compact rows) is exact, not an
  * approximation: the original positions mapped to one compact row have identical (token, position) histories, hence
@@ -770,6 +783,15 @@ static int attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, c
 }
 
 /* --------------------------------------------------------------------------------------------------------- cublas */
+/* Every handle of this file: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION keeps a split-K GEMM's partial sums
+ * in fp32 (cuBLAS may otherwise reduce them in bf16), so that the promise below holds for every shape. */
+static int blas_create(cublasHandle_t *blas) {
+    CUBLAS_CHECK(cublasCreate(blas));
+    CUBLAS_CHECK(cublasSetMathMode(*blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    return 0;
+}
+
 /* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
  * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once.
  *
@@ -887,7 +909,7 @@ static int model_build(GpuModel *g, const Qwen3Model *m, uint64_t seed) {
     const int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
     const int64_t QD = c->n_heads * D, KVD = c->n_kv_heads * D;
     CUDA_CHECK(cudaStreamCreate(&g->stream));
-    CUBLAS_CHECK(cublasCreate(&g->blas));
+    TRY(blas_create(&g->blas));
     CUBLAS_CHECK(cublasSetStream(g->blas, g->stream));
     g->layers = (GpuLayer *)calloc(c->n_layers, sizeof(GpuLayer));
     if (!g->layers) return rx_fail("out of host memory for %d layers", c->n_layers);
@@ -1194,10 +1216,6 @@ static int time_median(const Timed *a, int reps, double *median_ms) {
         if (ev[i]) cudaEventDestroy(ev[i]);
     free(ms);
     return rc;
-}
-static int blas_create(cublasHandle_t *blas) {
-    CUBLAS_CHECK(cublasCreate(blas));
-    return 0;
 }
 static int fill_bytes(void *dev, size_t bytes) {   /* 0x3f in every byte: ~0.75 in bf16 and fp32, not zeros */
     CUDA_CHECK(cudaMemset(dev, 0x3f, bytes));
