@@ -119,7 +119,8 @@ static int ragged_check(const char *who, const int32_t *input_ids, const int32_t
     if (n_seqs > 0 && cu_seqlens[0] != 0) return rx_fail("%s: cu_seqlens[0] is %d; it must be 0", who, cu_seqlens[0]);
     for (int s = 0; s < n_seqs; s++)
         if (cu_seqlens[s + 1] < cu_seqlens[s])
-            return rx_fail("%s: cu_seqlens decreases at sequence %d (%d -> %d)", who, s, cu_seqlens[s], cu_seqlens[s + 1]);
+            return rx_fail("%s: cu_seqlens decreases at sequence %d (%d -> %d)", who, s, cu_seqlens[s],
+                           cu_seqlens[s + 1]);
     int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
     if (n_tokens >= 0 && n != n_tokens)
         return rx_fail("%s: cu_seqlens[%d] is %d but n_tokens is %d", who, n_seqs, n, n_tokens);
@@ -649,8 +650,8 @@ static void rope_inv_freq(float *inv_freq, int head_dim, double theta) {   /* th
  *   a = bf16(w[i] * bf16(x[i] * r)),  b = the same for i + d/2       per-head RMSNorm, r = rsqrt(mean(x^2) + eps)
  *   x[i] = a cos - b sin,  x[i+d/2] = b cos + a sin,                 angle = pos[row] * inv_freq[i] in fp32
  * cos, sin and the products stay fp32 and only x is rounded; transformers rounds cos, sin and each product to bf16 too
- * (see the bf16 note above). pos is each row's own position: compact rows carry p[I_gather] (Algorithm 1, line 6), so RoPE runs in compact
- * space. */
+ * (see the bf16 note above). pos is each row's own position: compact rows carry p[I_gather] (Algorithm 1, line 6),
+ * so RoPE runs in compact space. */
 __global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
                                     int n_heads, int head_dim, float eps) {
     int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32, half = head_dim / 2;
@@ -1903,7 +1904,8 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     int act = jget(j, 0, "hidden_act"), bias;
     char shown[80];
     if (act >= 0 && (j->v[act].type != J_STR || strcmp(jstr(j, act), "silu")))
-        return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file, cfg_show(j, act, shown, sizeof shown));
+        return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file,
+                       cfg_show(j, act, shown, sizeof shown));
     if (cfg_bool(j, "attention_bias", &bias, file)) return -1;
     if (bias)
         return rx_fail("%s: \"attention_bias\" is true; the q/k/v/o projection biases are not implemented (only false "
