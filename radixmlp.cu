@@ -10,6 +10,7 @@
  * Build and run:   make run        (tiny random Qwen3, CPU reference or GPU; no download)
  *                  make test       (host tests everywhere; GPU tests where a GPU is present)
  *                  ./radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits F]
+ *                             [--last-only | --embed F]      (last-token logits; Qwen3-Embedding embeddings)
  *                  ./radixmlp --check --model DIR
  *
  * Map from the paper to this file:
@@ -353,7 +354,9 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold) {
     return n_tokens > 0 && (double)n_compact / n_tokens < threshold ? RX_COMPACT : RX_BASELINE;
 }
 
-int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
+/* Algorithm 1 in plain C. Either output may be NULL (not computed), both in original order:
+ *   logits [N, vocab]    hidden [N, hidden]: the final hidden state, after the final norm */
+static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *hidden) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
     RadixIndex ix;
@@ -380,14 +383,14 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
           *attN = (float *)malloc(sizeof(float) * (Nq * QD + 1)),         /* [N, n_heads*head_dim]  radix only */
           *w32 = (float *)malloc(sizeof(float) * wmax),                   /* one weight, converted to fp32     */
           *norm_w = (float *)malloc(sizeof(float) * (size_t)(H > c->head_dim ? H : c->head_dim)),
-          *out = mode == RX_BASELINE ? logits : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
+          *out = mode == RX_BASELINE || !logits ? logits : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
     int32_t *orig = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),       /* [R] original position of each row */
             *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its position id (for RoPE)    */
             *tok = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its token id                  */
             *seq_start = (int32_t *)malloc(sizeof(int32_t) * (size_t)N);  /* [N] start of each token's sequence */
     int rc = -1;
     if (!h || !xn || !q || !k || !v || !att || !gate || !up || !qN || !kN || !vN || !attN || !w32 || !norm_w ||
-        !out || !orig || !pos || !tok || !seq_start) {
+        (logits && !out) || !orig || !pos || !tok || !seq_start) {
         rx_fail("out of host memory for the reference forward (N=%d, N'=%d)", N, ix.n_compact);
         goto done;
     }
@@ -439,8 +442,10 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
     }
     rx_tensor_to_f32(m->final_norm, norm_w);
     rx_rmsnorm_ref(xn, h, norm_w, R, H, (float)c->rms_norm_eps);
-    linear_ref(out, xn, m->lm_head, w32, R);            /* logits = norm(h) @ W_lm^T      [R, vocab] */
-    if (mode != RX_BASELINE) rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);  /* line 33: [N', V] -> [N, V] */
+    if (hidden && mode == RX_BASELINE) memcpy(hidden, xn, sizeof(float) * (size_t)N * H);
+    else if (hidden) rows_by_index(hidden, xn, ix.scatter, N, (size_t)H);         /* [N', hidden] -> [N, hidden] */
+    if (logits) linear_ref(out, xn, m->lm_head, w32, R);  /* logits = norm(h) @ W_lm^T      [R, vocab] */
+    if (logits && mode != RX_BASELINE) rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);  /* line 33 */
     rc = 0;
 done:
     free(h); free(xn); free(q); free(k); free(v); free(att); free(gate); free(up);
@@ -448,6 +453,37 @@ done:
     if (out != logits) free(out);
     free(orig); free(pos); free(tok); free(seq_start);
     radix_index_free(&ix);
+    return rc;
+}
+
+int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
+    return forward_ref(m, b, mode, logits, NULL);
+}
+
+/* out [rows, dim] = x / ||x||_2, row by row (torch.nn.functional.normalize, as sentence-transformers' Normalize). */
+static void l2_normalize_rows(float *out, const float *x, int rows, int dim) {
+    for (int r = 0; r < rows; r++, x += dim, out += dim) {
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+        double norm = sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12;
+        for (int i = 0; i < dim; i++) out[i] = (float)(x[i] / norm);
+    }
+}
+
+/* Reranking and embedding need one row per sequence: the final hidden state of its last token, then the LM head on
+ * those n_seqs rows only (the same per-row arithmetic as the full forward: the same logits, bit for bit). */
+int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed) {
+    if (rx_batch_check(b, &m->cfg)) return -1;
+    const int H = m->cfg.hidden_size, S = b->n_seqs, V = m->cfg.vocab_size;
+    float *hidden = (float *)rx_alloc(sizeof(float) * (size_t)b->n_tokens * H, "the final hidden states [N, hidden]");
+    float *last = hidden ? (float *)rx_alloc(sizeof(float) * (size_t)S * H, "the last tokens' states") : NULL;
+    float *w32 = last && logits ? (float *)rx_alloc(sizeof(float) * (size_t)V * H, "the LM head in fp32") : NULL;
+    int rc = !last || (logits && !w32) ? -1 : forward_ref(m, b, mode, NULL, hidden);
+    for (int s = 0; rc == 0 && s < S; s++)                           /* [N, hidden] -> [n_seqs, hidden] */
+        memcpy(last + (size_t)s * H, hidden + (size_t)(b->cu_seqlens[s + 1] - 1) * H, sizeof(float) * H);
+    if (rc == 0 && logits) linear_ref(logits, last, m->lm_head, w32, S);   /* [n_seqs, vocab] */
+    if (rc == 0 && embed) l2_normalize_rows(embed, last, S, H);            /* [n_seqs, hidden] */
+    free(hidden); free(last); free(w32);
     return rc;
 }
 
@@ -499,7 +535,8 @@ static int dev_alloc(void **p, size_t bytes, const char *fmt, ...) {
     cudaMemGetInfo(&free_b, &total_b);
     if (err == cudaErrorMemoryAllocation)
         return rx_fail("out of GPU memory allocating %s (%.1f MiB; %.1f of %.1f MiB free): use a smaller batch, "
-                       "last_only logits, or a GPU with more memory", what, mib(bytes), mib(free_b), mib(total_b));
+                       "--last-only (last_only logits), or a GPU with more memory", what, mib(bytes), mib(free_b),
+                       mib(total_b));
     return rx_fail("CUDA error allocating %s (%.1f MiB): %s", what, mib(bytes), cudaGetErrorString(err));
 }
 /* DEV_ALLOC(ptr, count, "what [shape]", ...): count elements of *ptr's type; returns -1 on failure. */
@@ -1031,8 +1068,9 @@ static void work_free(GpuWork *w) {
     free(w->h_ids), free(w->h_pos), free(w->h_seq_start), free(w->h_last);
 }
 
+/* embed != NULL (with last_only): the last tokens' normed states instead of logits, no LM head (gpu_embed). */
 static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
-                       float *logits, GpuRunInfo *info, GpuWork *w) {
+                       float *logits, float *embed, GpuRunInfo *info, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
     const int N = b->n_tokens, S = b->n_seqs, H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
     const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
@@ -1093,8 +1131,9 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
         DEV_ALLOC(w->v_n, (size_t)N * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", N, KVD);
     }
     if (last_only) DEV_ALLOC(w->x_last, (size_t)S * H, "the last tokens' states [n_seqs=%d, hidden=%d]", S, H);
-    DEV_ALLOC(w->logits, (size_t)n_logits * V, "the logits [%s=%d, vocab=%d]", last_only ? "n_seqs" : sp, n_logits,
-              V);
+    if (!embed)
+        DEV_ALLOC(w->logits, (size_t)n_logits * V, "the logits [%s=%d, vocab=%d]", last_only ? "n_seqs" : sp, n_logits,
+                  V);
     if (compact && !last_only) DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
     CUDA_CHECK(cudaEventCreate(&w->t0));
     CUDA_CHECK(cudaEventCreate(&w->t1));
@@ -1140,7 +1179,7 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
         h = hn = w->x_last;
     }
     TRY(rmsnorm(st, hn, h, g->final_norm, n_logits, H, eps));
-    TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_logits, H, V));   /* logits = hn @ W_lm^T  [n_logits, vocab] */
+    if (!embed) TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_logits, H, V));   /* logits = hn @ W_lm^T [n_logits, V] */
     const bf16 *out = w->logits;
     if (compact && !last_only) {                                     /* y = y_c[I_scatter]  [N, vocab] */
         TRY(rows_by_index_gpu(st, w->logits_n, w->logits, w->scatter, N, V * sizeof(bf16)));
@@ -1151,21 +1190,33 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, w->t0, w->t1));
     info->forward_ms = ms;
+    if (embed) {                      /* [n_seqs, hidden]: the bf16 normed states, L2-normalised on the host in fp32 */
+        TRY(download_bf16(embed, hn, (size_t)S * H));
+        l2_normalize_rows(embed, embed, S, H);
+        return 0;
+    }
     return logits ? download_bf16(logits, out, (size_t)(last_only ? S : N) * V) : 0;
 }
 
-int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
-                GpuRunInfo *info) {
+static int forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
+                   float *embed, GpuRunInfo *info) {
     GpuRunInfo unused;
     if (!info) info = &unused;
     memset(info, 0, sizeof *info);
-    if (!g || !b) return rx_fail("gpu_forward needs a GPU model and a batch");
+    if (!g || !b) return rx_fail("the GPU forward needs a GPU model and a batch");
     if (auto_threshold <= 0) auto_threshold = RX_AUTO_THRESHOLD;   /* 0: the default threshold */
     GpuWork w;
     memset(&w, 0, sizeof w);
-    int rc = forward_run(g, b, mode, auto_threshold, last_only, logits, info, &w);
+    int rc = forward_run(g, b, mode, auto_threshold, last_only || embed, logits, embed, info, &w);
     work_free(&w);
     return rc;
+}
+int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
+                GpuRunInfo *info) {
+    return forward(g, b, mode, auto_threshold, last_only, logits, NULL, info);
+}
+int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, float *embed, GpuRunInfo *info) {
+    return embed ? forward(g, b, mode, auto_threshold, 1, NULL, embed, info) : rx_fail("gpu_embed needs an output");
 }
 
 /* ------------------------------------------------------------------------------------------- gpu micro-benchmarks */
@@ -1360,6 +1411,7 @@ int gpu_model_upload(GpuModel **, const Qwen3Model *) { return no_gpu(); }
 int gpu_model_random(GpuModel **, const Qwen3Config *, uint64_t) { return no_gpu(); }
 void gpu_model_free(GpuModel *) {}
 int gpu_forward(GpuModel *, const RxBatch *, RxMode, double, int, float *, GpuRunInfo *) { return no_gpu(); }
+int gpu_embed(GpuModel *, const RxBatch *, RxMode, double, float *, GpuRunInfo *) { return no_gpu(); }
 int gpu_time_index_select(int, int, int, int, int, double *) { return no_gpu(); }
 int gpu_time_copy(size_t, int, double *) { return no_gpu(); }
 int gpu_time_gemm(int, int, int, int, double *) { return no_gpu(); }
@@ -2369,8 +2421,12 @@ static const char *usage =
     "usage: radixmlp                          demo: a tiny random Qwen3 (no download), CPU reference and GPU if any\n"
     "       radixmlp --check --model DIR      validate a checkpoint on the host and print its inventory\n"
     "       radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits FILE] [--cpu]\n"
+    "                [--last-only | --embed FILE]\n"
     "                FILE: one sequence per line, token ids separated by spaces. --dump-logits writes raw\n"
-    "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n";
+    "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n"
+    "                --last-only: the logits of each sequence's last token only, [n_seqs, vocab] (reranking).\n"
+    "                --embed FILE: no logits; writes float32 [n_seqs, hidden], each sequence's last-token state\n"
+    "                after the final norm, L2-normalised (Qwen3-Embedding's pooling).\n";
 
 /* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; -1 with radix_error() set when
  * either holds a NaN or Inf (what names got), which is a failure, never a small difference. */
@@ -2461,7 +2517,19 @@ done:
     return rc;
 }
 
-static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, const char *dump, int force_cpu) {
+/* Writes out [rows, cols] float32 to path and says so. */
+static int write_f32(const char *path, const float *out, int rows, int cols, const char *what) {
+    size_t n = (size_t)rows * cols;
+    FILE *f = fopen(path, "wb");
+    int bad = !f || fwrite(out, sizeof(float), n, f) != n;
+    if ((f && fclose(f)) || bad) return rx_fail("%s: cannot write the %s: %s", path, what, strerror(errno));
+    printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
+    return 0;
+}
+
+/* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits. */
+static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, const char *dump, int force_cpu,
+                          int last_only, const char *embed) {
     Qwen3Model m;
     RxBatch b;
     RadixIndex ix;
@@ -2474,35 +2542,37 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
     print_batch_stats(&b, &ix);
-    size_t n = (size_t)b.n_tokens * m.cfg.vocab_size;
-    if (!(logits = (float *)rx_alloc(n * sizeof(float), "the logits [N, vocab]"))) goto done;
+    /* logits holds what the run computes: [N, vocab], or [n_seqs, vocab] (last_only), or [n_seqs, hidden] (embed) */
+    const int rows = last_only || embed ? b.n_seqs : b.n_tokens, cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
+    const char *what = embed ? "embeddings [n_seqs, hidden]" : last_only ? "logits [n_seqs, vocab]" : "logits [N, vocab]";
+    if (!(logits = (float *)rx_alloc((size_t)rows * cols * sizeof(float), what))) goto done;
     if (!force_cpu && gpu_available()) {
         GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
-        if (gpu_model_upload(&g, &m) || gpu_forward(g, &b, mode, RX_AUTO_THRESHOLD, 0, logits, &info)) goto done;
+        if (gpu_model_upload(&g, &m)) goto done;
+        if (embed ? gpu_embed(g, &b, mode, RX_AUTO_THRESHOLD, logits, &info)
+                  : gpu_forward(g, &b, mode, RX_AUTO_THRESHOLD, last_only, logits, &info)) goto done;
         printf("GPU %s, mode %s: forward %.3f ms, index build %.3f ms\n", gpu_device_name(), rx_mode_name(info.mode),
                info.forward_ms, info.index_ms);
     } else {
         if (!force_cpu) printf("no GPU (%s): running the C reference\n", radix_error());
         RxMode ran = mode == RX_AUTO ? rx_auto_mode(ix.n_compact, ix.n_tokens, RX_AUTO_THRESHOLD) : mode;
         double t0 = rx_now_ms();
-        if (qwen3_forward_ref(&m, &b, ran, logits)) goto done;
+        if (last_only || embed ? qwen3_forward_ref_last(&m, &b, ran, embed ? NULL : logits, embed ? logits : NULL)
+                               : qwen3_forward_ref(&m, &b, ran, logits)) goto done;
         printf("C reference, mode %s%s: %.1f ms\n", rx_mode_name(ran), mode == RX_AUTO ? " (chosen by auto)" : "",
                rx_now_ms() - t0);
     }
-    for (int s = 0; s < b.n_seqs; s++) {                /* the greedy next token of each sequence */
-        const float *row = logits + (size_t)(b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;
+    for (int s = 0; !embed && s < b.n_seqs; s++) {      /* the greedy next token of each sequence */
+        const float *row = logits + (size_t)(last_only ? s : b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;
         int best = 0;
         for (int v = 1; v < m.cfg.vocab_size; v++) if (row[v] > row[best]) best = v;
         printf("sequence %d: next token %d (logit %.4f)\n", s, best, row[best]);
     }
-    if (dump) {
-        FILE *f = fopen(dump, "wb");
-        if (!f || fwrite(logits, sizeof(float), n, f) != n || fclose(f)) {
-            rx_fail("%s: cannot write the logits: %s", dump, strerror(errno)); goto done;
-        }
-        printf("wrote %s: float32 [%d, %d]\n", dump, b.n_tokens, m.cfg.vocab_size);
+    for (int s = 0; embed && s < b.n_seqs; s++) {
+        const float *e = logits + (size_t)s * cols;
+        printf("sequence %d: embedding [%d], first values %.4f %.4f %.4f\n", s, cols, e[0], e[1 % cols], e[2 % cols]);
     }
-    rc = 0;
+    rc = embed ? write_f32(embed, logits, rows, cols, what) : dump ? write_f32(dump, logits, rows, cols, what) : 0;
 done:
     gpu_model_free(g);
     free(logits); radix_index_free(&ix); rx_batch_free(&b); qwen3_free(&m);
@@ -2510,12 +2580,13 @@ done:
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *dump = NULL;
-    int check = 0, force_cpu = 0;
+    const char *model = NULL, *tokens = NULL, *dump = NULL, *embed = NULL;
+    int check = 0, force_cpu = 0, last_only = 0;
     RxMode mode = RX_AUTO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = !strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--mode") || !strcmp(a, "--dump-logits");
+        int takes = !strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--mode") ||
+                    !strcmp(a, "--dump-logits") || !strcmp(a, "--embed");
         if (takes && !val) { fprintf(stderr, "radixmlp: %s needs a value\n", a); return 2; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
         else if (!strcmp(a, "--check")) check = 1;
@@ -2523,9 +2594,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--model")) model = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens = argv[++i];
         else if (!strcmp(a, "--dump-logits")) dump = argv[++i];
+        else if (!strcmp(a, "--last-only")) last_only = 1;
+        else if (!strcmp(a, "--embed")) embed = argv[++i];
         else if (!strcmp(a, "--mode")) {
             if (rx_mode_parse(argv[++i], &mode)) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 2; }
         } else { fprintf(stderr, "radixmlp: unknown argument '%s'\n%s", a, usage); return 2; }
+    }
+    if ((last_only || embed) && (check || (!model && !tokens))) {
+        fprintf(stderr, "radixmlp: --last-only and --embed run a checkpoint: they need --model and --tokens\n");
+        return 2;
     }
     int rc;
     if (check) {
@@ -2534,7 +2611,11 @@ int main(int argc, char **argv) {
         if ((rc = qwen3_load(&m, model)) == 0) { qwen3_print_inventory(stdout, &m); qwen3_free(&m); }
     } else if (model || tokens) {
         if (!model || !tokens) { fprintf(stderr, "radixmlp: running a checkpoint needs both --model and --tokens\n"); return 2; }
-        rc = run_checkpoint(model, tokens, mode, dump, force_cpu);
+        if (embed && (dump || last_only)) {
+            fprintf(stderr, "radixmlp: --embed computes no logits: it takes neither --dump-logits nor --last-only\n");
+            return 2;
+        }
+        rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);
     } else {
         rc = demo();
     }

@@ -116,7 +116,7 @@ typedef struct {
 } Qwen3Model;
 
 /* Loads DIR/config.json and DIR/model.safetensors or the shards of DIR/model.safetensors.index.json,
- * validating everything (see QWEN3.md). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
+ * validating everything (see docs/qwen3.md). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
 int  qwen3_load(Qwen3Model *m, const char *dir);
 /* A random tiny model held in memory (fp32), for the demo and tests: no download. */
 int  qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed);
@@ -150,6 +150,11 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold);
 /* The plain-C fp32 reference forward. logits: [N, vocab] in original token order.
  * Every weight is upcast to fp32; every sum accumulates in fp32 in a fixed order. */
 int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits);
+/* The same forward, for each sequence's last token only (what reranking and embedding read); either may be NULL:
+ *   logits [n_seqs, vocab]   its logits, bit for bit the rows qwen3_forward_ref gives
+ *   embed  [n_seqs, hidden]  its final hidden state after the final norm, L2-normalised: last-token pooling, as
+ *                            sentence-transformers pools a Qwen3-Embedding model                              */
+int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed);
 
 /* The plain-C causal attention for ragged batches, shared by every mode (and the oracle of the CUDA kernel).
  *   q   [n_q, n_heads*head_dim]  query rows (N original rows, or N' compact rows)
@@ -198,6 +203,9 @@ typedef struct {
  *   auto_threshold: for RX_AUTO, use compact when gamma = N'/N < auto_threshold (0.95 by default). */
 int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
                 float *logits, GpuRunInfo *info);
+/* As gpu_forward with last_only, but instead of logits (no LM head): embed [n_seqs, hidden], each sequence's last-token
+ * state after the final norm (bf16), L2-normalised in fp32, as qwen3_forward_ref_last gives it. */
+int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, float *embed, GpuRunInfo *info);
 
 /* Micro-benchmarks used by bench.c (Tables 2, 4, 6): median milliseconds over reps after a warm-up. */
 int gpu_time_index_select(int rows_in, int dim, int rows_out, int elem_bytes, int reps, double *median_ms);

@@ -57,6 +57,8 @@ static uint64_t rng_next(uint64_t *s) {     /* splitmix64 */
 }
 static int rng_int(uint64_t *s, int n) { return (int)(rng_next(s) % (uint64_t)n); }
 
+static float *floats(size_t n) { return (float *)malloc(n * sizeof(float)); }
+
 static float *rand_floats(size_t n, float lo, float hi, uint64_t *rng) {
     float *x = (float *)malloc(n * sizeof(float));
     for (size_t i = 0; x && i < n; i++) x[i] = lo + (hi - lo) * (float)((rng_next(rng) >> 40) * 0x1.0p-24);
@@ -802,6 +804,62 @@ static void test_reference_matches_transformers(void) {
     }
 }
 
+/* Reranking and embedding read one row per sequence (qwen3_forward_ref_last): its last-token logits must be the
+ * full forward's rows bit for bit (the same per-row arithmetic), and its embedding what sentence-transformers makes
+ * of transformers' Qwen3Model (last-token pooling, L2 normalisation; fixtures/make_fixtures.py --variants), to fp32
+ * rounding: max|ours - hf| <= 1e-4 max|hf|, as for the logits. */
+static void test_last_token_logits_and_embeddings(void) {
+    if (!have_fixtures()) return;
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    char p[512], what[96];
+    Qwen3Model m, e;
+    RxBatch b;
+    size_t len;
+    snprintf(p, sizeof p, "%s/batches/mixed.txt", fixtures());
+    if (rx_batch_read(&b, p)) { expect(0, "%s", radix_error()); return; }
+    snprintf(p, sizeof p, "%s/tiny-tied", fixtures());
+    if (qwen3_load(&m, p) == 0) {
+        int V = m.cfg.vocab_size, S = b.n_seqs;
+        float *full = floats((size_t)b.n_tokens * V), *want = floats((size_t)S * V), *last = floats((size_t)S * V);
+        int rc = qwen3_forward_ref(&m, &b, RX_BASELINE, full);
+        expect(rc == 0, "%s", radix_error());
+        for (int s = 0; rc == 0 && s < S; s++)
+            memcpy(want + (size_t)s * V, full + (size_t)(b.cu_seqlens[s + 1] - 1) * V, sizeof(float) * V);
+        for (int k = 0; rc == 0 && k < 3; k++) {
+            int rk = qwen3_forward_ref_last(&m, &b, modes[k], last, NULL);
+            expect(rk == 0, "%s", radix_error());
+            snprintf(what, sizeof what, "tiny-tied x mixed, %s: last-token logits vs rows of the full logits",
+                     rx_mode_name(modes[k]));
+            if (rk == 0 && expect_identical(what, last, want, (size_t)S * V)) note("%s: bit-identical", what);
+        }
+        free(full); free(want); free(last);
+        qwen3_free(&m);
+    } else expect(0, "tiny-tied: %s", radix_error());
+    snprintf(p, sizeof p, "%s/tiny-embedding", fixtures());
+    if (qwen3_load(&e, p) == 0) {
+        int H = e.cfg.hidden_size, S = b.n_seqs;
+        snprintf(p, sizeof p, "%s/embeddings/tiny-embedding-mixed.f32", fixtures());
+        float *hf = (float *)read_file(p, &len), *emb = floats((size_t)S * H), *base = floats((size_t)S * H);
+        expect(hf && len == (size_t)S * H * sizeof(float), "%s: missing or not [%d, %d] float32", p, S, H);
+        for (int k = 0; hf && len == (size_t)S * H * sizeof(float) && k < 3; k++) {
+            int rc = qwen3_forward_ref_last(&e, &b, modes[k], NULL, k ? emb : base);
+            expect(rc == 0, "%s", radix_error());
+            double d, tol;
+            char why[WHY];
+            snprintf(what, sizeof what, "tiny-embedding x mixed, %s: embeddings", rx_mode_name(modes[k]));
+            if (rc == 0 && k == 0) {
+                expect(close_verdict(base, hf, (size_t)S * H, 1e-4, &d, &tol, why), "%s vs transformers: %s", what, why);
+                note("%s: max|ours - sentence-transformers' pooling| %.3g (tol %.3g)", what, d, tol);
+            } else if (rc == 0 && expect_identical(what, emb, base, (size_t)S * H)) {
+                note("%s == baseline, bit for bit", what);
+            }
+        }
+        free(hf); free(emb); free(base);
+        qwen3_free(&e);
+    } else expect(0, "tiny-embedding: %s", radix_error());
+    rx_batch_free(&b);
+}
+
 /* fmax() drops a NaN: that is how an all-NaN output could pass every comparison. Each poisoned copy of a random
  * output, poisoned in got, in ref, or in both alike (the same bits on both sides), must fail both verdicts with the
  * NaN/Inf reason, at any tolerance; the clean pair must pass both, or this test could not tell. */
@@ -1055,7 +1113,6 @@ static void round_to_bf16(float *x, size_t n) {   /* in place, to nearest even, 
     }
 }
 
-static float *floats(size_t n) { return (float *)malloc(n * sizeof(float)); }
 
 /* rc is the GPU call's result; passes when it succeeded and max|got - ref| <= tol_rel * max|ref|, both finite. */
 static void expect_close(const char *what, int rc, const float *got, const float *ref, size_t n, double tol_rel) {
@@ -1342,6 +1399,33 @@ static void test_gpu_last_only_logits_equal_rows_of_full_logits(void) {
     free(full); free(last); free(want);
     rx_batch_free(&b);
     gpu_model_free(g);
+}
+
+/* gpu_embed against the C reference's embeddings (qwen3_forward_ref_last) on a random model, every mode: the bf16
+ * budget of the forward, FORWARD_TOL of max|ref| (the normalisation divides both by nearly the same norm). */
+static void test_gpu_embed_matches_c_reference(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    GpuModel *g = NULL;
+    if (qwen3_random(&m, &cfg, 81)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    if (gpu_model_upload(&g, &m)) { expect(0, "gpu_model_upload: %s", radix_error()); qwen3_free(&m); return; }
+    RxBatch b = pattern_batch(&table7a[5], cfg.vocab_size, 82);   /* complex_sharing */
+    size_t n = (size_t)b.n_seqs * cfg.hidden_size;
+    float *ref = floats(n), *got = floats(n);
+    int rc_ref = qwen3_forward_ref_last(&m, &b, RX_BASELINE, NULL, ref);
+    expect(rc_ref == 0, "qwen3_forward_ref_last: %s", radix_error());
+    for (int k = 0; rc_ref == 0 && k < 3; k++) {
+        char what[96];
+        snprintf(what, sizeof what, "embed %s [n_seqs=%d, hidden=%d] vs the C reference", rx_mode_name(modes[k]),
+                 b.n_seqs, cfg.hidden_size);
+        expect_close(what, gpu_embed(g, &b, modes[k], RX_AUTO_THRESHOLD, got, NULL), got, ref, n, FORWARD_TOL);
+    }
+    free(ref); free(got);
+    rx_batch_free(&b);
+    gpu_model_free(g);
+    qwen3_free(&m);
 }
 
 static void test_gpu_forward_is_deterministic(void) {
@@ -1654,12 +1738,59 @@ static void test_cli(void) {
              cli(), fixtures(), fixtures());
     rc = run_cmd(cmd, out, sizeof out);
     expect(rc == 0 && strstr(out, "sequence 4: next token"), "running a checkpoint: rc %d\n%s", rc, out);
-    const char *bad[] = {"--mode fast", "--model", "--frobnicate", "--tokens x.txt"};
-    for (int i = 0; i < 4; i++) {
+    const char *bad[] = {"--mode fast", "--model", "--frobnicate", "--tokens x.txt", "--last-only", "--embed",
+                         "--embed e.f32 --check --model m", "--model m --tokens t --embed e.f32 --last-only",
+                         "--model m --tokens t --embed e.f32 --dump-logits l.f32"};
+    for (int i = 0; i < 9; i++) {
         snprintf(cmd, sizeof cmd, "%s %s", cli(), bad[i]);
         rc = run_cmd(cmd, out, sizeof out);
         expect(rc == 2, "'%s': exit %d, expected 2", cmd, rc);
     }
+}
+
+/* --last-only and --embed through the CLI (the C reference, --cpu): the dumps' shapes, and their values against the
+ * full logits' last rows (bit for bit) and transformers' pooled embeddings (1e-4 of max|hf|, as in the reference
+ * group). */
+static void test_cli_last_only_and_embed(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX", cmd[1024], out[16384], p[512];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const char *files[3] = {"full.f32", "last.f32", "emb.f32"};
+    const char *args[3] = {"--model %s/tiny-tied --dump-logits %s/full.f32",
+                           "--model %s/tiny-tied --last-only --dump-logits %s/last.f32",
+                           "--model %s/tiny-embedding --embed %s/emb.f32"};
+    float *dumps[3] = {NULL, NULL, NULL};
+    size_t lens[3] = {0, 0, 0}, want[3] = {27 * 512, 5 * 512, 5 * 32};   /* mixed.txt: N = 27, 5 sequences */
+    for (int i = 0; i < 3; i++) {
+        char a[512];
+        snprintf(a, sizeof a, args[i], fixtures(), dir);
+        snprintf(cmd, sizeof cmd, "%s --cpu --mode compact --tokens %s/batches/mixed.txt %s", cli(), fixtures(), a);
+        int rc = run_cmd(cmd, out, sizeof out);
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        dumps[i] = (float *)read_file(p, &lens[i]);
+        expect(rc == 0 && dumps[i] && lens[i] == want[i] * sizeof(float), "'%s': exit %d, %zu bytes (want %zu)\n%s",
+               cmd, rc, lens[i], want[i] * sizeof(float), out);
+        char *wrote = strstr(out, "wrote ");
+        if (rc == 0 && wrote) note("%.*s", (int)strcspn(wrote, "\n"), wrote);
+        unlink(p);
+    }
+    rmdir(dir);
+    if (!test_failed) {
+        static const int last_rows[5] = {9, 15, 16, 20, 26};    /* cu_seqlens[s+1] - 1 for lines of 10, 6, 1, 4, 6 */
+        for (int s = 0; s < 5; s++)
+            memcpy(dumps[0] + (size_t)s * 512, dumps[0] + (size_t)last_rows[s] * 512, 512 * sizeof(float));
+        expect_identical("--last-only vs the full dump's last rows", dumps[1], dumps[0], 5 * 512);
+        snprintf(p, sizeof p, "%s/embeddings/tiny-embedding-mixed.f32", fixtures());
+        float *hf = (float *)read_file(p, &lens[0]);
+        double d = 0.0, tol = 0.0;
+        char why[WHY] = "";
+        expect(hf && close_verdict(dumps[2], hf, 5 * 32, 1e-4, &d, &tol, why), "--embed vs transformers: %s",
+               hf ? why : "fixture missing");
+        summary("--last-only: [5, 512], the full dump's last rows bit for bit; --embed: [5, 32], max|diff| %.3g from "
+                "transformers' pooled embeddings (tol %.3g)", d, tol);
+        free(hf);
+    }
+    for (int i = 0; i < 3; i++) free(dumps[i]);
 }
 
 /* -------------------------------------------------------------------------------------------------- the bench */
@@ -1804,6 +1935,7 @@ static const Test tests[] = {
     {"reference", "comparisons_fail_on_nan_and_inf", test_comparisons_fail_on_nan_and_inf},
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
+    {"reference", "last_token_logits_and_embeddings", test_last_token_logits_and_embeddings},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
     {"reference", "auto_mode_compacts_only_below_threshold", test_auto_mode_compacts_only_below_threshold},
     {"reference", "tokens_file", test_tokens_file},
@@ -1817,11 +1949,13 @@ static const Test tests[] = {
     {"gpu", "forward_matches_c_reference", test_gpu_forward_matches_reference},
     {"gpu", "radix_and_compact_match_baseline_table7a", test_gpu_radix_and_compact_match_baseline_table7a},
     {"gpu", "last_only_logits_equal_rows_of_full_logits", test_gpu_last_only_logits_equal_rows_of_full_logits},
+    {"gpu", "embed_matches_c_reference", test_gpu_embed_matches_c_reference},
     {"gpu", "forward_is_deterministic", test_gpu_forward_is_deterministic},
     {"gpu", "auto_mode_picks_compact_only_below_threshold", test_gpu_auto_mode_picks_compact_only_below_threshold},
     {"gpu", "forward_rejects_bad_batches", test_gpu_forward_rejects_bad_batches},
     {"gpu", "timers_return_positive_medians", test_gpu_timers_return_positive_medians},
     {"cli", "cli", test_cli},
+    {"cli", "last_only_and_embed", test_cli_last_only_and_embed},
     {"bench", "table5_csv_has_the_papers_rows", test_bench_table5_csv},
     {"bench", "replot_draws_every_series", test_bench_replot_draws_every_series},
     {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
