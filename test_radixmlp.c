@@ -731,7 +731,7 @@ static void test_checkpoint_variants_accepted(void) {
     remove_dir(d);
 }
 
-/* The configs transformers reads otherwise than a guess would (docs/qwen3.md): each a committed checkpoint made by
+/* The configs transformers reads otherwise than a guess would: each a committed checkpoint made by
  * fixtures/make_fixtures.py --variants; reference_matches_transformers checks their logits. */
 static void test_config_variants_load_as_transformers_reads_them(void) {
     if (!have_fixtures()) return;
@@ -1332,6 +1332,38 @@ static void test_gpu_forward_matches_reference(void) {
         gpu_model_free(g);
         qwen3_free(&m);
     }
+}
+
+/* The config variants on the GPU (the upload follows the loader: a tied config's own stored head, head_dim 128 from
+ * the default, 32 kv heads) against the C reference, whose logits match transformers' (reference group). */
+static void test_gpu_forward_on_config_variants(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    if (!have_fixtures()) return;
+    static const char *names[3] = {"tiny-own-head", "tiny-default-head-dim", "tiny-default-kv-heads"};
+    char p[512];
+    RxBatch b;
+    snprintf(p, sizeof p, "%s/batches/mixed.txt", fixtures());
+    if (rx_batch_read(&b, p)) { expect(0, "%s", radix_error()); return; }
+    for (int i = 0; i < 3; i++) {
+        Qwen3Model m;
+        GpuModel *g = NULL;
+        snprintf(p, sizeof p, "%s/%s", fixtures(), names[i]);
+        if (qwen3_load(&m, p)) { expect(0, "%s: %s", names[i], radix_error()); continue; }
+        size_t n = (size_t)b.n_tokens * m.cfg.vocab_size;
+        float *ref = floats(n), *got = floats(n);
+        int rc = qwen3_forward_ref(&m, &b, RX_BASELINE, ref);
+        expect(rc == 0, "%s: %s", names[i], radix_error());
+        if (rc == 0 && gpu_model_upload(&g, &m) == 0) {
+            char what[96];
+            snprintf(what, sizeof what, "%s x mixed, compact, vs the C reference", names[i]);
+            expect_close(what, gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, got, NULL), got, ref, n,
+                         FORWARD_TOL);
+        } else if (rc == 0) expect(0, "%s: gpu_model_upload: %s", names[i], radix_error());
+        gpu_model_free(g);
+        free(ref); free(got);
+        qwen3_free(&m);
+    }
+    rx_batch_free(&b);
 }
 
 /* Radix and compact against the GPU baseline on Table 7a's patterns (the paper, fp32 SDPA: 0 everywhere but
@@ -1947,6 +1979,7 @@ static const Test tests[] = {
     {"gpu", "gemm_matches_reference", test_gpu_gemm},
     {"gpu", "attention_matches_reference_in_all_index_modes", test_gpu_attention},
     {"gpu", "forward_matches_c_reference", test_gpu_forward_matches_reference},
+    {"gpu", "forward_on_config_variants", test_gpu_forward_on_config_variants},
     {"gpu", "radix_and_compact_match_baseline_table7a", test_gpu_radix_and_compact_match_baseline_table7a},
     {"gpu", "last_only_logits_equal_rows_of_full_logits", test_gpu_last_only_logits_equal_rows_of_full_logits},
     {"gpu", "embed_matches_c_reference", test_gpu_embed_matches_c_reference},
