@@ -105,6 +105,12 @@ static int expect_identical(const char *what, const float *a, const float *b, si
     return ok;
 }
 
+/* "what -> the rejection's message", or "what -> ACCEPTED" when rc says it was not rejected: never a stale message
+ * that would read as a rejection. */
+static void note_rejected(int rc, int width, const char *what) {
+    note("%-*s -> %s", width, what, rc ? radix_error() : "ACCEPTED");
+}
+
 /* A summary line, printed only while it is true: never under a FAIL line of the same test. */
 static void summary(const char *fmt, ...) {
     if (test_failed) return;
@@ -328,7 +334,7 @@ static void test_invalid_input_rejected(void) {
         expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc,
                radix_error());
         expect(!ix.gather && !ix.scatter && !ix.n_tokens, "%s: a failed build must leave the index empty", cases[i].what);
-        note("%-22s -> %s", cases[i].what, radix_error());
+        note_rejected(rc, 22, cases[i].what);
     }
 }
 
@@ -503,7 +509,7 @@ static void test_config_parsing(void) {
         snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, cases[i].to, at + strlen(cases[i].from));
         int rc = rx_parse_config(&c, buf, strlen(buf), "config.json");
         expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
-        note("%-28s -> %s", cases[i].what, radix_error());
+        note_rejected(rc, 28, cases[i].what);
     }
     /* Qwen3Config's defaults for missing keys: head_dim 128 (not hidden/heads), num_key_value_heads 32 (heads when
      * the key is present as null), use_sliding_window false, max_window_layers 28, silu, no bias, untied */
@@ -541,7 +547,9 @@ static void test_shard_index_names(void) {
         snprintf(buf, sizeof buf, "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"%s\"}}", bad[i]);
         int rc = rx_parse_shard_index(buf, strlen(buf), "index.json", &shards, &n);
         expect(rc != 0 && strstr(radix_error(), "not a plain file name"), "shard \"%s\": rc %d, '%s'", bad[i], rc, radix_error());
-        note("shard name %-20s -> %s", bad[i], radix_error());
+        char what[64];
+        snprintf(what, sizeof what, "shard name %s", bad[i]);
+        note_rejected(rc, 31, what);
     }
     const char *good = "{\"weight_map\":{\"a\":\"m-1.safetensors\",\"b\":\"m-2.safetensors\",\"c\":\"m-1.safetensors\"}}";
     char **shards;
@@ -1006,7 +1014,7 @@ static void expect_bad_batches_refused(const char *which, int (*forward)(const R
         int rc = forward(&b, ctx);
         expect(rc != 0 && strstr(radix_error(), c->msg), "%s, %s: rc %d, message '%s' lacks '%s'", which, c->what, rc,
                radix_error(), c->msg);
-        note("%-24s -> %s", c->what, radix_error());
+        note_rejected(rc, 24, c->what);
     }
     free(ids); free(pos); free(cu);
 }
@@ -1024,14 +1032,16 @@ static void test_forward_rejects_bad_batches(void) {
     int32_t ids[] = {1, 512, 2}, pos[] = {0, 1, 128};
     float *out = (float *)malloc(3 * 512 * sizeof(float));
     RxBatch b = batch_of(1, lens, ids, NULL);
-    expect(qwen3_forward_ref(&m, &b, RX_BASELINE, out) != 0 && strstr(radix_error(), "outside the vocabulary"),
-           "token id 512 with vocab 512: '%s'", radix_error());
-    note("token id = vocab  -> %s", radix_error());
+    int rc = qwen3_forward_ref(&m, &b, RX_BASELINE, out);
+    expect(rc != 0 && strstr(radix_error(), "outside the vocabulary"), "token id 512 with vocab 512: '%s'",
+           radix_error());
+    note_rejected(rc, 16, "token id = vocab");
     b.input_ids[1] = 5;
     memcpy(b.position_ids, pos, sizeof pos);
-    expect(qwen3_forward_ref(&m, &b, RX_RADIX, out) != 0 && strstr(radix_error(), "max_position_embeddings"),
-           "position 128 with max 128: '%s'", radix_error());
-    note("position = max    -> %s", radix_error());
+    rc = qwen3_forward_ref(&m, &b, RX_RADIX, out);
+    expect(rc != 0 && strstr(radix_error(), "max_position_embeddings"), "position 128 with max 128: '%s'",
+           radix_error());
+    note_rejected(rc, 16, "position = max");
     free(out);
     rx_batch_free(&b);
     expect(qwen3_forward_ref(&m, NULL, RX_BASELINE, NULL) != 0 && strstr(radix_error(), "the batch is NULL"),
@@ -1079,7 +1089,7 @@ static void test_tokens_file(void) {
         } else {
             expect(rc != 0 && strstr(radix_error(), cases[i].msg), "case %zu: rc %d, '%s' lacks '%s'", i, rc,
                    radix_error(), cases[i].msg);
-            note("%-18s -> %s", cases[i].msg, radix_error());
+            note_rejected(rc, 18, cases[i].msg);
         }
     }
     remove_dir(dir);
@@ -1521,7 +1531,7 @@ static void test_gpu_forward_rejects_bad_batches(void) {
         int32_t saved = *field;
         *field = c == 0 ? cfg.vocab_size : c == 1 ? cfg.max_position_embeddings : 0;
         int rc = gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, NULL, NULL);
-        note("rejected: %s", radix_error());
+        note_rejected(rc, 0, c == 0 ? "token id = vocab" : c == 1 ? "position = max" : "an empty sequence");
         expect(rc != 0 && radix_error()[0] != '\0', "an invalid batch (case %d) was accepted", c);
         *field = saved;
     }
@@ -1574,7 +1584,7 @@ static void test_config_default_head_dim_checked(void) {
     int rc = rx_parse_config(&c, c0, strlen(c0), "config.json");
     expect(rc != 0 && strstr(radix_error(), "num_attention_heads 2 is not a multiple of num_key_value_heads 32"),
            "hidden 1, 2 heads, no head_dim: rc %d, head_dim %d, '%s'", rc, c.head_dim, radix_error());
-    note("hidden 1, 2 heads, no head_dim, no num_key_value_heads -> %s", radix_error());
+    note_rejected(rc, 0, "hidden 1, 2 heads, no head_dim, no num_key_value_heads");
 }
 
 /* ---- a corpus of broken checkpoints: each a copy of a fixture with one corruption, written here, never committed */
