@@ -354,11 +354,18 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold) {
     return n_tokens > 0 && (double)n_compact / n_tokens < threshold ? RX_COMPACT : RX_BASELINE;
 }
 
+/* An untied embedding checkpoint stores no LM head (Qwen3Model, see bind_model): it has embeddings, not logits. */
+static int no_lm_head(void) {
+    return rx_fail("the checkpoint has no LM head (no lm_head.weight, tie_word_embeddings false): an embedding model "
+                   "gives embeddings (--embed), not logits");
+}
+
 /* Algorithm 1 in plain C. Either output may be NULL (not computed), both in original order:
  *   logits [N, vocab]    hidden [N, hidden]: the final hidden state, after the final norm */
 static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *hidden) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
+    if (logits && !m->lm_head) return no_lm_head();
     RadixIndex ix;
     if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
     int N = b->n_tokens;
@@ -474,6 +481,7 @@ static void l2_normalize_rows(float *out, const float *x, int rows, int dim) {
  * those n_seqs rows only (the same per-row arithmetic as the full forward: the same logits, bit for bit). */
 int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed) {
     if (rx_batch_check(b, &m->cfg)) return -1;
+    if (logits && !m->lm_head) return no_lm_head();
     const int H = m->cfg.hidden_size, S = b->n_seqs, V = m->cfg.vocab_size;
     float *hidden = (float *)rx_alloc(sizeof(float) * (size_t)b->n_tokens * H, "the final hidden states [N, hidden]");
     float *last = hidden ? (float *)rx_alloc(sizeof(float) * (size_t)S * H, "the last tokens' states") : NULL;
@@ -973,6 +981,8 @@ static int model_build(GpuModel *g, const Qwen3Model *m, uint64_t seed) {
     /* tied: the LM head is embed_tokens itself (the loader decides for a checkpoint: see bind_model) */
     if (m ? m->lm_head == m->embed : c->tie_word_embeddings)
         g->lm_head = g->embed;
+    else if (m && !m->lm_head)                        /* an embedding checkpoint: no head (gpu_embed only) */
+        g->lm_head = NULL;
     else
         TRY(weight(g, m, &g->lm_head, m ? m->lm_head : NULL, c->vocab_size * H, (int)H, seed + 2, -1, "lm_head"));
 
@@ -1204,6 +1214,7 @@ static int forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_thres
     if (!info) info = &unused;
     memset(info, 0, sizeof *info);
     if (!g || !b) return rx_fail("the GPU forward needs a GPU model and a batch");
+    if (!embed && !g->lm_head) return no_lm_head();
     if (auto_threshold <= 0) auto_threshold = RX_AUTO_THRESHOLD;   /* 0: the default threshold */
     GpuWork w;
     memset(&w, 0, sizeof w);
@@ -2100,9 +2111,14 @@ static int bind_model(Qwen3Model *m, const char *where) {
     }
     /* Tied: the LM head is the embedding. A tied checkpoint that also stores lm_head.weight gets what transformers
      * (5.x) gives it: the two tied when they are equal (the real Qwen3-0.6B file), else the stored head, untied (it
-     * warns "we will NOT tie them"). Never a third thing. */
+     * warns "we will NOT tie them"). Never a third thing. Untied with flat names and no lm_head.weight: a Qwen3Model
+     * (embedding) checkpoint, which has no head at all: lm_head stays NULL and the forwards give embeddings only. */
     if (c->tie_word_embeddings && !find_tensor(m, "lm_head.weight")) {
         m->lm_head = m->embed;
+        return 0;
+    }
+    if (!c->tie_word_embeddings && !pre[0] && !find_tensor(m, "lm_head.weight")) {
+        m->lm_head = NULL;
         return 0;
     }
     if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
@@ -2296,7 +2312,8 @@ void qwen3_print_inventory(FILE *out, const Qwen3Model *m) {
     fprintf(out, "config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
                  "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
             c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings, !c->tie_word_embeddings ? "no"
+            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings,
+            !m->lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
             : m->lm_head == m->embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
             "untied, as transformers does");
     int64_t params = 0;
@@ -2534,6 +2551,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
     RxBatch b;
     RadixIndex ix;
     if (qwen3_load(&m, dir)) return -1;
+    if (!embed && !m.lm_head) { qwen3_free(&m); return no_lm_head(); }
     if (rx_batch_read(&b, tokens)) { qwen3_free(&m); return -1; }
     int rc = -1;
     float *logits = NULL;

@@ -109,7 +109,8 @@ typedef struct {
     const RxTensor *embed;          /* [vocab, hidden]                       */
     Qwen3Layer *layers;             /* [n_layers]                            */
     const RxTensor *final_norm;     /* [hidden]                              */
-    const RxTensor *lm_head;        /* [vocab, hidden]; == embed when tied   */
+    const RxTensor *lm_head;        /* [vocab, hidden]; == embed when tied;  NULL for an untied embedding checkpoint
+                                       (Qwen3Model: flat names, no lm_head.weight), which gives embeddings only */
     /* ownership: the loaded files and tensor table */
     RxTensor *tensors; int n_tensors;
     void *priv;

@@ -668,6 +668,14 @@ static void append_tensor_copy(const char *dir, const char *name, const char *dt
     free(b); free(out);
 }
 
+/* A temporary copy of fixtures/tiny-embedding with tie_word_embeddings false: an untied Qwen3Model checkpoint (flat
+ * names, no lm_head.weight), which has embeddings and no logits. */
+static char *untied_embedding_copy(void) {
+    char *d = copy_fixture("tiny-embedding");
+    edit_file(d, "config.json", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
+    return d;
+}
+
 static int have_fixtures(void) {
     char p[512];
     snprintf(p, sizeof p, "%s/tiny-tied/config.json", fixtures());
@@ -734,6 +742,16 @@ static void test_checkpoint_variants_accepted(void) {
     if (rc == 0) {
         expect(m.lm_head == m.embed, "tied, stored lm_head equal to the embedding: the head must be the embedding");
         summary("tied + a stored lm_head.weight equal to the embedding: loaded, tied (%d tensors)", m.n_tensors);
+        qwen3_free(&m);
+    }
+    remove_dir(d);
+    /* untied, flat names, no lm_head.weight: a Qwen3Model embedding checkpoint, loaded without a head */
+    d = untied_embedding_copy();
+    rc = qwen3_load(&m, d);
+    expect(rc == 0, "untied embedding checkpoint rejected: %s", radix_error());
+    if (rc == 0) {
+        expect(m.lm_head == NULL, "untied embedding checkpoint: lm_head must be NULL (no head stored)");
+        summary("untied Qwen3Model checkpoint (flat names, no lm_head.weight): loaded without an LM head");
         qwen3_free(&m);
     }
     remove_dir(d);
@@ -862,6 +880,21 @@ static void test_last_token_logits_and_embeddings(void) {
                 note("%s == baseline, bit for bit", what);
             }
         }
+        /* the same checkpoint untied (no head): the same embeddings, and logits refused with one line */
+        char *d = untied_embedding_copy();
+        Qwen3Model u;
+        float logits[5 * 512];
+        if (qwen3_load(&u, d) == 0) {
+            int rc = qwen3_forward_ref_last(&u, &b, RX_COMPACT, NULL, emb);
+            expect(rc == 0, "untied: %s", radix_error());
+            if (rc == 0 && expect_identical("untied tiny-embedding: embeddings vs tied", emb, base, (size_t)S * H))
+                note("untied tiny-embedding (no LM head): the same embeddings, bit for bit");
+            rc = qwen3_forward_ref_last(&u, &b, RX_COMPACT, logits, NULL);
+            expect(rc != 0 && strstr(radix_error(), "no LM head"), "untied: logits not refused: '%s'", radix_error());
+            note_rejected(rc, 0, "untied tiny-embedding, logits");
+            qwen3_free(&u);
+        } else expect(0, "untied tiny-embedding: %s", radix_error());
+        remove_dir(d);
         free(hf); free(emb); free(base);
         qwen3_free(&e);
     } else expect(0, "tiny-embedding: %s", radix_error());
@@ -1373,6 +1406,27 @@ static void test_gpu_forward_on_config_variants(void) {
         free(ref); free(got);
         qwen3_free(&m);
     }
+    /* an untied embedding checkpoint uploads without a head: gpu_embed works, gpu_forward refuses */
+    char *d = untied_embedding_copy();
+    Qwen3Model u;
+    GpuModel *g = NULL;
+    if (qwen3_load(&u, d) == 0 && gpu_model_upload(&g, &u) == 0) {
+        size_t n = (size_t)b.n_seqs * u.cfg.hidden_size;
+        float *ref = floats(n), *got = floats(n);
+        int rc = qwen3_forward_ref_last(&u, &b, RX_BASELINE, NULL, ref);
+        expect(rc == 0, "%s", radix_error());
+        if (rc == 0)
+            expect_close("untied tiny-embedding x mixed: gpu_embed vs the C reference",
+                         gpu_embed(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, got, NULL), got, ref, n, FORWARD_TOL);
+        rc = gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 1, NULL, NULL);
+        expect(rc != 0 && strstr(radix_error(), "no LM head"), "untied embedding: gpu_forward not refused: '%s'",
+               radix_error());
+        note_rejected(rc, 0, "untied tiny-embedding, gpu_forward");
+        free(ref); free(got);
+    } else expect(0, "untied tiny-embedding: %s", radix_error());
+    gpu_model_free(g);
+    qwen3_free(&u);
+    remove_dir(d);
     rx_batch_free(&b);
 }
 
@@ -1833,6 +1887,10 @@ static void test_cli_last_only_and_embed(void) {
         free(hf);
     }
     for (int i = 0; i < 3; i++) free(dumps[i]);
+    char *d = untied_embedding_copy();                   /* no LM head: logits are refused, with one line */
+    snprintf(cmd, sizeof cmd, "%s --cpu --model %s --tokens %s/batches/mixed.txt", cli(), d, fixtures());
+    expect_one_line_error("logits of an embedding model", run_cmd(cmd, out, sizeof out), out, "has no LM head");
+    remove_dir(d);
 }
 
 /* -------------------------------------------------------------------------------------------------- the bench */
