@@ -1925,8 +1925,9 @@ static int config_full_attention(const Json *j, const Qwen3Config *c, const char
                                cfg_show(j, e, shown, sizeof shown));
         return 0;
     }
+    if (!window) return 0;
     if (cfg_int(j, "max_window_layers", 28, 0, 1 << 20, &max_window_layers, file)) return -1;
-    if (window && max_window_layers < c->n_layers)
+    if (max_window_layers < c->n_layers)
         return rx_fail("%s: \"use_sliding_window\" is true and \"max_window_layers\" %d < \"num_hidden_layers\" %d: "
                        "layers %d.. use sliding-window attention; only full causal attention is supported", file,
                        max_window_layers, c->n_layers, max_window_layers);
