@@ -12,6 +12,7 @@
  * How things are measured:
  *   forward     gpu_forward(last_only=1, logits=NULL). info.forward_ms is timed with CUDA events inside the
  *               library around the GPU forward; the CPU trie is not in it (the paper builds it asynchronously).
+ *               Each mode's warm-up copies its logits back: one NaN or Inf and the configuration is an error.
  *               One warm-up call per mode, then `reps` rounds of baseline, radix, compact in turn; medians.
  *   index       radix_index_build on one CPU thread, CLOCK_MONOTONIC, median and mean over >= 0.2 s.
  *   kernels     gpu_time_index_select, gpu_time_copy, gpu_time_gemm: CUDA events, median after a warm-up.
@@ -202,24 +203,34 @@ static void csv_safe(char *dst, size_t n, const char *src)   /* a value for a CS
 }
 
 /* ---- timing forward passes: baseline, radix and compact on one batch ----------------------------------------- */
-/* ms[k]: median info.forward_ms of MODES[k]; *radix: the radix run's info (N and N'). */
-static int time_modes(GpuModel *g, const RxBatch *b, int reps, double ms[3], GpuRunInfo *radix)
+/* ms[k]: median info.forward_ms of MODES[k]; *radix: the radix run's info (N and N'). The warm-up of each mode copies
+ * its last-token logits [n_seqs, vocab] back and checks them: a forward that produces a NaN or Inf is an error,
+ * never a time (the timed rounds copy nothing back). */
+static int time_modes(GpuModel *g, const RxBatch *b, int vocab, int reps, double ms[3], GpuRunInfo *radix)
 {
+    size_t n = (size_t)b->n_seqs * vocab, bad = 0;
     double *t = malloc(3 * reps * sizeof *t);
+    float *logits = malloc(n * sizeof *logits);
     GpuRunInfo info;
-    for (int r = -1; r < reps; r++)   /* round -1 is the warm-up: not recorded */
-        for (int k = 0; k < 3; k++) {
-            if (gpu_forward(g, b, MODES[k], RX_AUTO_THRESHOLD, 1, NULL, &info)) {
-                fprintf(stderr, "bench: gpu_forward (%s) failed: %s\n", rx_mode_name(MODES[k]), radix_error());
-                free(t);
-                return 1;
+    int rc = !t || !logits;
+    if (rc) fprintf(stderr, "bench: out of host memory for [%d, %d] logits\n", b->n_seqs, vocab);
+    for (int r = -1; r < reps && !rc; r++)   /* round -1 is the warm-up: not recorded */
+        for (int k = 0; k < 3 && !rc; k++) {
+            rc = gpu_forward(g, b, MODES[k], RX_AUTO_THRESHOLD, 1, r < 0 ? logits : NULL, &info) != 0;
+            if (rc) fprintf(stderr, "bench: gpu_forward (%s) failed: %s\n", rx_mode_name(MODES[k]), radix_error());
+            if (!rc && r < 0) rx_max_abs_diff(logits, NULL, n, &bad);
+            if (!rc && r < 0 && bad < n) {
+                fprintf(stderr, "bench: the %s forward produced a non-finite logit (%g, sequence %zu, token id %zu): "
+                        "not timed\n", rx_mode_name(MODES[k]), logits[bad], bad / vocab, bad % vocab);
+                rc = 1;
             }
-            if (r >= 0) t[k * reps + r] = info.forward_ms;
-            if (MODES[k] == RX_RADIX) *radix = info;
+            if (!rc && r >= 0) t[k * reps + r] = info.forward_ms;
+            if (!rc && MODES[k] == RX_RADIX) *radix = info;
         }
-    for (int k = 0; k < 3; k++) ms[k] = median(t + k * reps, reps);
+    for (int k = 0; k < 3 && !rc; k++) ms[k] = median(t + k * reps, reps);
     free(t);
-    return 0;
+    free(logits);
+    return rc;
 }
 
 static int upload(GpuModel **g, const ModelSpec *m)
@@ -268,7 +279,11 @@ static int table4(const ModelSpec *m, int reps, int quick, Point *pts, int *n_pt
             Row r = {0};
             fprintf(stderr, "bench: table 4, %s, P = %d, S = %d, %d reps\n", m->name, P, S, reps);
             if (make_prefix_batch(&b, B, P, S, SEED + 1000 * P + S)) { gpu_model_free(g); return 1; }
-            if (time_modes(g, &b, reps, ms, &info)) { rx_batch_free(&b); gpu_model_free(g); return 1; }
+            if (time_modes(g, &b, m->cfg.vocab_size, reps, ms, &info)) {
+                rx_batch_free(&b);
+                gpu_model_free(g);
+                return 1;
+            }
             rx_batch_free(&b);
             cell(&r, "%d", P); cell(&r, "%d", S); cell(&r, "%d", info.n_tokens); cell(&r, "%d", info.n_compact);
             cell(&r, "%.3f", (double)info.n_compact / info.n_tokens);
@@ -459,7 +474,7 @@ static int table2(const ModelSpec *only, int reps)
         if (only && only != m) continue;
         if (upload(&g, m)) { rx_batch_free(&b); return 1; }
         fprintf(stderr, "bench: table 2, %s, %d reps\n", m->name, reps);
-        if (time_modes(g, &b, reps, ms, &info)) { gpu_model_free(g); rx_batch_free(&b); return 1; }
+        if (time_modes(g, &b, m->cfg.vocab_size, reps, ms, &info)) { gpu_model_free(g); rx_batch_free(&b); return 1; }
         gpu_model_free(g);
         flops = 0;
         for (int i = 0; i < 5; i++) {
@@ -682,7 +697,11 @@ static int reranker(const ModelSpec *only, int reps, int quick)
                 fprintf(stderr, "bench: reranker, %s, variant %c, request %d/%d\n", m->name, "AB"[flipped], q + 1,
                         requests);
                 if (reranker_batch(&b, flipped, SEED + 100 * flipped + q)) { gpu_model_free(g); return 1; }
-                if (time_modes(g, &b, reps, ms, &info)) { rx_batch_free(&b); gpu_model_free(g); return 1; }
+                if (time_modes(g, &b, m->cfg.vocab_size, reps, ms, &info)) {
+                rx_batch_free(&b);
+                gpu_model_free(g);
+                return 1;
+            }
                 rx_batch_free(&b);
                 for (int k = 0; k < 3; k++) sum[k] += ms[k];
                 n += info.n_tokens;

@@ -10,6 +10,7 @@
  * Build and run:   make run        (tiny random Qwen3, CPU reference or GPU; no download)
  *                  make test       (host tests everywhere; GPU tests where a GPU is present)
  *                  ./radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits F]
+ *                             [--last-only | --embed F]      (last-token logits; Qwen3-Embedding embeddings)
  *                  ./radixmlp --check --model DIR
  *                  ./radixmlp --show-index --tokens FILE     (the trie, I_gather and I_scatter; no model)
  *
@@ -127,6 +128,26 @@ static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     return (TrieSlot *)calloc(cap, sizeof(TrieSlot));
 }
 
+/* The shape of a ragged batch as a C API caller hands it over, before anything reads it: n_seqs >= 0, cu_seqlens
+ * starting at 0 and never decreasing, the arrays present; n_tokens >= 0 must equal cu_seqlens[n_seqs] (n_tokens < 0:
+ * not given, the trie reads N from cu_seqlens). who starts the message. */
+static int ragged_check(const char *who, const int32_t *input_ids, const int32_t *position_ids,
+                        const int32_t *cu_seqlens, int n_seqs, int n_tokens) {
+    if (n_seqs < 0) return rx_fail("%s: n_seqs is %d; it must be >= 0", who, n_seqs);
+    if (n_seqs > 0 && !cu_seqlens) return rx_fail("%s: cu_seqlens is NULL", who);
+    if (n_seqs > 0 && cu_seqlens[0] != 0) return rx_fail("%s: cu_seqlens[0] is %d; it must be 0", who, cu_seqlens[0]);
+    for (int s = 0; s < n_seqs; s++)
+        if (cu_seqlens[s + 1] < cu_seqlens[s])
+            return rx_fail("%s: cu_seqlens decreases at sequence %d (%d -> %d)", who, s, cu_seqlens[s],
+                           cu_seqlens[s + 1]);
+    int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
+    if (n_tokens >= 0 && n != n_tokens)
+        return rx_fail("%s: cu_seqlens[%d] is %d but n_tokens is %d", who, n_seqs, n, n_tokens);
+    if (n > 0 && !input_ids) return rx_fail("%s: input_ids is NULL", who);
+    if (n > 0 && !position_ids) return rx_fail("%s: position_ids is NULL", who);
+    return 0;
+}
+
 /* Part I's batch is the whole history: two sequences that start with the same (token, position) are merged from
  * their first token on, whatever position ids they carry. That is exact for the cache-free forward, where nothing
  * precedes a sequence. */
@@ -147,19 +168,12 @@ static int32_t trie_root(const int32_t *root_key, int s, int32_t root) {
 int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                             const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key) {
     memset(ix, 0, sizeof *ix);
-    if (n_seqs < 0) return rx_fail("radix_index_build: n_seqs is %d; it must be >= 0", n_seqs);
-    if (n_seqs > 0 && !cu_seqlens) return rx_fail("radix_index_build: cu_seqlens is NULL");
-    if (n_seqs > 0 && cu_seqlens[0] != 0) return rx_fail("radix_index_build: cu_seqlens[0] is %d; it must be 0", cu_seqlens[0]);
-    for (int s = 0; s < n_seqs; s++) {
-        if (cu_seqlens[s + 1] < cu_seqlens[s])
-            return rx_fail("radix_index_build: cu_seqlens decreases at sequence %d (%d -> %d)", s, cu_seqlens[s],
-                           cu_seqlens[s + 1]);
-        if (root_key && root_key[s] < -1)
+    if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
+    for (int s = 0; root_key && s < n_seqs; s++)
+        if (root_key[s] < -1)
             return rx_fail("radix_index_build: root key %d of sequence %d; keys are >= 0, or -1 for none",
                            root_key[s], s);
-    }
     int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
-    if (n > 0 && (!input_ids || !position_ids)) return rx_fail("radix_index_build: input_ids or position_ids is NULL");
     ix->n_tokens = n;
     if (n == 0) return 0;
     ix->gather = (int32_t *)malloc((size_t)n * sizeof(int32_t));       /* [N'] (N' <= N; the tail stays unused) */
@@ -390,15 +404,23 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold) {
     return n_tokens > 0 && (double)n_compact / n_tokens < threshold ? RX_COMPACT : RX_BASELINE;
 }
 
-/* The one reference forward. pf == NULL: a fresh batch (Part I). pf != NULL: the batch holds only the new suffixes
- * of sequences whose first pf->cached_len[s] tokens have their K/V in pf->pool (Part II, checked by
- * qwen3_prefill_ref); the new K/V go into the pages, and attention reads every key from there.
- * out_idx [n_out]: the tokens (original space) whose logits to return, in that order; NULL: all N of them.
- * rows_out (may be NULL): R, the rows computed on. */
+/* An untied embedding checkpoint stores no LM head (Qwen3Model, see bind_model): it has embeddings, not logits. */
+static int no_lm_head(void) {
+    return rx_fail("the checkpoint has no LM head (no lm_head.weight, tie_word_embeddings false): an embedding model "
+                   "gives embeddings (--embed), not logits");
+}
+
+/* The one reference forward (Algorithm 1 in plain C). pf == NULL: a fresh batch (Part I). pf != NULL: the batch
+ * holds only the new suffixes of sequences whose first pf->cached_len[s] tokens have their K/V in pf->pool (Part II,
+ * checked by qwen3_prefill_ref); the new K/V go into the pages, and attention reads every key from there.
+ * out_idx [n_out]: the tokens (original space) whose outputs to return, in that order; NULL: all N of them.
+ * Either output may be NULL (not computed): logits [n_out or N, vocab]; hidden [n_out or N, hidden], the final
+ * hidden state after the final norm. rows_out (may be NULL): R, the rows computed on. */
 static int forward_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode,
-                       const int32_t *out_idx, int n_out, float *logits, int *rows_out) {
+                       const int32_t *out_idx, int n_out, float *logits, float *hidden, int *rows_out) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
+    if (logits && !m->lm_head) return no_lm_head();
     RadixIndex ix;           /* Part II keys each sequence's root by its cached prefix: see radix_index_build_keyed */
     if (radix_index_build_keyed(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs,
                                 pf ? pf->prefix_key : NULL)) return -1;
@@ -432,7 +454,8 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *p
           *xo = (float *)malloc(sizeof(float) * (No * H + 1)),            /* [n_out, hidden]  rows asked for   */
           *w32 = (float *)malloc(sizeof(float) * wmax),                   /* one weight, converted to fp32     */
           *norm_w = (float *)malloc(sizeof(float) * (size_t)(H > c->head_dim ? H : c->head_dim)),
-          *out = mode == RX_BASELINE || out_idx ? logits : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
+          *out = mode == RX_BASELINE || out_idx || !logits ? logits
+                                                           : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
     int32_t *orig = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),       /* [R] original position of each row */
             *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its position id (for RoPE)    */
             *tok = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its token id                  */
@@ -452,7 +475,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *p
     size_t kv_stride = pf ? (size_t)c->n_layers * KVD : (size_t)KVD;     /* a pool slot holds every layer */
     int rc = -1;
     if (!h || !xn || !q || !k || !v || !att || !gate || !up || !qN || !kN || !vN || !attN || !xo || !w32 || !norm_w ||
-        !out || !orig || !pos || !tok || !seq_start || !out_row || !at || !slot || !q_at) {
+        (logits && !out) || !orig || !pos || !tok || !seq_start || !out_row || !at || !slot || !q_at) {
         rx_fail("out of host memory for the reference forward (N=%d, N'=%d)", N, ix.n_compact);
         goto done;
     }
@@ -527,13 +550,16 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *p
     }
     rx_tensor_to_f32(m->final_norm, norm_w);
     rx_rmsnorm_ref(xn, h, norm_w, R, H, (float)c->rms_norm_eps);
-    if (out_idx) {                                      /* only the rows asked for: [n_out, hidden] -> [n_out, V] */
+    if (out_idx) {                                      /* only the rows asked for: [R, hidden] -> [n_out, hidden] */
         for (int o = 0; o < n_out; o++) out_row[o] = mode == RX_BASELINE ? out_idx[o] : ix.scatter[out_idx[o]];
         rows_by_index(xo, xn, out_row, n_out, H);
-        linear_ref(logits, xo, m->lm_head, w32, n_out);
+        if (hidden) memcpy(hidden, xo, sizeof(float) * (size_t)n_out * H);
+        if (logits) linear_ref(logits, xo, m->lm_head, w32, n_out);          /* [n_out, vocab] */
     } else {
-        linear_ref(out, xn, m->lm_head, w32, R);        /* logits = norm(h) @ W_lm^T      [R, vocab] */
-        if (mode != RX_BASELINE)                        /* line 33: [N', V] -> [N, V] */
+        if (hidden && mode == RX_BASELINE) memcpy(hidden, xn, sizeof(float) * (size_t)N * H);
+        else if (hidden) rows_by_index(hidden, xn, ix.scatter, N, (size_t)H);  /* [N', hidden] -> [N, hidden] */
+        if (logits) linear_ref(out, xn, m->lm_head, w32, R);                   /* logits = norm(h) @ W_lm^T  [R, vocab] */
+        if (logits && mode != RX_BASELINE)                                     /* line 33: [N', V] -> [N, V] */
             rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);
     }
     if (rows_out) *rows_out = R;
@@ -548,7 +574,31 @@ done:
 }
 
 int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
-    return forward_ref(m, b, NULL, mode, NULL, 0, logits, NULL);
+    return forward_ref(m, b, NULL, mode, NULL, 0, logits, NULL, NULL);
+}
+
+/* out [rows, dim] = x / ||x||_2, row by row (torch.nn.functional.normalize, as sentence-transformers' Normalize). */
+static void l2_normalize_rows(float *out, const float *x, int rows, int dim) {
+    for (int r = 0; r < rows; r++, x += dim, out += dim) {
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+        double norm = sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12;
+        for (int i = 0; i < dim; i++) out[i] = (float)(x[i] / norm);
+    }
+}
+
+/* Reranking and embedding need one row per sequence: the final hidden state of its last token, then the LM head on
+ * those n_seqs rows only (the same per-row arithmetic as the full forward: the same logits, bit for bit). */
+int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed) {
+    if (rx_batch_check(b, &m->cfg)) return -1;
+    const int S = b->n_seqs;
+    int32_t *last = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)S, "the last tokens' rows [n_seqs]");
+    if (!last) return -1;
+    for (int s = 0; s < S; s++) last[s] = b->cu_seqlens[s + 1] - 1;     /* original space */
+    int rc = forward_ref(m, b, NULL, mode, last, S, logits, embed, NULL);
+    if (rc == 0 && embed) l2_normalize_rows(embed, embed, S, m->cfg.hidden_size);   /* [n_seqs, hidden] */
+    free(last);
+    return rc;
 }
 
 #ifndef RADIXMLP_HOST_ONLY
@@ -566,7 +616,17 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
 #define TRY(call) do { if ((call) != 0) return -1; } while (0)
 
 /* Activations and weights are bf16 in device memory and fp32 inside every kernel: load, compute in fp32, round once
- * to bf16 (to nearest even) on store, as PyTorch does for a bf16 model. */
+ * to bf16 (to nearest even) on store. PyTorch rounds to bf16 after every op of a bf16 model, so where one kernel does
+ * several of transformers' ops it rounds fewer times than transformers (eager attention) does:
+ *   RoPE          transformers rounds cos, sin, q*cos and rotate_half(q)*sin, then the sum; we round the sum only
+ *   SiLU * up     transformers rounds silu(gate), then the product; we round the product only
+ *   attention     transformers (eager) rounds the scores, the scaled scores and the softmax probabilities; we keep
+ *                 all three in fp32 (as its SDPA/flash path does) and round the output only
+ * The norms, residual adds and GEMMs round exactly where transformers does. Each rounding skipped is an error of up
+ * to 2^-9 of a value that the fp32 C reference does not make either: the GPU is checked against that reference, and
+ * the skipped roundings bring it closer, never further. Against transformers' own bf16 forward the GPU then differs
+ * by those roundings, about 8 per layer, each as large as one of the ~15 per layer both make (docs/tutorial.md,
+ * section 11, gives the budget). */
 typedef __nv_bfloat16 bf16;
 static __host__ __device__ float f32(bf16 x) { return __bfloat162float(x); }
 static __host__ __device__ bf16 to_bf16(float x) { return __float2bfloat16_rn(x); }
@@ -589,7 +649,8 @@ static int dev_alloc(void **p, size_t bytes, const char *fmt, ...) {
     cudaMemGetInfo(&free_b, &total_b);
     if (err == cudaErrorMemoryAllocation)
         return rx_fail("out of GPU memory allocating %s (%.1f MiB; %.1f of %.1f MiB free): use a smaller batch, "
-                       "last_only logits, or a GPU with more memory", what, mib(bytes), mib(free_b), mib(total_b));
+                       "--last-only (last_only logits), or a GPU with more memory", what, mib(bytes), mib(free_b),
+                       mib(total_b));
     return rx_fail("CUDA error allocating %s (%.1f MiB): %s", what, mib(bytes), cudaGetErrorString(err));
 }
 /* DEV_ALLOC(ptr, count, "what [shape]", ...): count elements of *ptr's type; returns -1 on failure. */
@@ -739,8 +800,9 @@ static void rope_inv_freq(float *inv_freq, int head_dim, double theta) {   /* th
  * (row, head); lane l owns the rotate-half pairs (i, i + d/2) for i = l, l+32, ... < d/2 (d = head_dim):
  *   a = bf16(w[i] * bf16(x[i] * r)),  b = the same for i + d/2       per-head RMSNorm, r = rsqrt(mean(x^2) + eps)
  *   x[i] = a cos - b sin,  x[i+d/2] = b cos + a sin,                 angle = pos[row] * inv_freq[i] in fp32
- * pos is each row's own position: compact rows carry p[I_gather] (Algorithm 1, line 6), so RoPE runs in compact
- * space. */
+ * cos, sin and the products stay fp32 and only x is rounded; transformers rounds cos, sin and each product to bf16 too
+ * (see the bf16 note above). pos is each row's own position: compact rows carry p[I_gather] (Algorithm 1, line 6),
+ * so RoPE runs in compact space. */
 __global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
                                     int n_heads, int head_dim, float eps) {
     int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32, half = head_dim / 2;
@@ -768,7 +830,8 @@ static int qk_norm_rope(cudaStream_t st, bf16 *x, const bf16 *w, const int32_t *
     return 0;
 }
 
-/* out = silu(gate) * up, element-wise over [rows, intermediate]; silu(g) = g * sigmoid(g). Safe in place. */
+/* out = silu(gate) * up, element-wise over [rows, intermediate]; silu(g) = g * sigmoid(g). Safe in place. Rounded
+ * once, where transformers rounds silu(gate) to bf16 first (see the bf16 note above). */
 __global__ void silu_mul_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
@@ -823,7 +886,8 @@ static int fill_uniform(cudaStream_t st, bf16 *w, int64_t n, uint64_t seed, floa
  * h / (n_heads / n_kv).
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
  * softmax in fp32: keep the running max m, the running sum l of exp(score - m) and the weighted sum acc of values,
- * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l.
+ * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l. Scores and probabilities stay
+ * fp32, only out is rounded (transformers' eager attention rounds both to bf16: see the bf16 note above).
  *
  * Compact mode (q_orig = I_gather, kv_row = I_scatter, queries are the N' compact rows) is exact, not an
  * approximation: the original positions mapped to one compact row have identical (token, position) histories, hence
@@ -871,6 +935,15 @@ static int attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, c
 }
 
 /* --------------------------------------------------------------------------------------------------------- cublas */
+/* Every handle of this file: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION keeps a split-K GEMM's partial sums
+ * in fp32 (cuBLAS may otherwise reduce them in bf16), so that the promise below holds for every shape. */
+static int blas_create(cublasHandle_t *blas) {
+    CUBLAS_CHECK(cublasCreate(blas));
+    CUBLAS_CHECK(cublasSetMathMode(*blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    return 0;
+}
+
 /* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
  * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once.
  *
@@ -988,7 +1061,7 @@ static int model_build(GpuModel *g, const Qwen3Model *m, uint64_t seed) {
     const int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
     const int64_t QD = c->n_heads * D, KVD = c->n_kv_heads * D;
     CUDA_CHECK(cudaStreamCreate(&g->stream));
-    CUBLAS_CHECK(cublasCreate(&g->blas));
+    TRY(blas_create(&g->blas));
     CUBLAS_CHECK(cublasSetStream(g->blas, g->stream));
     g->layers = (GpuLayer *)calloc(c->n_layers, sizeof(GpuLayer));
     if (!g->layers) return rx_fail("out of host memory for %d layers", c->n_layers);
@@ -1011,9 +1084,11 @@ static int model_build(GpuModel *g, const Qwen3Model *m, uint64_t seed) {
         TRY(weight(g, m, &G->down_proj, L->down_proj, H * I, (int)I, s + 10, l, "mlp.down_proj"));
     }
     TRY(weight(g, m, &g->final_norm, m ? m->final_norm : NULL, H, 0, seed + 1, -1, "norm"));
-    /* tie_word_embeddings: the LM head is embed_tokens itself, whether or not the file also holds lm_head.weight */
-    if (c->tie_word_embeddings || (m && (!m->lm_head || m->lm_head == m->embed)))
+    /* tied: the LM head is embed_tokens itself (the loader decides for a checkpoint: see bind_model) */
+    if (m ? m->lm_head == m->embed : c->tie_word_embeddings)
         g->lm_head = g->embed;
+    else if (m && !m->lm_head)                        /* an embedding checkpoint: no head (gpu_embed only) */
+        g->lm_head = NULL;
     else
         TRY(weight(g, m, &g->lm_head, m ? m->lm_head : NULL, c->vocab_size * H, (int)H, seed + 2, -1, "lm_head"));
 
@@ -1109,16 +1184,16 @@ static void work_free(GpuWork *w) {
     free(w->h_ids), free(w->h_pos), free(w->h_seq_start), free(w->h_last);
 }
 
+/* embed != NULL (with last_only): the last tokens' normed states instead of logits, no LM head (gpu_embed). */
 static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
-                       float *logits, GpuRunInfo *info, GpuWork *w) {
+                       float *logits, float *embed, GpuRunInfo *info, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
     const int N = b->n_tokens, S = b->n_seqs, H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
     const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
     const int32_t *cu = b->cu_seqlens;
     cudaStream_t st = g->stream;
-    if (N < 1 || S < 1) return rx_fail("the batch is empty (%d sequences, %d tokens)", S, N);
-    TRY(rx_batch_check(b, c));
+    TRY(rx_batch_check(b, c));                /* on the host, before any device work */
 
     /* lines 1-5: the trie and its indices, on the CPU (baseline needs none: it reports N' = N) */
     info->n_tokens = info->n_compact = N;
@@ -1172,8 +1247,9 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
         DEV_ALLOC(w->v_n, (size_t)N * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", N, KVD);
     }
     if (last_only) DEV_ALLOC(w->x_last, (size_t)S * H, "the last tokens' states [n_seqs=%d, hidden=%d]", S, H);
-    DEV_ALLOC(w->logits, (size_t)n_logits * V, "the logits [%s=%d, vocab=%d]", last_only ? "n_seqs" : sp, n_logits,
-              V);
+    if (!embed)
+        DEV_ALLOC(w->logits, (size_t)n_logits * V, "the logits [%s=%d, vocab=%d]", last_only ? "n_seqs" : sp, n_logits,
+                  V);
     if (compact && !last_only) DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
     CUDA_CHECK(cudaEventCreate(&w->t0));
     CUDA_CHECK(cudaEventCreate(&w->t1));
@@ -1219,7 +1295,7 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
         h = hn = w->x_last;
     }
     TRY(rmsnorm(st, hn, h, g->final_norm, n_logits, H, eps));
-    TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_logits, H, V));   /* logits = hn @ W_lm^T  [n_logits, vocab] */
+    if (!embed) TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_logits, H, V));   /* logits = hn @ W_lm^T [n_logits, V] */
     const bf16 *out = w->logits;
     if (compact && !last_only) {                                     /* y = y_c[I_scatter]  [N, vocab] */
         TRY(rows_by_index_gpu(st, w->logits_n, w->logits, w->scatter, N, V * sizeof(bf16)));
@@ -1230,21 +1306,34 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
     float ms = 0.0f;
     CUDA_CHECK(cudaEventElapsedTime(&ms, w->t0, w->t1));
     info->forward_ms = ms;
+    if (embed) {                      /* [n_seqs, hidden]: the bf16 normed states, L2-normalised on the host in fp32 */
+        TRY(download_bf16(embed, hn, (size_t)S * H));
+        l2_normalize_rows(embed, embed, S, H);
+        return 0;
+    }
     return logits ? download_bf16(logits, out, (size_t)(last_only ? S : N) * V) : 0;
 }
 
-int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
-                GpuRunInfo *info) {
+static int forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
+                   float *embed, GpuRunInfo *info) {
     GpuRunInfo unused;
     if (!info) info = &unused;
     memset(info, 0, sizeof *info);
-    if (!g || !b) return rx_fail("gpu_forward needs a GPU model and a batch");
+    if (!g || !b) return rx_fail("the GPU forward needs a GPU model and a batch");
+    if (!embed && !g->lm_head) return no_lm_head();
     if (auto_threshold <= 0) auto_threshold = RX_AUTO_THRESHOLD;   /* 0: the default threshold */
     GpuWork w;
     memset(&w, 0, sizeof w);
-    int rc = forward_run(g, b, mode, auto_threshold, last_only, logits, info, &w);
+    int rc = forward_run(g, b, mode, auto_threshold, last_only || embed, logits, embed, info, &w);
     work_free(&w);
     return rc;
+}
+int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
+                GpuRunInfo *info) {
+    return forward(g, b, mode, auto_threshold, last_only, logits, NULL, info);
+}
+int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, float *embed, GpuRunInfo *info) {
+    return embed ? forward(g, b, mode, auto_threshold, 1, NULL, embed, info) : rx_fail("gpu_embed needs an output");
 }
 
 /* ------------------------------------------------------------------------------------------- gpu micro-benchmarks */
@@ -1296,10 +1385,6 @@ static int time_median(const Timed *a, int reps, double *median_ms) {
         if (ev[i]) cudaEventDestroy(ev[i]);
     free(ms);
     return rc;
-}
-static int blas_create(cublasHandle_t *blas) {
-    CUBLAS_CHECK(cublasCreate(blas));
-    return 0;
 }
 static int fill_bytes(void *dev, size_t bytes) {   /* 0x3f in every byte: ~0.75 in bf16 and fp32, not zeros */
     CUDA_CHECK(cudaMemset(dev, 0x3f, bytes));
@@ -1443,6 +1528,7 @@ int gpu_model_upload(GpuModel **, const Qwen3Model *) { return no_gpu(); }
 int gpu_model_random(GpuModel **, const Qwen3Config *, uint64_t) { return no_gpu(); }
 void gpu_model_free(GpuModel *) {}
 int gpu_forward(GpuModel *, const RxBatch *, RxMode, double, int, float *, GpuRunInfo *) { return no_gpu(); }
+int gpu_embed(GpuModel *, const RxBatch *, RxMode, double, float *, GpuRunInfo *) { return no_gpu(); }
 int gpu_time_index_select(int, int, int, int, int, double *) { return no_gpu(); }
 int gpu_time_copy(size_t, int, double *) { return no_gpu(); }
 int gpu_time_gemm(int, int, int, int, double *) { return no_gpu(); }
@@ -2181,7 +2267,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPref
     int32_t *last = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)suffixes->n_seqs, "the last-token indices");
     if (!last) return -1;
     for (int s = 0; s < suffixes->n_seqs; s++) last[s] = suffixes->cu_seqlens[s + 1] - 1;  /* [n_seqs] original space */
-    int rc = forward_ref(m, suffixes, pf, mode, last, suffixes->n_seqs, last_logits, n_compact_out);
+    int rc = forward_ref(m, suffixes, pf, mode, last, suffixes->n_seqs, last_logits, NULL, n_compact_out);
     free(last);
     return rc;
 }
@@ -2346,6 +2432,22 @@ static void *rx_alloc(size_t bytes, const char *what) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) rx_fail("out of host memory allocating %s (%.1f MiB)", what, bytes / 1048576.0);
     return p;
+}
+
+/* A NaN or Inf in an output is an error, never a small difference: fmax() would drop a NaN, and an all-NaN output
+ * would then compare equal to anything. */
+double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_bad) {
+    double d = 0.0;
+    if (first_bad) *first_bad = n;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || (b && !isfinite(b[i]))) {
+            if (first_bad) *first_bad = i;
+            return NAN;
+        }
+        double x = fabs((double)a[i] - (b ? (double)b[i] : 0.0));
+        if (x > d) d = x;
+    }
+    return d;
 }
 
 /* ------------------------------------------------------------------------------------------------------ json reader */
@@ -2737,13 +2839,11 @@ int rx_parse_safetensors(const uint8_t *bytes, size_t len, const char *file, RxT
 }
 
 /* ------------------------------------------------------------------------------------------- config and shard index */
-/* An integer field of config.json in [lo, hi]; absent: *out = dflt, or an error when dflt < 0. */
+/* An integer field of config.json in [lo, hi]; absent or null: *out = dflt, or an error when dflt < 0. */
 static int cfg_int(const Json *j, const char *key, int dflt, int lo, int hi, int *out, const char *file) {
     int v = jget(j, 0, key);
     if (v < 0 || j->v[v].type == J_NULL) {
         if (dflt < 0) return rx_fail("%s: missing \"%s\"", file, key);
-        if (dflt < lo || dflt > hi)             /* a default computed from other fields: head_dim = hidden/heads */
-            return rx_fail("%s: \"%s\" is missing and its default, %d, is not in [%d, %d]", file, key, dflt, lo, hi);
         *out = dflt;
         return 0;
     }
@@ -2763,6 +2863,49 @@ static int cfg_num(const Json *j, int obj, const char *key, double dflt, double 
     return 0;
 }
 
+/* A string value of config.json as a message shows it: "\"gelu\"" (at most 64 bytes of it), or "not a string". */
+static const char *cfg_show(const Json *j, int v, char *buf, size_t n) {
+    if (j->v[v].type == J_STR) snprintf(buf, n, "\"%.64s\"", jstr(j, v));
+    else snprintf(buf, n, "not a string");
+    return buf;
+}
+
+/* A boolean field of config.json; absent: *out = 0. */
+static int cfg_bool(const Json *j, const char *key, int *out, const char *file) {
+    int v = jget(j, 0, key);
+    if (v >= 0 && j->v[v].type != J_BOOL) return rx_fail("%s: \"%s\" must be true or false", file, key);
+    *out = v >= 0 && j->v[v].boolean;
+    return 0;
+}
+
+/* Sliding-window attention, as Qwen3Config and Qwen3Model decide it: the window is "sliding_window" (default 4096;
+ * null: none) when "use_sliding_window" is true, else there is none; layer i slides when "layer_types"[i] is
+ * "sliding_attention", or, without layer_types, when there is a window and i >= "max_window_layers" (default 28).
+ * Only full causal attention is computed here: every config in which some layer slides is refused. */
+static int config_full_attention(const Json *j, const Qwen3Config *c, const char *file) {
+    int use, sw = jget(j, 0, "sliding_window"), lt = jget(j, 0, "layer_types"), max_window_layers;
+    if (cfg_bool(j, "use_sliding_window", &use, file)) return -1;
+    int window = use && (sw < 0 || j->v[sw].type != J_NULL);
+    if (lt >= 0 && j->v[lt].type != J_NULL) {
+        if (j->v[lt].type != J_ARR || j->v[lt].count != c->n_layers)
+            return rx_fail("%s: \"layer_types\" must be an array of num_hidden_layers (%d) strings", file, c->n_layers);
+        int i = 0;
+        char shown[80];
+        for (int e = j->v[lt].child; e >= 0; e = j->v[e].next, i++)
+            if (j->v[e].type != J_STR || strcmp(jstr(j, e), "full_attention"))
+                return rx_fail("%s: \"layer_types\"[%d] is %s; only \"full_attention\" is supported", file, i,
+                               cfg_show(j, e, shown, sizeof shown));
+        return 0;
+    }
+    if (!window) return 0;
+    if (cfg_int(j, "max_window_layers", 28, 0, 1 << 20, &max_window_layers, file)) return -1;
+    if (max_window_layers < c->n_layers)
+        return rx_fail("%s: \"use_sliding_window\" is true and \"max_window_layers\" %d < \"num_hidden_layers\" %d: "
+                       "layers %d.. use sliding-window attention; only full causal attention is supported", file,
+                       max_window_layers, c->n_layers, max_window_layers);
+    return 0;
+}
+
 static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     if (j->v[0].type != J_OBJ) return rx_fail("%s: not a JSON object", file);
     /* Limits far above any real Qwen3 but low enough that sizes computed from them cannot overflow. */
@@ -2770,12 +2913,16 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
         cfg_int(j, "hidden_size", -1, 1, 1 << 16, &c->hidden_size, file) ||
         cfg_int(j, "intermediate_size", -1, 1, 1 << 18, &c->intermediate_size, file) ||
         cfg_int(j, "num_hidden_layers", -1, 1, 1024, &c->n_layers, file) ||
-        cfg_int(j, "num_attention_heads", -1, 1, 1024, &c->n_heads, file) ||
-        cfg_int(j, "num_key_value_heads", c->n_heads, 1, 1024, &c->n_kv_heads, file) ||
-        cfg_int(j, "max_position_embeddings", 32768, 1, 1 << 24, &c->max_position_embeddings, file))
+        cfg_int(j, "num_attention_heads", -1, 1, 1024, &c->n_heads, file))
         return -1;
-    /* head_dim is its own field in Qwen3 (0.6B: 128, while hidden/heads = 64); HF falls back to hidden/heads. */
-    if (cfg_int(j, "head_dim", c->hidden_size / c->n_heads, 2, 1024, &c->head_dim, file)) return -1;
+    /* The defaults of transformers' Qwen3Config where a key is missing: head_dim 128 (its own field in Qwen3, not
+     * hidden/heads: 0.6B has 128 while hidden/heads = 64), num_key_value_heads 32, or num_attention_heads when the
+     * key is present as null, max_position_embeddings 32768. */
+    int kv_null = jget(j, 0, "num_key_value_heads") >= 0;
+    if (cfg_int(j, "num_key_value_heads", kv_null ? c->n_heads : 32, 1, 1024, &c->n_kv_heads, file) ||
+        cfg_int(j, "max_position_embeddings", 32768, 1, 1 << 24, &c->max_position_embeddings, file) ||
+        cfg_int(j, "head_dim", 128, 2, 1024, &c->head_dim, file))
+        return -1;
     if (c->head_dim % 2) return rx_fail("%s: \"head_dim\" must be even for rotate-half RoPE", file);
     if (c->n_heads % c->n_kv_heads)
         return rx_fail("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", file, c->n_heads,
@@ -2789,12 +2936,18 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     int rs = jget(j, 0, "rope_scaling"), rt = jget(j, rp, "rope_type");
     if ((rs >= 0 && j->v[rs].type != J_NULL) || (rt >= 0 && (j->v[rt].type != J_STR || strcmp(jstr(j, rt), "default"))))
         return rx_fail("%s: only the default RoPE is supported (found rope_scaling or a rope_type)", file);
-    int sw = jget(j, 0, "use_sliding_window"), tie = jget(j, 0, "tie_word_embeddings");
-    if (sw >= 0 && j->v[sw].type == J_BOOL && j->v[sw].boolean)
-        return rx_fail("%s: use_sliding_window is true; only full causal attention is supported", file);
-    if (tie >= 0 && j->v[tie].type != J_BOOL) return rx_fail("%s: tie_word_embeddings must be true or false", file);
-    c->tie_word_embeddings = tie >= 0 && j->v[tie].boolean;
-    return 0;
+    /* What this forward does not compute is refused, never approximated: other activations, projection biases. */
+    int act = jget(j, 0, "hidden_act"), bias;
+    char shown[80];
+    if (act >= 0 && (j->v[act].type != J_STR || strcmp(jstr(j, act), "silu")))
+        return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file,
+                       cfg_show(j, act, shown, sizeof shown));
+    if (cfg_bool(j, "attention_bias", &bias, file)) return -1;
+    if (bias)
+        return rx_fail("%s: \"attention_bias\" is true; the q/k/v/o projection biases are not implemented (only false "
+                       "is supported)", file);
+    if (config_full_attention(j, c, file)) return -1;
+    return cfg_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, file);
 }
 
 int rx_parse_config(Qwen3Config *c, const char *json, size_t len, const char *file) {
@@ -2929,9 +3082,22 @@ static int bind_model(Qwen3Model *m, const char *where) {
             bind(m, where, p, "mlp.up_proj.weight", c->intermediate_size, h, &L->up_proj) ||
             bind(m, where, p, "mlp.down_proj.weight", h, c->intermediate_size, &L->down_proj)) return -1;
     }
-    /* Tied: the LM head is the embedding, whether or not the file also stores lm_head.weight. */
-    if (c->tie_word_embeddings) m->lm_head = m->embed;
-    else if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
+    /* Tied: the LM head is the embedding. A tied checkpoint that also stores lm_head.weight gets what transformers
+     * (5.x) gives it: the two tied when they are equal (the real Qwen3-0.6B file), else the stored head, untied (it
+     * warns "we will NOT tie them"). Never a third thing. Untied with flat names and no lm_head.weight: a Qwen3Model
+     * (embedding) checkpoint, which has no head at all: lm_head stays NULL and the forwards give embeddings only. */
+    if (c->tie_word_embeddings && !find_tensor(m, "lm_head.weight")) {
+        m->lm_head = m->embed;
+        return 0;
+    }
+    if (!c->tie_word_embeddings && !pre[0] && !find_tensor(m, "lm_head.weight")) {
+        m->lm_head = NULL;
+        return 0;
+    }
+    if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
+    if (c->tie_word_embeddings && m->lm_head->dtype == m->embed->dtype &&
+        !memcmp(m->lm_head->data, m->embed->data, m->embed->nbytes))
+        m->lm_head = m->embed;
     return 0;
 }
 
@@ -3119,7 +3285,10 @@ void qwen3_print_inventory(FILE *out, const Qwen3Model *m) {
     fprintf(out, "config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
                  "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
             c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings, c->tie_word_embeddings ? "yes" : "no");
+            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings,
+            !m->lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
+            : m->lm_head == m->embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
+            "untied, as transformers does");
     int64_t params = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const RxTensor *t = &m->tensors[i];
@@ -3217,10 +3386,14 @@ done:
     return rc;
 }
 
-/* The checks every forward makes before touching a weight. */
+/* The checks every forward makes before touching a weight: a batch built through the C API may be inconsistent in any
+ * field, and attention would read out of bounds. One line for each problem. */
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c) {
+    if (!b) return rx_fail("the batch is NULL");
+    if (ragged_check("the batch", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens)) return -1;
+    if (b->n_seqs == 0) return rx_fail("the batch is empty (0 sequences)");
     for (int s = 0; s < b->n_seqs; s++)
-        if (b->cu_seqlens[s + 1] <= b->cu_seqlens[s]) return rx_fail("sequence %d is empty", s);
+        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("sequence %d is empty", s);
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
             return rx_fail("token id %d at batch position %d is outside the vocabulary [0, %d)", b->input_ids[i], i,
@@ -3239,8 +3412,12 @@ static const char *usage =
     "       radixmlp --check --model DIR      validate a checkpoint on the host and print its inventory\n"
     "       radixmlp --show-index --tokens FILE   the trie, I_gather and I_scatter of a batch (no model needed)\n"
     "       radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits FILE] [--cpu]\n"
+    "                [--last-only | --embed FILE]\n"
     "                FILE: one sequence per line, token ids separated by spaces. --dump-logits writes raw\n"
     "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n"
+    "                --last-only: the logits of each sequence's last token only, [n_seqs, vocab] (reranking).\n"
+    "                --embed FILE: no logits; writes float32 [n_seqs, hidden], each sequence's last-token state\n"
+    "                after the final norm, L2-normalised (Qwen3-Embedding's pooling).\n"
     "       radixmlp --model DIR --requests FILE [--prefix-cache radix|hash|off] [--page-size P] [--cache-pages M]\n"
     "                [--batch B] [--schedule fcfs|lpm] [--stats FILE] [--dump-logits FILE] [--cpu]\n"
     "                Part II: serve FILE (one request per line) through a paged KV prefix cache, B requests per\n"
@@ -3249,11 +3426,6 @@ static const char *usage =
     "                float32 [n_requests, vocab], last-token logits in file order; --stats a CSV row per request.\n"
     "                Runs on the C reference (CPU) only: the GPU path of Part II is not written yet.\n";
 
-static double max_abs_diff(const float *a, const float *b, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
-    return d;
-}
 static double cpu_ms(void) {   /* CPU time of this process, in ms */
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
@@ -3263,10 +3435,17 @@ static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
-static double max_abs(const float *a, size_t n) {
-    double d = 0;
-    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i]));
-    return d;
+/* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; -1 with radix_error() set when
+ * either holds a NaN or Inf (what names got), which is a failure, never a small difference. */
+static int compare(const float *got, const float *ref, size_t n, int row_len, const char *what, double *d, double *rel) {
+    size_t bad;
+    *d = rx_max_abs_diff(got, ref, n, &bad);
+    if (bad < n)
+        return rx_fail("%s: element [%zu, %zu] is %g where the reference has %g: a NaN or Inf is never a match", what,
+                       bad / row_len, bad % row_len, got[bad], ref[bad]);
+    double scale = rx_max_abs_diff(ref, NULL, n, NULL);
+    *rel = scale > 0 ? *d / scale : *d;
+    return 0;
 }
 
 static void print_batch_stats(const RxBatch *b, const RadixIndex *ix) {
@@ -3284,9 +3463,13 @@ static int gpu_compare(const Qwen3Model *m, const RxBatch *b, const float *ref, 
     printf("GPU forward on %s (bf16 weights, fp32 accumulation):\n", gpu_device_name());
     for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
         GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
-        if (gpu_forward(g, b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info)) { gpu_model_free(g); return -1; }
+        double d, rel;
+        char what[64];
+        snprintf(what, sizeof what, "the GPU logits (%s)", rx_mode_name((RxMode)mode));
+        if (gpu_forward(g, b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info) ||
+            compare(logits, ref, n, m->cfg.vocab_size, what, &d, &rel)) { gpu_model_free(g); return -1; }
         printf("  %-8s %8.3f ms   max|GPU - C reference| / max|ref| = %.2e\n", rx_mode_name((RxMode)mode),
-               info.forward_ms, max_abs_diff(logits, ref, n) / max_abs(ref, n));
+               info.forward_ms, rel);
     }
     gpu_model_free(g);
     return 0;
@@ -3330,7 +3513,10 @@ static int demo(void) {
             double t0 = cpu_ms();
             if (qwen3_forward_ref(&m, &b, (RxMode)mode, mode == RX_BASELINE ? ref : logits)) goto done;
             ms[mode][rep] = cpu_ms() - t0;
-            if (mode != RX_BASELINE) diff[mode] = fmax(diff[mode], max_abs_diff(logits, ref, n));
+            double d, rel;                              /* a NaN or Inf, even in baseline, stops the demo */
+            if (compare(mode == RX_BASELINE ? ref : logits, ref, n, cfg.vocab_size, rx_mode_name((RxMode)mode), &d,
+                        &rel)) goto done;
+            if (mode != RX_BASELINE) diff[mode] = fmax(diff[mode], d);
         }
     printf("\nC reference forward (fp32, CPU), logits for all %d tokens; CPU time, median of %d runs:\n", b.n_tokens,
            DEMO_REPS);
@@ -3376,11 +3562,24 @@ static int show_index(const char *tokens) {
     return 0;
 }
 
-static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, const char *dump, int force_cpu) {
+/* Writes out [rows, cols] float32 to path and says so. */
+static int write_f32(const char *path, const float *out, int rows, int cols, const char *what) {
+    size_t n = (size_t)rows * cols;
+    FILE *f = fopen(path, "wb");
+    int bad = !f || fwrite(out, sizeof(float), n, f) != n;
+    if ((f && fclose(f)) || bad) return rx_fail("%s: cannot write the %s: %s", path, what, strerror(errno));
+    printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
+    return 0;
+}
+
+/* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits. */
+static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, const char *dump, int force_cpu,
+                          int last_only, const char *embed) {
     Qwen3Model m;
     RxBatch b;
     RadixIndex ix;
     if (qwen3_load(&m, dir)) return -1;
+    if (!embed && !m.lm_head) { qwen3_free(&m); return no_lm_head(); }
     if (rx_batch_read(&b, tokens)) { qwen3_free(&m); return -1; }
     int rc = -1;
     float *logits = NULL;
@@ -3389,35 +3588,37 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
     print_batch_stats(&b, &ix);
-    size_t n = (size_t)b.n_tokens * m.cfg.vocab_size;
-    if (!(logits = (float *)rx_alloc(n * sizeof(float), "the logits [N, vocab]"))) goto done;
+    /* logits holds what the run computes: [N, vocab], or [n_seqs, vocab] (last_only), or [n_seqs, hidden] (embed) */
+    const int rows = last_only || embed ? b.n_seqs : b.n_tokens, cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
+    const char *what = embed ? "embeddings [n_seqs, hidden]" : last_only ? "logits [n_seqs, vocab]" : "logits [N, vocab]";
+    if (!(logits = (float *)rx_alloc((size_t)rows * cols * sizeof(float), what))) goto done;
     if (!force_cpu && gpu_available()) {
         GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
-        if (gpu_model_upload(&g, &m) || gpu_forward(g, &b, mode, RX_AUTO_THRESHOLD, 0, logits, &info)) goto done;
+        if (gpu_model_upload(&g, &m)) goto done;
+        if (embed ? gpu_embed(g, &b, mode, RX_AUTO_THRESHOLD, logits, &info)
+                  : gpu_forward(g, &b, mode, RX_AUTO_THRESHOLD, last_only, logits, &info)) goto done;
         printf("GPU %s, mode %s: forward %.3f ms, index build %.3f ms\n", gpu_device_name(), rx_mode_name(info.mode),
                info.forward_ms, info.index_ms);
     } else {
         if (!force_cpu) printf("%s: running the C reference\n", radix_error());
         RxMode ran = mode == RX_AUTO ? rx_auto_mode(ix.n_compact, ix.n_tokens, RX_AUTO_THRESHOLD) : mode;
         double t0 = rx_now_ms();
-        if (qwen3_forward_ref(&m, &b, ran, logits)) goto done;
+        if (last_only || embed ? qwen3_forward_ref_last(&m, &b, ran, embed ? NULL : logits, embed ? logits : NULL)
+                               : qwen3_forward_ref(&m, &b, ran, logits)) goto done;
         printf("C reference, mode %s%s: %.1f ms\n", rx_mode_name(ran), mode == RX_AUTO ? " (chosen by auto)" : "",
                rx_now_ms() - t0);
     }
-    for (int s = 0; s < b.n_seqs; s++) {                /* the greedy next token of each sequence */
-        const float *row = logits + (size_t)(b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;
+    for (int s = 0; !embed && s < b.n_seqs; s++) {      /* the greedy next token of each sequence */
+        const float *row = logits + (size_t)(last_only ? s : b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;
         int best = 0;
         for (int v = 1; v < m.cfg.vocab_size; v++) if (row[v] > row[best]) best = v;
         printf("sequence %d: next token %d (logit %.4f)\n", s, best, row[best]);
     }
-    if (dump) {
-        FILE *f = fopen(dump, "wb");
-        if (!f || fwrite(logits, sizeof(float), n, f) != n || fclose(f)) {
-            rx_fail("%s: cannot write the logits: %s", dump, strerror(errno)); goto done;
-        }
-        printf("wrote %s: float32 [%d, %d]\n", dump, b.n_tokens, m.cfg.vocab_size);
+    for (int s = 0; embed && s < b.n_seqs; s++) {
+        const float *e = logits + (size_t)s * cols;
+        printf("sequence %d: embedding [%d], first values %.4f %.4f %.4f\n", s, cols, e[0], e[1 % cols], e[2 % cols]);
     }
-    rc = 0;
+    rc = embed ? write_f32(embed, logits, rows, cols, what) : dump ? write_f32(dump, logits, rows, cols, what) : 0;
 done:
     gpu_model_free(g);
     free(logits); radix_index_free(&ix); rx_batch_free(&b); qwen3_free(&m);
@@ -3432,13 +3633,6 @@ static uint64_t rx_model_id(const char *dir) {
     uint64_t h = 1469598103934665603ull;                   /* FNV-1a */
     for (; *dir; dir++) h = (h ^ (uint8_t)*dir) * 1099511628211ull;
     return h;
-}
-
-static int write_floats(const char *path, const float *x, size_t n) {
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(x, sizeof(float), n, f) == n;
-    if ((f && fclose(f)) || !ok) return rx_fail("%s: cannot write: %s", path, strerror(errno));
-    return 0;
 }
 
 static int write_stats(const char *path, const int *lens, const int32_t *batch_of, const int32_t *cached_of, int n) {
@@ -3498,8 +3692,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         printf("wrote %s: %d rows\n", stats, n);
     }
     if (dump) {
-        if (write_floats(dump, logits, (size_t)n * V)) goto done;
-        printf("wrote %s: float32 [%d, %d], last-token logits, rows in file order\n", dump, n, V);
+        if (write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     }
     printf("requests %d in %d batches, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
            n, st.n_batches, st.prompt_tokens, st.cached_tokens, 100.0 * st.cached_tokens / st.prompt_tokens);
@@ -3532,8 +3725,8 @@ static int parse_count(const char *flag, const char *s, int lo, int hi, int *out
 }
 
 int main(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *dump = NULL, *requests = NULL;
-    int check = 0, force_cpu = 0, mode_given = 0, serve_flags = 0, index_only = 0;
+    const char *model = NULL, *tokens = NULL, *dump = NULL, *requests = NULL, *embed = NULL;
+    int check = 0, force_cpu = 0, mode_given = 0, serve_flags = 0, index_only = 0, last_only = 0;
     RxMode mode = RX_AUTO;
     RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0};
     const char *stats = NULL;
@@ -3542,7 +3735,7 @@ int main(int argc, char **argv) {
         int serve = !strcmp(a, "--prefix-cache") || !strcmp(a, "--page-size") || !strcmp(a, "--cache-pages") ||
                     !strcmp(a, "--batch") || !strcmp(a, "--schedule") || !strcmp(a, "--stats");
         int takes = serve || !strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--mode") ||
-                    !strcmp(a, "--dump-logits") || !strcmp(a, "--requests");
+                    !strcmp(a, "--dump-logits") || !strcmp(a, "--requests") || !strcmp(a, "--embed");
         if (takes && !val) { fprintf(stderr, "radixmlp: %s needs a value\n", a); return 2; }
         serve_flags += serve;
         if (!strcmp(a, "--requests")) requests = argv[++i];
@@ -3565,6 +3758,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--model")) model = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens = argv[++i];
         else if (!strcmp(a, "--dump-logits")) dump = argv[++i];
+        else if (!strcmp(a, "--last-only")) last_only = 1;
+        else if (!strcmp(a, "--embed")) embed = argv[++i];
         else if (!strcmp(a, "--mode")) {
             if (rx_mode_parse(argv[++i], &mode)) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 2; }
             mode_given = 1;
@@ -3572,6 +3767,10 @@ int main(int argc, char **argv) {
     }
     if (serve_flags && !requests) { fprintf(stderr, "radixmlp: the prefix cache flags go with --requests FILE\n"); return 2; }
     if (requests && tokens) { fprintf(stderr, "radixmlp: choose one of --tokens and --requests\n"); return 2; }
+    if ((last_only || embed) && (check || (!model && !tokens))) {
+        fprintf(stderr, "radixmlp: --last-only and --embed run a checkpoint: they need --model and --tokens\n");
+        return 2;
+    }
     int rc;
     if (requests) {
         if (!model) { fprintf(stderr, "radixmlp: --requests needs --model DIR\n"); return 2; }
@@ -3586,7 +3785,11 @@ int main(int argc, char **argv) {
         rc = show_index(tokens);
     } else if (model || tokens) {
         if (!model || !tokens) { fprintf(stderr, "radixmlp: running a checkpoint needs both --model and --tokens\n"); return 2; }
-        rc = run_checkpoint(model, tokens, mode, dump, force_cpu);
+        if (embed && (dump || last_only)) {
+            fprintf(stderr, "radixmlp: --embed computes no logits: it takes neither --dump-logits nor --last-only\n");
+            return 2;
+        }
+        rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);
     } else {
         rc = demo();
     }

@@ -20,6 +20,12 @@ extern "C" {
  * explanation (naming the file and tensor where there is one) is then in radix_error(). */
 const char *radix_error(void);
 
+/* The one comparison every check uses (the tests, the demo, the benchmark): max |a[i] - b[i]| over i < n, or
+ * max |a[i]| when b is NULL. NaN and Inf never pass: the result is NaN as soon as an a[i] or b[i] is NaN or +-Inf,
+ * so that `d <= tol` and `d == 0` are both false on a poisoned output; *first_bad (when not NULL) is then the index
+ * of the first such element, else n. */
+double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_bad);
+
 /* ---------------------------------------------------------------------------------------------------------------
  * Algorithm 2: the prefix trie and its compaction indices
  * ------------------------------------------------------------------------------------------------------------- */
@@ -108,7 +114,8 @@ typedef struct {
     const RxTensor *embed;          /* [vocab, hidden]                       */
     Qwen3Layer *layers;             /* [n_layers]                            */
     const RxTensor *final_norm;     /* [hidden]                              */
-    const RxTensor *lm_head;        /* [vocab, hidden]; == embed when tied   */
+    const RxTensor *lm_head;        /* [vocab, hidden]; == embed when tied;  NULL for an untied embedding checkpoint
+                                       (Qwen3Model: flat names, no lm_head.weight), which gives embeddings only */
     /* ownership: the loaded files and tensor table */
     RxTensor *tensors; int n_tensors;
     void *priv;
@@ -149,6 +156,11 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold);
 /* The plain-C fp32 reference forward. logits: [N, vocab] in original token order.
  * Every weight is upcast to fp32; every sum accumulates in fp32 in a fixed order. */
 int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits);
+/* The same forward, for each sequence's last token only (what reranking and embedding read); either may be NULL:
+ *   logits [n_seqs, vocab]   its logits, bit for bit the rows qwen3_forward_ref gives
+ *   embed  [n_seqs, hidden]  its final hidden state after the final norm, L2-normalised: last-token pooling, as
+ *                            sentence-transformers pools a Qwen3-Embedding model                              */
+int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed);
 
 /* The plain-C causal attention for ragged batches, shared by every mode (and the oracle of the CUDA kernel).
  *   q   [n_q, n_heads*head_dim]  query rows (N original rows, or N' compact rows)
@@ -198,6 +210,9 @@ typedef struct {
  *   auto_threshold: for RX_AUTO, use compact when gamma = N'/N < auto_threshold (0.95 by default). */
 int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
                 float *logits, GpuRunInfo *info);
+/* As gpu_forward with last_only, but instead of logits (no LM head): embed [n_seqs, hidden], each sequence's last-token
+ * state after the final norm (bf16), L2-normalised in fp32, as qwen3_forward_ref_last gives it. */
+int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, float *embed, GpuRunInfo *info);
 
 /* Micro-benchmarks used by bench.c (Tables 2, 4, 6): median milliseconds over reps after a warm-up. */
 int gpu_time_index_select(int rows_in, int dim, int rows_out, int elem_bytes, int reps, double *median_ms);
