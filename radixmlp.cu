@@ -283,7 +283,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
     free(stack); free(more); free(parent); free(seq_of);
 }
 
-/* ------------------------------------------------------------------------------------ the plain-c reference forward */
+/* ---------------------------------------------------------------------------------- the plain-c reference forward */
 /* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
  * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
  * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). */
@@ -2193,7 +2193,7 @@ void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
     r->state = RX_REQ_WAITING;
 }
 
-/* ------------------------------------------------------------------ part ii: prefill on a cached prefix (c reference) */
+/* -------------------------------------------------------------- part ii: prefill on a cached prefix (c reference) */
 /* Part II: across requests. A KV prefix cache keeps the K/V of prompts it has seen in a paged pool (RxKvPool), and a
  * new request whose prompt begins with a cached page-aligned prefix only prefills the rest. The pool, the radix and
  * hash caches over it and the request lifecycle live with the cache; this section is the forward's side: the same
@@ -2408,7 +2408,7 @@ done:
     return rc;
 }
 
-/* ------------------------------------------------------------------------------------------------------------ errors */
+/* --------------------------------------------------------------------------------------------------------- errors */
 /* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */
 static char rx_err_buf[1024];
 const char *radix_error(void) { return rx_err_buf; }
@@ -2450,7 +2450,7 @@ double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_b
     return d;
 }
 
-/* ------------------------------------------------------------------------------------------------------ json reader */
+/* ---------------------------------------------------------------------------------------------------- json reader */
 /* A small strict JSON reader, just enough for safetensors headers, config.json and the shard index. It builds a flat
  * array of values; arrays and objects link their elements through child/next indices. Strings are unescaped into one
  * buffer no longer than the input (an unescaped string plus its NUL never outgrows its quoted source). */
@@ -2704,7 +2704,7 @@ static int utf8_valid(const uint8_t *s, size_t n) {
     return 1;
 }
 
-/* -------------------------------------------------------------------------------------------------- safetensors */
+/* ---------------------------------------------------------------------------------------------------- safetensors */
 /* File layout: [8 bytes: header length H, u64 LE][H bytes: JSON header][byte buffer]. Every tensor's data_offsets
  * are [begin, end) in the byte buffer. We validate exactly what the official reader validates, so that a
  * checkpoint we accept is one it accepts, and every offset we later use lies inside the file. */
@@ -2838,7 +2838,7 @@ int rx_parse_safetensors(const uint8_t *bytes, size_t len, const char *file, RxT
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------- config and shard index */
+/* ----------------------------------------------------------------------------------------- config and shard index */
 /* An integer field of config.json in [lo, hi]; absent or null: *out = dflt, or an error when dflt < 0. */
 static int cfg_int(const Json *j, const char *key, int dflt, int lo, int hi, int *out, const char *file) {
     int v = jget(j, 0, key);
