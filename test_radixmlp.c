@@ -1,7 +1,8 @@
 /* test_radixmlp.c - the specification of radixmlp, as tests.
  *
  *   ./test_radixmlp              every test
- *   ./test_radixmlp trie loader  the tests of these groups (or names): trie, loader, reference, gpu, cli, bench, cache
+ *   ./test_radixmlp trie loader  the tests of these groups (or names): trie, loader, reference, gpu, cli, bench,
+ *                                cache, prefill
  *
  * Each test prints what it compared. The last line is "N passed, N failed, N skipped"; the exit code is non-zero
  * on any failure. GPU tests report themselves skipped, with the reason, where there is no CUDA device.
