@@ -558,7 +558,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *p
     } else {
         if (hidden && mode == RX_BASELINE) memcpy(hidden, xn, sizeof(float) * (size_t)N * H);
         else if (hidden) rows_by_index(hidden, xn, ix.scatter, N, (size_t)H);  /* [N', hidden] -> [N, hidden] */
-        if (logits) linear_ref(out, xn, m->lm_head, w32, R);                   /* logits = norm(h) @ W_lm^T  [R, vocab] */
+        if (logits) linear_ref(out, xn, m->lm_head, w32, R);                   /* logits = norm(h) @ W_lm^T [R, V] */
         if (logits && mode != RX_BASELINE)                                     /* line 33: [N', V] -> [N, V] */
             rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);
     }
@@ -2376,7 +2376,8 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
         for (int s = 0; s < n; s++)
             cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
         RxPrefill pf = {&pool, cached_len, tables, prefix_key};
-        if (suffix_batch(&sfx, adm, n, seqs, sfx_lens) || qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows))
+        if (suffix_batch(&sfx, adm, n, seqs, sfx_lens) || qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows) ||
+            (o->trace && (fprintf(o->trace, "batch %d: ", st->n_batches), rx_prefill_print(o->trace, &sfx, &pf, rows))))
             goto done;
         rx_batch_free(&sfx);
         st->rows_computed += rows;
@@ -3419,11 +3420,12 @@ static const char *usage =
     "                --embed FILE: no logits; writes float32 [n_seqs, hidden], each sequence's last-token state\n"
     "                after the final norm, L2-normalised (Qwen3-Embedding's pooling).\n"
     "       radixmlp --model DIR --requests FILE [--prefix-cache radix|hash|off] [--page-size P] [--cache-pages M]\n"
-    "                [--batch B] [--schedule fcfs|lpm] [--stats FILE] [--dump-logits FILE] [--cpu]\n"
+    "                [--batch B] [--schedule fcfs|lpm] [--stats FILE] [--dump-logits FILE] [--cpu] [--show-batches]\n"
     "                Part II: serve FILE (one request per line) through a paged KV prefix cache, B requests per\n"
     "                forward, in file order (fcfs) or longest cached prefix first (lpm). Defaults: radix, page size\n"
     "                16, a pool of enough pages for the whole file, batch 1, fcfs, mode compact. --dump-logits writes\n"
-    "                float32 [n_requests, vocab], last-token logits in file order; --stats a CSV row per request.\n"
+    "                float32 [n_requests, vocab], last-token logits in file order; --stats a CSV row per request;\n"
+    "                --show-batches a line per forward: N tokens = cached + new, N' new histories, rows computed.\n"
     "                Runs on the C reference (CPU) only: the GPU path of Part II is not written yet.\n";
 
 static double cpu_ms(void) {   /* CPU time of this process, in ms */
@@ -3728,7 +3730,7 @@ int main(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *dump = NULL, *requests = NULL, *embed = NULL;
     int check = 0, force_cpu = 0, mode_given = 0, serve_flags = 0, index_only = 0, last_only = 0;
     RxMode mode = RX_AUTO;
-    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0};
+    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0, NULL};
     const char *stats = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -3755,6 +3757,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--check")) check = 1;
         else if (!strcmp(a, "--cpu")) force_cpu = 1;
         else if (!strcmp(a, "--show-index")) index_only = 1;
+        else if (!strcmp(a, "--show-batches")) so.trace = stdout, serve_flags++;
         else if (!strcmp(a, "--model")) model = argv[++i];
         else if (!strcmp(a, "--tokens")) tokens = argv[++i];
         else if (!strcmp(a, "--dump-logits")) dump = argv[++i];

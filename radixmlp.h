@@ -363,6 +363,7 @@ typedef struct {
     int lpm;                         /* 0: fcfs, 1: longest cached prefix first                                    */
     RxMode mode;                     /* of qwen3_prefill_ref                                                       */
     uint64_t model_id;
+    FILE *trace;                     /* each batch's rx_prefill_print line (N, N', cached, computed); NULL: none  */
 } RxServeOptions;
 typedef struct {
     int n_requests, n_batches;

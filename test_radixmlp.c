@@ -2909,7 +2909,7 @@ static void test_cache_serve_random_traces_equal_full_recomputation(void) {
             if (lens[s] > longest) longest = lens[s];
         }
         RxServeOptions o = {(RxCacheKind)rng_int(&rng, 3), 1 + rng_int(&rng, 8), 0, 1 + rng_int(&rng, 4),
-                            rng_int(&rng, 2), (RxMode)rng_int(&rng, 4), 42};
+                            rng_int(&rng, 2), (RxMode)rng_int(&rng, 4), 42, NULL};
         if (t % 2) o.n_pages = (longest + o.page_size - 1) / o.page_size * o.batch + rng_int(&rng, 4);  /* pressure */
         float *got = (float *)malloc((size_t)N * V * sizeof(float));
         int32_t cached_of[N];
@@ -3009,7 +3009,7 @@ static void test_cli_requests_match_full_recomputation(void) {
     }
     const struct { const char *flags; int B, P, exact_cache; } runs[] = {
         {"", 1, 16, 1},                                    /* the defaults: radix, page 16, batch 1, fcfs */
-        {"--prefix-cache radix --page-size 4 --batch 3 --mode compact", 3, 4, 1},
+        {"--prefix-cache radix --page-size 4 --batch 3 --mode compact --show-batches", 3, 4, 1},
         {"--prefix-cache radix --page-size 4 --batch 3 --mode baseline", 3, 4, 1},
         {"--prefix-cache hash --page-size 4 --batch 3", 3, 4, 1},
         {"--prefix-cache off --page-size 4 --batch 4", 4, 4, 1},
@@ -3057,6 +3057,21 @@ static void test_cli_requests_match_full_recomputation(void) {
         snprintf(want_sum, sizeof want_sum, "cached tokens %d,", cached_sum);
         expect(strstr(out, want_sum) && strstr(out, "hit rate") && strstr(out, "compact rows computed") &&
                strstr(out, "after the final flush: 0 pages held by requests"), "%s: summary\n%s", runs[k].flags, out);
+        if (strstr(runs[k].flags, "--show-batches")) {     /* one line per forward; their rows add up to the total */
+            int lines = 0, batches = -1;
+            long rows_sum = 0, total = -1;
+            for (const char *p = strstr(out, "batch 0: prefill:"); p; p = strstr(p + 1, "\nbatch ")) {
+                const char *r = strstr(p, "(N'); ");
+                int computed;
+                if (r && sscanf(r, "(N'); %d rows computed", &computed) == 1) rows_sum += computed, lines++;
+            }
+            const char *sum = strstr(out, "\nrequests "), *rc_line = strstr(out, "compact rows computed ");
+            if (sum) sscanf(sum, "\nrequests %*d in %d batches", &batches);
+            if (rc_line) sscanf(rc_line, "compact rows computed %ld", &total);
+            expect(lines > 0 && lines == batches && rows_sum == total,
+                   "--show-batches: %d batch lines for %d batches, their rows %ld vs the summary's %ld\n%s", lines,
+                   batches, rows_sum, total, out);
+        }
         note("%-72s max|diff| %g (tol 0), %d stats rows, %d tokens cached", runs[k].flags[0] ? runs[k].flags : "(defaults)",
              d, rows, cached_sum);
         free(got); free(csv);
