@@ -1297,13 +1297,14 @@ static void test_gpu_flash_attention(void) {
         rx_batch_free(&b);
         return;
     }
-    int N = b.n_tokens, Nc = ix.n_compact, fully = 0;
+    int N = b.n_tokens, Nc = ix.n_compact, fully = 0, wrong = 0;
     for (int s = 0; s < n_seqs; s++) {
         int L = spec[s][0], p = L - (cu_q[s + 1] - cu_q[s]), want = spec[s][1] < L ? spec[s][1] : L;
         expect(p == want, "sequence %d: p_s = %d, expected %d", s, p, want);
-        fully += p == L;
+        fully += p == L, wrong += p != want;
     }
-    note("batch: %d sequences, N = %d, N' = %d, %d fully shared; p_s as specified", n_seqs, N, Nc, fully);
+    note("batch: %d sequences, N = %d, N' = %d, %d fully shared; p_s as specified in %d of %d", n_seqs, N, Nc, fully,
+         n_seqs - wrong, n_seqs);
     int32_t *seq_start = seq_starts(&b);
     uint64_t rng = 82;
     for (int c = 0; c < 4; c++) {
