@@ -5,6 +5,8 @@
  *   ./bench --table 2   Table 2: the Amdahl model (f_c, r = N/N') vs the observed speedup, three models
  *   ./bench --table 5   Table 5: CPU index construction (radix_index_build); needs no GPU
  *   ./bench --table 6   Table 6: the gather/scatter (index_select) kernel vs a device-to-device copy
+ *   ./bench --attention [--model 4b] [--quick]   attention alone at the Table 4 shapes: the flash and the naive
+ *                       kernel in the baseline, radix and compact layouts, ms and TFLOP/s
  *   ./bench --workload reranker    synthetic MS MARCO-shaped reranking batches (Tables 1 and 3, synthetic)
  *   ./bench --prefix-cache         Part II: the KV prefix cache, seed 001's six scenarios; CPU only, needs no GPU
  *   ./bench --replot t4.csv --svg t4.svg    re-plot a recorded Table 4 CSV; needs no GPU
@@ -911,17 +913,100 @@ static int prefix_cache_tables(int reps)
     return 0;
 }
 
+/* ---- attention alone: the flash and the naive kernel at the Table 4 shapes -------------------------------------- */
+/* A model's attention (Qwen3-4B: 32 heads on 8 kv heads, head_dim 128) over the batches of Table 4, in the three
+ * layouts of gpu_forward. FLOPs: 4 * head_dim * heads per causal (query, key) pair (q k^T and P V, 2 each), counting
+ * the pairs each layout computes: every position of every sequence in baseline and radix, only the N' compact
+ * queries (each sequence's unshared suffix, against its whole history) in compact mode. */
+static double causal_pairs(const RxBatch *b, const int32_t *cu_q)   /* cu_q NULL: every position is a query */
+{
+    double pairs = 0;
+    for (int s = 0; s < b->n_seqs; s++) {
+        double L = b->cu_seqlens[s + 1] - b->cu_seqlens[s], p = cu_q ? L - (cu_q[s + 1] - cu_q[s]) : 0;
+        pairs += (L * (L + 1) - p * (p + 1)) / 2;   /* queries p .. L-1 see p+1 .. L keys */
+    }
+    return pairs;
+}
+
+static int attention_bench(const ModelSpec *m, int reps, int quick)
+{
+    static const int PREFIX[] = {1, 16, 32, 128, 256, 512, 1024, 2048}, QUICK[] = {1, 2048}, SUFFIX[] = {256, 1024};
+    static const char *LAYOUT[3] = {"base", "radix", "compact"};
+    static const Col cols[] = {
+        {"P", "P"}, {"S", "S"}, {"N", "N"}, {"N'", "N_compact"},
+        {"base flash ms", "base_flash_ms"}, {"TFLOP/s", "base_flash_tflops"},
+        {"base naive ms", "base_naive_ms"}, {"TFLOP/s", "base_naive_tflops"},
+        {"radix flash ms", "radix_flash_ms"}, {"TFLOP/s", "radix_flash_tflops"},
+        {"radix naive ms", "radix_naive_ms"}, {"TFLOP/s", "radix_naive_tflops"},
+        {"compact flash ms", "compact_flash_ms"}, {"TFLOP/s", "compact_flash_tflops"},
+        {"compact naive ms", "compact_naive_ms"}, {"TFLOP/s", "compact_naive_tflops"}};
+    const Qwen3Config *c = &m->cfg;
+    const int *prefix = quick ? QUICK : PREFIX, n_prefix = quick ? 2 : 8, B = 32;
+    char title[160], lead[256], dev[128];
+    csv_safe(dev, sizeof dev, gpu_device_name());
+    snprintf(lead, sizeof lead, "%s,%s", m->name, dev);
+    snprintf(title, sizeof title, "Attention alone: %s (%d heads on %d kv heads, head_dim %d), B = %d, shared prefix P"
+             " + suffix S", m->name, c->n_heads, c->n_kv_heads, c->head_dim, B);
+    table_begin(title, cols, 16, "model,device");
+    for (int si = 0; si < 2; si++)
+        for (int pi = 0; pi < n_prefix; pi++) {
+            int P = prefix[pi], S = SUFFIX[si];
+            RxBatch b;
+            RadixIndex ix;
+            Row r = {0};
+            if (make_prefix_batch(&b, B, P, S, SEED + 1000 * P + S)) return 1;
+            int32_t *cu_q = malloc((B + 1) * sizeof *cu_q);
+            if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs) ||
+                radix_compact_cu_q(&ix, b.cu_seqlens, b.n_seqs, cu_q)) {
+                fprintf(stderr, "bench: %s\n", radix_error());
+                rx_batch_free(&b);
+                free(cu_q);
+                return 1;
+            }
+            double flops[3] = {causal_pairs(&b, NULL), causal_pairs(&b, NULL), causal_pairs(&b, cu_q)};
+            cell(&r, "%d", P); cell(&r, "%d", S); cell(&r, "%d", b.n_tokens); cell(&r, "%d", ix.n_compact);
+            for (int k = 0; k < 3; k++)
+                for (int naive = 0; naive <= 1; naive++) {
+                    double ms;
+                    fprintf(stderr, "bench: attention, P = %d, S = %d, %s, %s kernel, %d reps\n", P, S, LAYOUT[k],
+                            naive ? "naive" : "flash", reps);
+                    if (gpu_time_attention(&b, MODES[k], naive ? RX_ATTN_NAIVE : RX_ATTN_FLASH, c->n_heads,
+                                           c->n_kv_heads, c->head_dim, reps, &ms)) {
+                        fprintf(stderr, "bench: gpu_time_attention failed: %s\n", radix_error());
+                        radix_index_free(&ix);
+                        rx_batch_free(&b);
+                        free(cu_q);
+                        return 1;
+                    }
+                    cell(&r, "%.2f", ms);
+                    cell(&r, "%.1f", 4.0 * c->head_dim * c->n_heads * flops[k] / (ms * 1e9));
+                }
+            table_row(&r, lead);
+            radix_index_free(&ix);
+            rx_batch_free(&b);
+            free(cu_q);
+        }
+    printf("\nms: CUDA events around the attention kernel alone (radix: with the scatter of q, k, v to the N rows and "
+           "the gather\nof the output, Algorithm 1 lines 20-23), median of %d after a warm-up; random bf16 q, k, v. "
+           "TFLOP/s = 4 * head_dim * heads *\n(causal query-key pairs) / time, where compact counts only its N' "
+           "queries. "
+           "PyTorch SDPA on the same shapes (same GPU,\nsame session): python fixtures/bench_torch.py --attention "
+           "--model %s\n\n", reps, m->key);
+    return 0;
+}
+
 /* ---- main: arguments, the GPU check, dispatch ---------------------------------------------------------------- */
 static const char *USAGE =
-    "usage: bench (--table 2|4|5|6 | --workload reranker | --prefix-cache | --replot CSV --svg FILE) [options]\n"
+    "usage: bench (--table 2|4|5|6 | --attention | --workload reranker | --prefix-cache | --replot CSV --svg FILE)\n"
+    "             [options]\n"
     "  --table 4             Qwen3-4B forward latency, B = 32, prefix P x suffix S (the paper's Table 4)\n"
     "  --table 2             Amdahl model vs observed speedup at P = 2048, S = 256, three models (Table 2)\n"
     "  --table 5             CPU index construction, radix_index_build (Table 5); needs no GPU\n"
     "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6)\n"
+    "  --attention           attention alone, flash and naive kernels, Table 4 shapes, baseline/radix/compact\n"
     "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped)\n"
-    "  --prefix-cache        Part II: seed 001's six scenarios for off, hash and radix, fcfs vs lpm, and cache +\n"
-    "                        compaction together; the C reference on the CPU, needs no GPU (--csv: the first table)\n"
-    "  --model 0.6b|4b|8b    the model for --table 4 (default 4b); limits --table 2 and reranker to one model\n"
+    "  --model 0.6b|4b|8b    the model for --table 4 and --attention (default 4b); limits --table 2 and reranker\n"
+    "                        to one model\n"
     "  --reps N              timed repeats after one warm-up (default 5, 15 for --prefix-cache; 2 with --quick;\n"
     "                        x4 in Table 6)\n"
     "  --quick               fewer rows and repeats, for smoke runs\n"
@@ -939,7 +1024,7 @@ static int usage_error(const char *msg, const char *arg)
 
 int main(int argc, char **argv)
 {
-    int table = 0, reranker_run = 0, prefix_cache = 0, quick = 0, reps = 0, rc;
+    int table = 0, reranker_run = 0, attention_run = 0, prefix_cache = 0, quick = 0, reps = 0, rc;
     const char *csv = NULL, *svg = NULL, *replot = NULL, *what;
     const ModelSpec *model = NULL;
     char *end;
@@ -948,6 +1033,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(USAGE, stdout); return 0; }
         if (!strcmp(a, "--quick")) { quick = 1; continue; }
         if (!strcmp(a, "--prefix-cache")) { prefix_cache = 1; continue; }
+        if (!strcmp(a, "--attention")) { attention_run = 1; continue; }
         if (strcmp(a, "--table") && strcmp(a, "--workload") && strcmp(a, "--model") && strcmp(a, "--reps") &&
             strcmp(a, "--csv") && strcmp(a, "--svg") && strcmp(a, "--replot"))
             return usage_error("unknown option", a);
@@ -971,8 +1057,9 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--svg")) svg = v;
         else replot = v;
     }
-    if ((table != 0) + reranker_run + prefix_cache + (replot != NULL) != 1)
-        return usage_error("choose exactly one of --table N, --workload reranker, --prefix-cache, --replot CSV", NULL);
+    if ((table != 0) + reranker_run + attention_run + prefix_cache + (replot != NULL) != 1)
+        return usage_error("choose exactly one of --table N, --attention, --workload reranker, --prefix-cache, "
+                           "--replot CSV", NULL);
     if (replot && !svg) return usage_error("--replot needs --svg FILE", NULL);
     if (svg && !replot && table != 4)
         return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
@@ -984,7 +1071,8 @@ int main(int argc, char **argv)
         char title[256] = "";
         return read_t4_csv(replot, pts, 64, &n, title, sizeof title) || write_svg(svg, pts, n, title) ? 1 : 0;
     }
-    what = reranker_run ? "--workload reranker" : table == 2 ? "--table 2" : table == 4 ? "--table 4" : "--table 6";
+    what = reranker_run ? "--workload reranker" : attention_run ? "--attention" : table == 2 ? "--table 2" :
+           table == 4 ? "--table 4" : "--table 6";
     if (table != 5 && !prefix_cache && !gpu_available()) {
         fprintf(stderr, "bench: %s needs a CUDA device: %s\n", what, radix_error());
         return 1;
@@ -1003,7 +1091,8 @@ int main(int argc, char **argv)
         csv_safe(dev, sizeof dev, gpu_device_name());
         snprintf(title, sizeof title, "RadixMLP speedup, %s, B = 32 (%s)", m->name, dev);
         if (!rc && svg) rc = write_svg(svg, pts, n, title);
-    } else if (table == 2) rc = table2(model, reps);
+    } else if (attention_run) rc = attention_bench(model ? model : &MODELS[1], reps, quick);
+    else if (table == 2) rc = table2(model, reps);
     else if (table == 5) rc = table5(quick);
     else if (table == 6) rc = table6(quick ? reps : 4 * reps);
     else if (prefix_cache) rc = prefix_cache_tables(reps);

@@ -20,7 +20,7 @@
  *   Sec. 3.2 eq. 5-7 gather/scatter -> rows_by_index() (C) and the rows_by_index kernel (CUDA)
  *   Algorithm 1 (B.1)               -> qwen3_forward_ref() and gpu_forward(), mode RX_RADIX
  *   Algorithm 2 (B.4)               -> radix_index_build()
- *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref() and the attention kernel
+ *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref(), the attention kernel, flash_attention (tensor cores)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
@@ -234,6 +234,33 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
 void radix_index_free(RadixIndex *ix) {
     free(ix->gather); free(ix->scatter);
     memset(ix, 0, sizeof *ix);
+}
+
+/* Compact mode's query layout: which compact rows are the queries of which sequence. radix_index_build walks the
+ * sequences in order and numbers a node when it first meets it. Walking sequence s from the root, it follows nodes
+ * that earlier sequences created as long as s's history is one they had (its first p_s positions); once it creates
+ * a node, every later node of s hangs below that new node and is new as well. So the positions of s that no earlier
+ * sequence holds are a suffix, p_s .. L_s-1, and their compact rows are consecutive numbers: one block per sequence,
+ *   scatter[cu_seqlens[s] + p_s + j] == cu_q[s] + j   for j < L_s - p_s,   cu_q[s+1] = cu_q[s] + (L_s - p_s).
+ * A fully shared sequence (a prefix of an earlier one, or a copy) has L_s - p_s = 0 rows. In the toy example,
+ * scatter [0, 1, 2, 0, 1, 3] gives p = {0, 2} and cu_q = [0, 3, 4]. The flash attention kernel takes its queries from
+ * these blocks and its keys through I_scatter (see attention). */
+int radix_compact_cu_q(const RadixIndex *ix, const int32_t *cu_seqlens, int n_seqs, int32_t *cu_q) {
+    cu_q[0] = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const int32_t *row = ix->scatter + cu_seqlens[s];
+        int L = cu_seqlens[s + 1] - cu_seqlens[s], p = 0;
+        while (p < L && row[p] < cu_q[s]) p++;                          /* a node an earlier sequence created */
+        cu_q[s + 1] = cu_q[s] + (L - p);
+        for (int j = 0; j < L - p; j++)                                  /* the fact above, checked */
+            if (row[p + j] != cu_q[s] + j)
+                return rx_fail("internal error: the compact rows of sequence %d are not one block (position %d is "
+                               "row %d, expected %d)", s, p + j, row[p + j], cu_q[s] + j);
+    }
+    if (cu_q[n_seqs] != ix->n_compact)
+        return rx_fail("internal error: the compact query blocks hold %d rows, the trie %d", cu_q[n_seqs],
+                       ix->n_compact);
+    return 0;
 }
 
 /* Draws the trie, one line per chain of nodes that every sequence passing through it follows to the end of the
@@ -934,6 +961,297 @@ static int attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, c
     return 0;
 }
 
+/* Flash attention: the same causal attention on tensor cores, FlashAttention-2 in structure, for head_dim 128 (every
+ * Qwen3 model; any other head_dim runs the naive kernel above). It takes the batch as varlen query and key layouts:
+ *   q, out [cu_q[S], n_heads*head_dim]   query i of sequence s is row cu_q[s] + i
+ *   k, v   [*, n_kv*head_dim]            key t of sequence s is row kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t
+ * with Lq_s = cu_q[s+1] - cu_q[s] queries and Lk_s = cu_k[s+1] - cu_k[s] keys. The queries are the *last* Lq_s
+ * positions of the sequence: query i sits at key position (Lk_s - Lq_s) + i and sees keys 0 .. that position.
+ *   baseline  cu_q = cu_k = cu_seqlens, kv_row = NULL           (N rows)
+ *   radix     the same, on the scattered N rows, then the gather (the paper)
+ *   compact   cu_k = cu_seqlens, kv_row = I_scatter, and cu_q from radix_compact_cu_q: the compact rows of s are its
+ *             positions p_s .. L_s-1 (the first p_s an earlier sequence already holds), so Lq_s = L_s - p_s and the
+ *             whole (token, position) history of every query is read through I_scatter, with no copy.
+ *
+ * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
+ * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
+ * positions 64..299:
+ *
+ *                                       key tiles of BN = 64, from key position 0
+ *                                       0        64       128      192      256   300
+ *    query tile 0 (positions  64..127)  |########|##\     |        |        |      |
+ *    query tile 1 (positions 128..191)  |########|########|##\     |        |      |
+ *    query tile 2 (positions 192..255)  |########|########|########|##\     |      |
+ *    query tile 3 (positions 256..299)  |########|########|########|########|#\    |
+ *
+ *    #: every key visible, no mask.  ##\: the diagonal tile, keys t > pos masked.  Blank: never loaded.
+ * In baseline the same sequence has 5 query tiles (positions 0..299) over the same key tiles. Where query tiles do not
+ * start at a multiple of 64 (p_s = 40, say) a tile's diagonal crosses two key tiles, and both are masked.
+ *
+ * For each key tile, up to the diagonal of the tile's last query:
+ *   S = Q K^T        [16 x 64] per warp: mma.sync m16n8k16 (bf16 in, fp32 out), Q's fragments held in registers
+ *   online softmax   per row, in fp32 and base 2: x = S * log2(e)/sqrt(d), m = max(m, max x), rescale the running
+ *                    sum l and the output O by 2^(m_old - m), p = 2^(x - m)
+ *   O += P V         P rounded to bf16 straight from the registers: the mma's accumulator layout for S is its operand
+ *                    layout for P, so P never goes through memory; V is read with ldmatrix.trans
+ * K and V tiles come in through cp.async into two shared-memory buffers: tile j+1 loads while tile j is computed.
+ * Work is listed longest first (flash_tiles): the query tiles with the most key tiles start first, the short ones
+ * fill in at the end.
+ *
+ * radix == compact, bit for bit, as with the naive kernel: a query's row sees the same q, the same keys in the same
+ * tiles (anchored at position 0, not at the query tile) and so the same arithmetic, whichever rows share its CTA. A
+ * CTA may run key tiles beyond a row's diagonal (its last row's diagonal is further on); there every element of the
+ * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
+ * (A warp skips such a tile when it is masked for all its rows, and a warp past the sequence's end skips them all.)
+ * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
+enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
+
+static __device__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+/* 16 bytes global -> shared, asynchronously; with ok == 0 nothing is read and the 16 bytes become zeros. */
+static __device__ void cp_async16(void *dst, const void *src, int ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+static __device__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+static __device__ void cp_async_wait_all_but_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
+static __device__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::); }
+/* Four 8x8 bf16 matrices from shared memory; lanes 8j..8j+7 give the row addresses of matrix j, and lane l receives
+ * elements (l/4, 2(l%4)..+1) of each (with .trans: the transposed matrix). */
+static __device__ void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+}
+static __device__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+}
+/* c [16 x 8] += a [16 x 16] b [16 x 8], bf16 in, fp32 accumulate. With g = lane/4, q = lane%4, lane holds
+ *   a: a[0] = A[g][2q..2q+1], a[1] = A[g+8][2q..], a[2] = A[g][2q+8..], a[3] = A[g+8][2q+8..]   (bf16 pairs)
+ *   b: b0 = B[2q..2q+1][g], b1 = B[2q+8..2q+9][g]                                             (bf16 pairs)
+ *   c: c[0..1] = C[g][2q..2q+1], c[2..3] = C[g+8][2q..2q+1]                                   (fp32)        */
+static __device__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ uint32_t pack_bf16(float lo, float hi) {   /* two bf16 in one register, lo in the low half */
+    __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);          /* each rounded to nearest even, as to_bf16 */
+    uint32_t r;
+    memcpy(&r, &p, sizeof r);
+    return r;
+}
+
+/* Key tile t0 .. t0+BN-1 of one sequence into sK, sV [BN][D + 8] (bf16). The 8 padding elements per row shift
+ * consecutive rows by 16 bytes, so the 8 row addresses of an ldmatrix hit 8 different groups of banks. */
+template <int D>
+static __device__ void flash_load_kv(bf16 *sK, bf16 *sV, const bf16 *k, const bf16 *v, const int32_t *kv_row,
+                                     int k0, int Lk, int t0, int64_t kv_stride, int kv_col) {
+    for (int c = threadIdx.x; c < FLASH_BN * (D / 8); c += blockDim.x) {
+        int r = c / (D / 8), col = c % (D / 8) * 8, t = t0 + r, ok = t < Lk;
+        int64_t row = !ok ? 0 : kv_row ? kv_row[k0 + t] : k0 + t;      /* the prefix may come from any sequence */
+        cp_async16(sK + r * (D + 8) + col, k + row * kv_stride + kv_col + col, ok);
+        cp_async16(sV + r * (D + 8) + col, v + row * kv_stride + kv_col + col, ok);
+    }
+}
+
+/* One warp's work on one key tile: its 16 query rows (Q fragments qa) against keys j*BN .. j*BN+BN-1 (Kj, Vj in shared
+ * memory), updating the running max m, sum l and output O of rows g and g+8 (g = lane/4). pos: the key position of
+ * row g; first_pos: the key position of the CTA's first query (no key of the tile after it: no mask needed). */
+template <int D>
+static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_run[2], float l_run[2],
+                                  const bf16 *Kj, const bf16 *Vj, int j, int pos, int first_pos, float scale_log2) {
+    enum { SROW = D + 8, NT = FLASH_BN / 8, DT = D / 8 };
+    const int lane = threadIdx.x % 32, tq = lane % 4;
+    float sc[NT][4];                               /* S = Q K^T [16 x BN]: element e of n is key 8n + 2tq + (e & 1), */
+    for (int n = 0; n < NT; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;   /* row g + 8 (e >> 1) */
+    for (int kk = 0; kk < D / 16; kk++)
+        for (int n = 0; n < NT; n += 2) {          /* K [key][dim] is B^T, as the mma wants B: no .trans */
+            uint32_t b[4];
+            ldmatrix_x4(b, Kj + (8 * n + lane % 8 + lane / 16 * 8) * SROW + 16 * kk + (lane / 8) % 2 * 8);
+            mma_bf16_16816(sc[n], qa[kk], b[0], b[1]);
+            mma_bf16_16816(sc[n + 1], qa[kk], b[2], b[3]);
+        }
+    const int masked = (j + 1) * FLASH_BN - 1 > first_pos;   /* causal mask: keys after a row's position */
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 4; e++) {
+            int t = j * FLASH_BN + 8 * n + 2 * tq + (e & 1);
+            sc[n][e] = masked && t > pos + 8 * (e >> 1) ? -INFINITY : sc[n][e] * scale_log2;
+        }
+
+    for (int r = 0; r < 2; r++) {                  /* online softmax of rows g (r = 0) and g + 8 (r = 1) */
+        float mx = m_run[r];
+        for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));   /* a row lives in the 4 lanes of a quad */
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.0f : mx;        /* no key yet: 2^(-inf - 0) = 0, not NaN */
+        const float rescale = exp2f(m_run[r] - base);          /* 1 exactly when the max did not move */
+        m_run[r] = mx;
+        l_run[r] *= rescale;
+        for (int n = 0; n < DT; n++) o[n][2 * r] *= rescale, o[n][2 * r + 1] *= rescale;
+        for (int n = 0; n < NT; n++)
+            for (int e = 2 * r; e < 2 * r + 2; e++) {
+                sc[n][e] = exp2f(sc[n][e] - base);             /* masked: 2^-inf = 0 exactly */
+                l_run[r] += sc[n][e];
+            }
+    }
+
+    for (int kc = 0; kc < FLASH_BN / 16; kc++) {  /* O += P V, 16 keys at a time; S's accumulators become P's A */
+        const uint32_t pa[4] = {pack_bf16(sc[2 * kc][0], sc[2 * kc][1]), pack_bf16(sc[2 * kc][2], sc[2 * kc][3]),
+                                pack_bf16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
+                                pack_bf16(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+        for (int n = 0; n < DT; n += 2) {          /* V [key][dim] is B itself: ldmatrix .trans */
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, Vj + (16 * kc + lane % 8 + (lane / 8) % 2 * 8) * SROW + 8 * n + lane / 16 * 8);
+            mma_bf16_16816(o[n], pa, b[0], b[1]);
+            mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
+        }
+    }
+}
+
+/* One CTA: query tile tiles[blockIdx.x / n_heads] of head blockIdx.x % n_heads. */
+template <int D>
+static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
+                                           const int32_t *cu_q, const int32_t *cu_k, const int32_t *kv_row,
+                                           const int32_t *tiles, int n_heads, int n_kv_heads, float scale_log2) {
+    enum { SROW = D + 8, DT = D / 8 };
+    bf16 *sQ = smem, *sK = sQ + FLASH_BM * SROW, *sV = sK + 2 * FLASH_BN * SROW;   /* [BM][SROW], [2][BN][SROW] x 2 */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
+    const int s = tiles[2 * tile], m0 = tiles[2 * tile + 1] * FLASH_BM;   /* sequence, first query of the tile */
+    const int q0 = cu_q[s], Lq = cu_q[s + 1] - q0, k0 = cu_k[s], Lk = cu_k[s + 1] - k0, off = Lk - Lq;
+    const int key_end = min(Lk, off + min(m0 + FLASH_BM, Lq));   /* keys 0 .. the last query's position */
+    const int n_kt = (key_end + FLASH_BN - 1) / FLASH_BN;
+    const int64_t q_stride = (int64_t)n_heads * D, kv_stride = (int64_t)n_kv_heads * D;
+
+    for (int c = threadIdx.x; c < FLASH_BM * (D / 8); c += blockDim.x) {   /* the Q tile, with key tile 0 */
+        int r = c / (D / 8), col = c % (D / 8) * 8, ok = m0 + r < Lq;
+        cp_async16(sQ + r * SROW + col, q + (ok ? (q0 + m0 + r) * q_stride : 0) + h * D + col, ok);
+    }
+    flash_load_kv<D>(sK, sV, k, v, kv_row, k0, Lk, 0, kv_stride, kvh * D);
+    cp_async_commit();
+
+    uint32_t qa[D / 16][4];                        /* this warp's 16 query rows, as mma A fragments */
+    float o[DT][4];                                /* O [16 x D]: DT accumulators of 16 x 8 */
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* rows g and g+8: max (log2 units), sum */
+    for (int n = 0; n < DT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const int pos = off + m0 + 16 * warp + g;     /* key position of row g; row g+8 is at pos + 8 */
+    const int warp_rows = min(16, Lq - m0 - 16 * warp);           /* this warp's rows in the sequence (<= 0: none) */
+    const int warp_last = off + m0 + 16 * warp + warp_rows - 1;   /* the key position of its last one */
+
+    for (int j = 0; j < n_kt; j++) {
+        if (j + 1 < n_kt) {                        /* prefetch tile j+1 into the other buffer, then wait for tile j */
+            flash_load_kv<D>(sK + (j + 1) % 2 * FLASH_BN * SROW, sV + (j + 1) % 2 * FLASH_BN * SROW, k, v, kv_row, k0,
+                             Lk, (j + 1) * FLASH_BN, kv_stride, kvh * D);
+            cp_async_commit();
+            cp_async_wait_all_but_1();
+        } else {
+            cp_async_wait_all();
+        }
+        __syncthreads();                           /* every thread's copies of tile j (and Q) have landed */
+        if (j == 0)
+            for (int kk = 0; kk < D / 16; kk++)
+                ldmatrix_x4(qa[kk], sQ + (16 * warp + lane % 16) * SROW + 16 * kk + lane / 16 * 8);
+        if (warp_rows > 0 && j * FLASH_BN <= warp_last)   /* else the whole tile is masked for this warp: a no-op */
+            flash_tile<D>(qa, o, m_run, l_run, sK + j % 2 * FLASH_BN * SROW, sV + j % 2 * FLASH_BN * SROW, j, pos,
+                          off + m0, scale_log2);
+        __syncthreads();                           /* all warps are done with buffer j % 2 before it is refilled */
+    }
+
+    for (int r = 0; r < 2; r++) {                  /* out = O / l, rows of this sequence only */
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int i = m0 + 16 * warp + g + 8 * r;
+        if (i >= Lq) continue;
+        bf16 *orow = out + (q0 + i) * q_stride + h * D + 2 * tq;
+        for (int n = 0; n < DT; n++)
+            orow[8 * n] = to_bf16(o[n][2 * r] / l), orow[8 * n + 1] = to_bf16(o[n][2 * r + 1] / l);
+    }
+}
+/* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
+__global__ void __launch_bounds__(FLASH_WARPS * 32)
+flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *cu_q,
+                            const int32_t *cu_k, const int32_t *kv_row, const int32_t *tiles, int n_heads,
+                            int n_kv_heads, float scale_log2) {
+    extern __shared__ __align__(16) bf16 smem[];
+    flash_attention_cta<FLASH_D>(smem, out, q, k, v, cu_q, cu_k, kv_row, tiles, n_heads, n_kv_heads, scale_log2);
+}
+
+/* The flash kernel's work list, tiles [2 * n_tiles] = (sequence, query tile) pairs, malloc'd: every query tile of
+ * every sequence with queries, the ones with the most key tiles first (ties in batch order), so that the longest
+ * CTAs start first and the short ones fill the gaps at the end. */
+typedef struct { int32_t seq, tile, key_tiles; } FlashTile;
+static int cmp_flash_tile(const void *a, const void *b) {
+    const FlashTile *x = (const FlashTile *)a, *y = (const FlashTile *)b;
+    if (x->key_tiles != y->key_tiles) return y->key_tiles - x->key_tiles;
+    return x->seq != y->seq ? x->seq - y->seq : x->tile - y->tile;
+}
+static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, int32_t **tiles, int *n_tiles) {
+    int n = 0;
+    *tiles = NULL;
+    for (int s = 0; s < n_seqs; s++) n += (cu_q[s + 1] - cu_q[s] + FLASH_BM - 1) / FLASH_BM;
+    FlashTile *t = (FlashTile *)rx_alloc((size_t)n * sizeof(FlashTile), "the flash attention work list");
+    *tiles = (int32_t *)rx_alloc((size_t)n * 2 * sizeof(int32_t), "the flash attention work list");
+    if (!t || !*tiles) { free(t); free(*tiles); *tiles = NULL; return -1; }
+    n = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int Lq = cu_q[s + 1] - cu_q[s], Lk = cu_k[s + 1] - cu_k[s];
+        for (int m = 0; m * FLASH_BM < Lq; m++) {
+            int key_end = Lk - Lq + (Lq < (m + 1) * FLASH_BM ? Lq : (m + 1) * FLASH_BM);
+            FlashTile ft = {s, m, (key_end + FLASH_BN - 1) / FLASH_BN};
+            t[n++] = ft;
+        }
+    }
+    qsort(t, n, sizeof *t, cmp_flash_tile);
+    for (int i = 0; i < n; i++) (*tiles)[2 * i] = t[i].seq, (*tiles)[2 * i + 1] = t[i].tile;
+    free(t);
+    *n_tiles = n;
+    return 0;
+}
+
+static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
+static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
+                           const int32_t *cu_q, const int32_t *cu_k, const int32_t *kv_row, const int32_t *tiles,
+                           int n_tiles, int n_heads, int n_kv_heads, int head_dim) {
+    TRY(check_heads(n_heads, n_kv_heads, head_dim));
+    if (!flash_supported(head_dim))
+        return rx_fail("the flash attention kernel is built for head_dim %d, not %d: use the naive kernel", FLASH_D,
+                       head_dim);
+    if (((uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16)
+        return rx_fail("internal error: flash attention needs 16-byte aligned q, k, v and out");
+    if ((int64_t)n_tiles * n_heads > INT32_MAX)
+        return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
+    if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
+    const int shmem = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * (int)sizeof(bf16);   /* 85 KiB: Q, 2 x (K, V) */
+    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
+    const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
+    flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem, st>>>(
+        out, q, k, v, cu_q, cu_k, kv_row, tiles, n_heads, n_kv_heads, scale_log2);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* One attention call, by either kernel (device pointers). They read the same key index: the naive kernel's kv_row is
+ * indexed by original position t, the flash kernel's by cu_k[s] + t, and that is t, because cu_k = cu_seqlens. */
+typedef struct {
+    int flash;                            /* 1: flash_attention, 0: the naive kernel                         */
+    bf16 *out;                            /* [n_q, n_heads*head_dim]                                         */
+    const bf16 *q, *k, *v;                /* [n_q, n_heads*head_dim], [*, n_kv*head_dim] x 2                 */
+    int n_q;                              /* query rows: N (baseline, radix) or N' (compact)                 */
+    const int32_t *q_orig, *seq_start;    /* naive: [n_q] or NULL (I_gather in compact mode), [N]            */
+    const int32_t *cu_q, *cu_k, *tiles;   /* flash: [S+1], [S+1] (cu_seqlens), [2 n_tiles] (flash_tiles)     */
+    int n_tiles;
+    const int32_t *kv_row;                /* [N] or NULL (I_scatter in compact mode)                         */
+    int n_heads, n_kv_heads, head_dim;
+} AttnCall;
+static int attention_run(cudaStream_t st, const AttnCall *a) {
+    if (a->flash)
+        return flash_attention(st, a->out, a->q, a->k, a->v, a->cu_q, a->cu_k, a->kv_row, a->tiles, a->n_tiles,
+                               a->n_heads, a->n_kv_heads, a->head_dim);
+    return attention(st, a->out, a->q, a->k, a->v, a->n_q, a->q_orig, a->seq_start, a->kv_row, a->n_heads,
+                     a->n_kv_heads, a->head_dim);
+}
+
 /* --------------------------------------------------------------------------------------------------------- cublas */
 /* Every handle of this file: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION keeps a split-K GEMM's partial sums
  * in fp32 (cuBLAS may otherwise reduce them in bf16), so that the promise below holds for every shape. */
@@ -982,6 +1300,7 @@ struct GpuModel {
     float *inv_freq;                 /* [head_dim/2] RoPE frequencies              */
     cudaStream_t stream;             /* every kernel and GEMM of a forward         */
     cublasHandle_t blas;             /* bound to stream                            */
+    RxAttention attention;           /* gpu_set_attention; RX_ATTN_AUTO (0) at first */
 };
 
 /* The current device's properties; the error when there is none (cleared, so no later check reports it again). */
@@ -1134,6 +1453,17 @@ int gpu_model_upload(GpuModel **g, const Qwen3Model *m) {
 }
 int gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed) { return model_create(g, cfg, NULL, seed); }
 
+int gpu_set_attention(GpuModel *g, RxAttention attention) {
+    if (!g) return rx_fail("gpu_set_attention needs a GPU model");
+    if (attention != RX_ATTN_AUTO && attention != RX_ATTN_NAIVE && attention != RX_ATTN_FLASH)
+        return rx_fail("gpu_set_attention: unknown attention kernel %d", (int)attention);
+    if (attention == RX_ATTN_FLASH && !flash_supported(g->cfg.head_dim))
+        return rx_fail("the flash attention kernel is built for head_dim %d; this model has head_dim %d (use "
+                       "RX_ATTN_AUTO or RX_ATTN_NAIVE)", FLASH_D, g->cfg.head_dim);
+    g->attention = attention;
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------- the gpu forward (algorithm 1) */
 /* One layer in radix mode, the paper's sandwich: only attention sees the original layout.
  *
@@ -1161,6 +1491,11 @@ typedef struct {             /* everything one forward allocates; rows = N (base
     int32_t *scatter;        /* [N]   I_scatter: original position -> compact row                                */
     int32_t *seq_start;      /* [N]   original space                                                              */
     int32_t *last;           /* [n_seqs] rows space                                                               */
+    int32_t *h_cu_q;         /* flash attention, host [n_seqs+1]: the query rows of each sequence (see attention) */
+    int32_t *h_tiles;        /* flash attention, host [2 n_tiles]: its work list                                  */
+    int n_tiles;
+    int32_t *cu_q, *cu_k;    /* flash attention: [n_seqs+1] query rows space; cu_seqlens                          */
+    int32_t *tiles;          /* flash attention: [2 n_tiles]                                                      */
     bf16 *x, *xn;            /* [rows, hidden] residual stream; norm output, reused for o_proj and down_proj out  */
     bf16 *q, *att;           /* [rows, n_heads*head_dim]                                                          */
     bf16 *k, *v;             /* [rows, n_kv*head_dim]                                                             */
@@ -1176,12 +1511,12 @@ typedef struct {             /* everything one forward allocates; rows = N (base
 static void work_free(GpuWork *w) {
     void *dev[] = {w->ids,  w->pos, w->gather, w->scatter, w->seq_start, w->last,   w->x,      w->xn,
                    w->q,    w->att, w->k,      w->v,       w->gate,      w->up,     w->q_n,    w->att_n,
-                   w->k_n,  w->v_n, w->x_last, w->logits,  w->logits_n};
+                   w->k_n,  w->v_n, w->x_last, w->logits,  w->logits_n,  w->cu_q,   w->cu_k,   w->tiles};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     if (w->t0) cudaEventDestroy(w->t0);
     if (w->t1) cudaEventDestroy(w->t1);
     if (w->have_ix) radix_index_free(&w->ix);
-    free(w->h_ids), free(w->h_pos), free(w->h_seq_start), free(w->h_last);
+    free(w->h_ids), free(w->h_pos), free(w->h_seq_start), free(w->h_last), free(w->h_cu_q), free(w->h_tiles);
 }
 
 /* embed != NULL (with last_only): the last tokens' normed states instead of logits, no LM head (gpu_embed). */
@@ -1225,6 +1560,16 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
         w->h_last[s] = compact ? w->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
     }
 
+    /* attention's layout: the flash kernel takes each sequence's query rows (cu_q: all its positions, or in compact
+     * mode the block of compact rows of its unshared suffix) and its key rows (cu_k = cu_seqlens), and a work list */
+    const int flash = g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim);
+    if (flash) {
+        if (!(w->h_cu_q = (int32_t *)rx_alloc((S + 1) * sizeof(int32_t), "the query layout"))) return -1;
+        if (mode == RX_COMPACT) TRY(radix_compact_cu_q(&w->ix, cu, S, w->h_cu_q));
+        else memcpy(w->h_cu_q, cu, (S + 1) * sizeof(int32_t));
+        TRY(flash_tiles(w->h_cu_q, cu, S, &w->h_tiles, &w->n_tiles));
+    }
+
     /* every buffer before the timed region: cudaMalloc stalls the host and would be counted as GPU time */
     TRY(upload_i32(&w->ids, w->h_ids, rows, "the token ids"));
     TRY(upload_i32(&w->pos, w->h_pos, rows, "the positions"));
@@ -1232,6 +1577,9 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
     TRY(upload_i32(&w->last, w->h_last, S, "the last-token rows"));
     if (compact) TRY(upload_i32(&w->gather, w->ix.gather, rows, "I_gather"));
     if (compact) TRY(upload_i32(&w->scatter, w->ix.scatter, N, "I_scatter"));
+    if (flash) TRY(upload_i32(&w->cu_q, w->h_cu_q, S + 1, "the query layout cu_q"));
+    if (flash) TRY(upload_i32(&w->cu_k, cu, S + 1, "cu_seqlens"));
+    if (flash) TRY(upload_i32(&w->tiles, w->h_tiles, 2 * w->n_tiles, "the flash attention work list"));
     DEV_ALLOC(w->x, (size_t)rows * H, "the residual stream [%s=%d, hidden=%d]", sp, rows, H);
     DEV_ALLOC(w->xn, (size_t)rows * H, "the normed activations [%s=%d, hidden=%d]", sp, rows, H);
     DEV_ALLOC(w->q, (size_t)rows * QD, "the queries [%s=%d, n_heads*head_dim=%d]", sp, rows, QD);
@@ -1253,6 +1601,13 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
     if (compact && !last_only) DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
     CUDA_CHECK(cudaEventCreate(&w->t0));
     CUDA_CHECK(cudaEventCreate(&w->t1));
+    /* every layer's attention call: radix on the N scattered rows; compact on the N' rows, queries I_gather and keys
+     * I_scatter; baseline on the N rows (gather and scatter are NULL there) */
+    AttnCall a = {};
+    a.flash = flash, a.n_heads = c->n_heads, a.n_kv_heads = c->n_kv_heads, a.head_dim = c->head_dim;
+    a.seq_start = w->seq_start, a.cu_q = w->cu_q, a.cu_k = w->cu_k, a.tiles = w->tiles, a.n_tiles = w->n_tiles;
+    if (mode == RX_RADIX) a.out = w->att_n, a.q = w->q_n, a.k = w->k_n, a.v = w->v_n, a.n_q = N;
+    else a.out = w->att, a.q = w->q, a.k = w->k, a.v = w->v, a.n_q = rows, a.q_orig = w->gather, a.kv_row = w->scatter;
 
     /* GPU time, embedding to logits (forward_ms) */
     CUDA_CHECK(cudaEventRecord(w->t0, st));
@@ -1270,12 +1625,10 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
             TRY(rows_by_index_gpu(st, w->q_n, w->q, w->scatter, N, QD * sizeof(bf16)));
             TRY(rows_by_index_gpu(st, w->k_n, w->k, w->scatter, N, KVD * sizeof(bf16)));
             TRY(rows_by_index_gpu(st, w->v_n, w->v, w->scatter, N, KVD * sizeof(bf16)));
-            TRY(attention(st, w->att_n, w->q_n, w->k_n, w->v_n, N, NULL, w->seq_start, NULL, c->n_heads,
-                          c->n_kv_heads, c->head_dim));
+            TRY(attention_run(st, &a));
             TRY(rows_by_index_gpu(st, w->att, w->att_n, w->gather, rows, QD * sizeof(bf16)));
         } else {   /* baseline: gather, scatter are NULL; compact: N' query rows, keys read through I_scatter */
-            TRY(attention(st, w->att, w->q, w->k, w->v, rows, w->gather, w->seq_start, w->scatter, c->n_heads,
-                          c->n_kv_heads, c->head_dim));
+            TRY(attention_run(st, &a));
         }
         TRY(gemm(g->blas, w->xn, w->att, L->o_proj, rows, QD, H));    /* xn = att @ Wo^T   [rows, hidden]           */
         TRY(add_inplace(st, w->x, w->xn, (int64_t)rows * H));
@@ -1337,9 +1690,18 @@ int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold,
 }
 
 /* ------------------------------------------------------------------------------------------- gpu micro-benchmarks */
-typedef enum { TIME_INDEX_SELECT, TIME_COPY, TIME_GEMM } TimedOp;
+typedef enum { TIME_INDEX_SELECT, TIME_COPY, TIME_GEMM, TIME_ATTENTION } TimedOp;
+typedef struct {               /* bench --attention: one layout's attention; radix mode adds its scatter and gather */
+    AttnCall call;             /* on the N rows (baseline, radix) or the N' rows (compact)                           */
+    int radix, n, n_compact;
+    const bf16 *qc, *kc, *vc;  /* radix: [N', .] compact rows, scattered into call.q, k, v [N, .] first               */
+    bf16 *qn, *kn, *vn;        /* radix: == call.q, k, v, writable                                                   */
+    bf16 *outc;                /* radix: [N', .] call.out gathered back                                              */
+    const int32_t *scatter, *gather;
+} AttnTimed;
 typedef struct {               /* one timed operation and what it reads */
     TimedOp op;
+    const AttnTimed *attn;
     void *out;
     const void *in, *w;
     const int32_t *idx;
@@ -1348,7 +1710,19 @@ typedef struct {               /* one timed operation and what it reads */
     cublasHandle_t blas;
 } Timed;
 
+static int run_attention_timed(const AttnTimed *t) {
+    const AttnCall *a = &t->call;
+    size_t qd = (size_t)a->n_heads * a->head_dim * sizeof(bf16);      /* bytes per row */
+    size_t kvd = (size_t)a->n_kv_heads * a->head_dim * sizeof(bf16);
+    if (!t->radix) return attention_run(0, a);
+    TRY(rows_by_index_gpu(0, t->qn, t->qc, t->scatter, t->n, qd));   /* Algorithm 1, lines 20-23 */
+    TRY(rows_by_index_gpu(0, t->kn, t->kc, t->scatter, t->n, kvd));
+    TRY(rows_by_index_gpu(0, t->vn, t->vc, t->scatter, t->n, kvd));
+    TRY(attention_run(0, a));
+    return rows_by_index_gpu(0, t->outc, a->out, t->gather, t->n_compact, qd);
+}
 static int run_timed(const Timed *a) {
+    if (a->op == TIME_ATTENTION) return run_attention_timed(a->attn);
     if (a->op == TIME_INDEX_SELECT) return rows_by_index_gpu(0, a->out, a->in, a->idx, a->m, a->bytes);
     if (a->op == TIME_GEMM)
         return gemm(a->blas, (bf16 *)a->out, (const bf16 *)a->in, (const bf16 *)a->w, a->m, a->k, a->n);
@@ -1439,6 +1813,74 @@ int gpu_time_gemm(int m, int n, int k, int reps, double *median_ms) {
     return scratch_end(&s, rc);
 }
 
+/* Attention alone on batch b's layout (see radixmlp.h); q, k, v random in +-1, never zero. */
+static int time_attention(const RxBatch *b, const RadixIndex *ix, RxMode layout, int flash, int n_heads,
+                          int n_kv_heads, int head_dim, int reps, double *median_ms, Scratch *sc) {
+    const int S = b->n_seqs, N = b->n_tokens, Nc = ix->n_compact, compact = layout == RX_COMPACT;
+    const int n_q = compact ? Nc : N, n_in = layout == RX_BASELINE ? N : Nc;   /* query rows; rows filled at random */
+    const size_t qd = (size_t)n_heads * head_dim, kvd = (size_t)n_kv_heads * head_dim;
+    int32_t *cu_q = (int32_t *)rx_alloc((S + 1) * sizeof(int32_t), "cu_q"), *tiles = NULL;
+    int32_t *seq_start = (int32_t *)rx_alloc(N * sizeof(int32_t), "the sequence starts");
+    int n_tiles = 0, rc = !cu_q || !seq_start;
+    for (int s = 0; !rc && s < S; s++)
+        for (int t = b->cu_seqlens[s]; t < b->cu_seqlens[s + 1]; t++) seq_start[t] = b->cu_seqlens[s];
+    if (!rc && compact) rc = radix_compact_cu_q(ix, b->cu_seqlens, S, cu_q);
+    else if (!rc) memcpy(cu_q, b->cu_seqlens, (S + 1) * sizeof(int32_t));
+    if (!rc) rc = flash_tiles(cu_q, b->cu_seqlens, S, &tiles, &n_tiles);
+    if (rc) {
+        free(cu_q); free(seq_start);
+        return -1;
+    }
+    AttnTimed t = {};
+    AttnCall *a = &t.call;
+    a->flash = flash, a->n_q = n_q, a->n_heads = n_heads, a->n_kv_heads = n_kv_heads, a->head_dim = head_dim;
+    a->out = (bf16 *)scratch_alloc(sc, n_q * qd * sizeof(bf16), "the attention output");
+    a->q = t.qn = (bf16 *)scratch_alloc(sc, n_q * qd * sizeof(bf16), "the queries");
+    a->k = t.kn = (bf16 *)scratch_alloc(sc, n_q * kvd * sizeof(bf16), "the keys");
+    a->v = t.vn = (bf16 *)scratch_alloc(sc, n_q * kvd * sizeof(bf16), "the values");
+    a->seq_start = (const int32_t *)scratch_copy(sc, seq_start, N * sizeof(int32_t));
+    a->cu_q = (const int32_t *)scratch_copy(sc, cu_q, (S + 1) * sizeof(int32_t));
+    a->cu_k = (const int32_t *)scratch_copy(sc, b->cu_seqlens, (S + 1) * sizeof(int32_t));
+    a->tiles = n_tiles ? (const int32_t *)scratch_copy(sc, tiles, 2 * (size_t)n_tiles * sizeof(int32_t)) : NULL;
+    a->n_tiles = n_tiles;
+    if (layout != RX_BASELINE) {
+        t.gather = (const int32_t *)scratch_copy(sc, ix->gather, Nc * sizeof(int32_t));
+        t.scatter = (const int32_t *)scratch_copy(sc, ix->scatter, N * sizeof(int32_t));
+    }
+    if (compact) a->q_orig = t.gather, a->kv_row = t.scatter;
+    bf16 *in_q = t.qn, *in_k = t.kn, *in_v = t.vn;   /* what holds the random inputs */
+    if (layout == RX_RADIX) {
+        t.radix = 1, t.n = N, t.n_compact = Nc;
+        t.qc = in_q = (bf16 *)scratch_alloc(sc, Nc * qd * sizeof(bf16), "the compact queries");
+        t.kc = in_k = (bf16 *)scratch_alloc(sc, Nc * kvd * sizeof(bf16), "the compact keys");
+        t.vc = in_v = (bf16 *)scratch_alloc(sc, Nc * kvd * sizeof(bf16), "the compact values");
+        t.outc = (bf16 *)scratch_alloc(sc, Nc * qd * sizeof(bf16), "the compact attention output");
+    }
+    Timed op = {};
+    op.op = TIME_ATTENTION, op.attn = &t;
+    rc = sc->failed || fill_uniform(0, in_q, (int64_t)(n_in * qd), 3, 0.0f, 1.0f) ||
+         fill_uniform(0, in_k, (int64_t)(n_in * kvd), 4, 0.0f, 1.0f) ||
+         fill_uniform(0, in_v, (int64_t)(n_in * kvd), 5, 0.0f, 1.0f) || time_median(&op, reps, median_ms);
+    free(cu_q); free(seq_start); free(tiles);
+    return rc ? -1 : 0;
+}
+int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
+                       int reps, double *median_ms) {
+    if (!gpu_available() || check_heads(n_heads, n_kv_heads, head_dim)) return -1;
+    if (!b || b->n_seqs < 1 || b->n_tokens < 1 || reps < 1 || layout < RX_BASELINE || layout > RX_COMPACT)
+        return rx_fail("gpu_time_attention: needs a non-empty batch, reps >= 1, and the baseline, radix or compact "
+                       "layout");
+    const int flash = kernel == RX_ATTN_FLASH || (kernel == RX_ATTN_AUTO && flash_supported(head_dim));
+    if (flash && !flash_supported(head_dim))
+        return rx_fail("the flash attention kernel is built for head_dim %d, not %d", FLASH_D, head_dim);
+    RadixIndex ix;
+    if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
+    Scratch sc = {};
+    int rc = time_attention(b, &ix, layout, flash, n_heads, n_kv_heads, head_dim, reps, median_ms, &sc);
+    radix_index_free(&ix);
+    return scratch_end(&sc, rc);
+}
+
 /* ------------------------------------------------------------------------------------------------- gpu test hooks */
 /* For test_radixmlp.c: each hook takes host fp32 arrays, uploads them (as bf16 where the kernel reads bf16), runs
  * exactly one kernel, and copies the result back as fp32, to be compared with the rx_*_ref oracle. */
@@ -1518,6 +1960,37 @@ int gpu_test_attention(const float *q, const float *k, const float *v, float *ou
     return scratch_end(&s, rc);
 }
 
+int gpu_test_flash_attention(const float *q, const float *k, const float *v, float *out, const int32_t *cu_q,
+                             const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_kv_rows, int n_heads,
+                             int n_kv_heads, int head_dim) {
+    if (!gpu_available() || check_heads(n_heads, n_kv_heads, head_dim)) return -1;
+    if (n_seqs < 1 || cu_q[0] != 0 || cu_k[0] != 0)
+        return rx_fail("gpu_test_flash_attention: needs n_seqs >= 1 and cu_q[0] = cu_k[0] = 0");
+    for (int s = 0; s < n_seqs; s++)
+        if (cu_q[s + 1] < cu_q[s] || cu_k[s + 1] - cu_k[s] < cu_q[s + 1] - cu_q[s])
+            return rx_fail("gpu_test_flash_attention: sequence %d has %d queries and %d keys; it needs 0 <= queries "
+                           "<= keys", s, cu_q[s + 1] - cu_q[s], cu_k[s + 1] - cu_k[s]);
+    for (int t = 0; t < cu_k[n_seqs]; t++)
+        if ((kv_row ? kv_row[t] : t) < 0 || (kv_row ? kv_row[t] : t) >= n_kv_rows)
+            return rx_fail("gpu_test_flash_attention: key %d is row %d, outside [0, %d)", t, kv_row ? kv_row[t] : t,
+                           n_kv_rows);
+    int32_t *tiles;
+    int n_tiles;
+    TRY(flash_tiles(cu_q, cu_k, n_seqs, &tiles, &n_tiles));
+    Scratch s = {};
+    size_t nq = (size_t)cu_q[n_seqs] * n_heads * head_dim, nkv = (size_t)n_kv_rows * n_kv_heads * head_dim;
+    bf16 *d_q = scratch_bf16(&s, q, nq), *d_k = scratch_bf16(&s, k, nkv), *d_v = scratch_bf16(&s, v, nkv);
+    bf16 *d_out = scratch_bf16(&s, NULL, nq);
+    int32_t *d_cu_q = (int32_t *)scratch_copy(&s, cu_q, (n_seqs + 1) * sizeof(int32_t));
+    int32_t *d_cu_k = (int32_t *)scratch_copy(&s, cu_k, (n_seqs + 1) * sizeof(int32_t));
+    int32_t *d_kv_row = kv_row ? (int32_t *)scratch_copy(&s, kv_row, cu_k[n_seqs] * sizeof(int32_t)) : NULL;
+    int32_t *d_tiles = n_tiles ? (int32_t *)scratch_copy(&s, tiles, 2 * (size_t)n_tiles * sizeof(int32_t)) : NULL;
+    free(tiles);
+    int rc = s.failed || flash_attention(0, d_out, d_q, d_k, d_v, d_cu_q, d_cu_k, d_kv_row, d_tiles, n_tiles, n_heads,
+                                         n_kv_heads, head_dim) || download_bf16(out, d_out, nq);
+    return scratch_end(&s, rc);
+}
+
 #else /* RADIXMLP_HOST_ONLY */
 /* Built by a plain C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
  * function reports that there is no device. (Unnamed parameters: this file is always compiled as C++.) */
@@ -1527,11 +2000,13 @@ static int no_gpu(void) { gpu_available(); return -1; }
 int gpu_model_upload(GpuModel **, const Qwen3Model *) { return no_gpu(); }
 int gpu_model_random(GpuModel **, const Qwen3Config *, uint64_t) { return no_gpu(); }
 void gpu_model_free(GpuModel *) {}
+int gpu_set_attention(GpuModel *, RxAttention) { return no_gpu(); }
 int gpu_forward(GpuModel *, const RxBatch *, RxMode, double, int, float *, GpuRunInfo *) { return no_gpu(); }
 int gpu_embed(GpuModel *, const RxBatch *, RxMode, double, float *, GpuRunInfo *) { return no_gpu(); }
 int gpu_time_index_select(int, int, int, int, int, double *) { return no_gpu(); }
 int gpu_time_copy(size_t, int, double *) { return no_gpu(); }
 int gpu_time_gemm(int, int, int, int, double *) { return no_gpu(); }
+int gpu_time_attention(const RxBatch *, RxMode, RxAttention, int, int, int, int, double *) { return no_gpu(); }
 int gpu_test_rows_by_index(float *, const float *, const int32_t *, int, int, int, int) { return no_gpu(); }
 int gpu_test_rmsnorm(float *, const float *, const float *, int, int, float) { return no_gpu(); }
 int gpu_test_qk_norm_rope(float *, const float *, const int32_t *, int, int, int, float, double) { return no_gpu(); }
@@ -1539,6 +2014,8 @@ int gpu_test_silu_mul(float *, const float *, const float *, size_t) { return no
 int gpu_test_gemm(float *, const float *, const float *, int, int, int) { return no_gpu(); }
 int gpu_test_attention(const float *, const float *, const float *, float *, int, const int32_t *, const int32_t *,
                        const int32_t *, int, int, int, int, int) { return no_gpu(); }
+int gpu_test_flash_attention(const float *, const float *, const float *, float *, const int32_t *, const int32_t *,
+                             const int32_t *, int, int, int, int, int) { return no_gpu(); }
 #endif /* RADIXMLP_HOST_ONLY */
 
 /* --------------------------------------------------------------------------------------- part ii: a paged kv pool */

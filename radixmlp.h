@@ -44,6 +44,10 @@ int  radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *
 int  radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                              const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key);
 void radix_index_free(RadixIndex *ix);
+/* Compact mode's query layout, cu_q [n_seqs+1]: the positions of sequence s that no earlier sequence holds are its
+ * last L_s - p_s ones, and their compact rows are the block cu_q[s] .. cu_q[s+1]-1, in order (a fact about the trie's
+ * numbering, checked here). Fully shared sequences get empty blocks. Returns 0, or -1 (internal error). */
+int  radix_compact_cu_q(const RadixIndex *ix, const int32_t *cu_seqlens, int n_seqs, int32_t *cu_q);
 
 /* Draws the trie of a (small) batch as ASCII, one line per node, e.g. for the paper's toy example:
  *   root
@@ -196,6 +200,12 @@ int  gpu_model_upload(GpuModel **g, const Qwen3Model *m);
 int  gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed);
 void gpu_model_free(GpuModel *g);
 
+/* The attention kernel of gpu_forward. RX_ATTN_AUTO (the default): the tensor-core flash kernel where it applies
+ * (head_dim 128, every Qwen3 model), the naive one otherwise. RX_ATTN_NAIVE: one warp per query and head, the
+ * kernel to read first and the oracle of the other. RX_ATTN_FLASH: fails here if the model's head_dim is not 128. */
+typedef enum { RX_ATTN_AUTO = 0, RX_ATTN_NAIVE = 1, RX_ATTN_FLASH = 2 } RxAttention;
+int  gpu_set_attention(GpuModel *g, RxAttention attention);
+
 typedef struct {
     RxMode mode;            /* the mode actually run (RX_AUTO resolves to another)        */
     int n_tokens, n_compact;
@@ -218,6 +228,11 @@ int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold,
 int gpu_time_index_select(int rows_in, int dim, int rows_out, int elem_bytes, int reps, double *median_ms);
 int gpu_time_copy(size_t nbytes, int reps, double *median_ms);              /* device-to-device, the roofline */
 int gpu_time_gemm(int m, int n, int k, int reps, double *median_ms);        /* bf16 [m,k] @ [k,n], fp32 accum  */
+/* Attention alone (bench --attention): the causal attention of batch b with random bf16 q, k, v, as gpu_forward runs
+ * it in `layout`: RX_BASELINE on the N rows; RX_RADIX the scatter of q, k, v to the N rows, attention, and the gather
+ * back (Algorithm 1, lines 20-23); RX_COMPACT on the N' rows, keys read through I_scatter. kernel: NAIVE or FLASH. */
+int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
+                       int reps, double *median_ms);
 
 /* Test hooks of the CUDA kernels, for test_radixmlp.c. Each takes host fp32 arrays, uploads them (as bf16 where the
  * kernel reads bf16, rounding to nearest even), runs exactly one kernel, and copies the result back as fp32.
@@ -234,6 +249,14 @@ int gpu_test_gemm(float *y, const float *x, const float *w, int rows, int in, in
 int gpu_test_attention(const float *q, const float *k, const float *v, float *out, int n_q, const int32_t *q_orig,
                        const int32_t *seq_start, const int32_t *kv_row, int n_orig, int n_kv_rows, int n_heads,
                        int n_kv_heads, int head_dim);
+/* The flash kernel (head_dim 128) in its varlen layout: query i of sequence s is row cu_q[s] + i, at key position
+ * Lk_s - Lq_s + i (Lq_s = cu_q[s+1] - cu_q[s], Lk_s = cu_k[s+1] - cu_k[s] >= Lq_s); key t of sequence s is row
+ * kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t. q, out [cu_q[n_seqs], n_heads*head_dim]; k, v [n_kv_rows, n_kv*head_dim];
+ * kv_row [cu_k[n_seqs]] or NULL. Baseline: cu_q = cu_k = cu_seqlens; compact: cu_q from radix_compact_cu_q,
+ * cu_k = cu_seqlens, kv_row = I_scatter. */
+int gpu_test_flash_attention(const float *q, const float *k, const float *v, float *out, const int32_t *cu_q,
+                             const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_kv_rows, int n_heads,
+                             int n_kv_heads, int head_dim);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Part II: across requests, a paged KV prefix cache

@@ -1639,6 +1639,317 @@ static void test_gpu_functions_fail_cleanly_without_device(void) {
     rx_batch_free(&b);
 }
 
+/* ---- the flash attention kernel (head_dim 128): against the reference, the naive kernel, and in the forward ----- */
+/* Tolerance. The flash kernel rounds P = softmax(q k^T) to bf16 (a relative error of at most BF16_U = 2^-8 per
+ * weight) before the P V product, and the output once more; its scores and sums are fp32. So for every element
+ *   |flash - ref| <= BF16_U (A + |ref|),   A = sum_t p_t |v_t| = the reference run on |v| (same q, k),
+ * where the first term is P's rounding (at most BF16_U of each p_t |v_t|) and the second the output's. fp32 adds
+ * ~1e-6 relative (summation order, exp2 with the scale folded in, the online rescaling), more on a GPU whose tensor
+ * cores sum in an order of their own with peaky scores (|q k| in the hundreds); we allow 1.25 times the bound and
+ * report the worst |diff| in units of it. A bound per element, not a multiple of max|ref|: outputs that average many
+ * values are small, and a shared tolerance would hide their errors. Non-finite output fails (fmax skips a NaN). */
+#define FLASH_TOL 1.25
+static void expect_flash_close(const char *what, int rc, const float *got, const float *ref, const float *a_ref,
+                               size_t n) {
+    expect(rc == 0, "%s: the GPU call failed: %s", what, radix_error());
+    if (rc != 0) return;
+    double worst = 0.0, d_max = 0.0;
+    size_t bad = 0, nonfinite = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) { nonfinite++; continue; }
+        double d = fabs((double)got[i] - ref[i]), bound = BF16_U * (a_ref[i] + fabs((double)ref[i]));
+        d_max = fmax(d_max, d);
+        worst = fmax(worst, bound > 0 ? d / bound : d > 0 ? INFINITY : 0);
+        bad += d > FLASH_TOL * bound;
+    }
+    note("%-56s max|diff| %.3g, worst %.2f x BF16_U (A + |ref|) (tol %.2f)", what, d_max, worst, FLASH_TOL);
+    expect(nonfinite == 0, "%s: %zu outputs are NaN or infinite", what, nonfinite);
+    expect(bad == 0, "%s: %zu of %zu outputs beyond %.2f x BF16_U (A + |ref|), worst %.2f", what, bad, n, FLASH_TOL,
+           worst);
+}
+
+/* rx_attention_ref, and the same on |v| (the A of the tolerance). */
+static void attention_ref_and_abs(const float *q, const float *k, const float *v, float *ref, float *a_ref, int n_q,
+                                  const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
+                                  size_t n_v, int nh, int nkv, int hd) {
+    float *v_abs = floats(n_v);
+    for (size_t i = 0; i < n_v; i++) v_abs[i] = fabsf(v[i]);
+    expect(rx_attention_ref(q, k, v, ref, n_q, q_orig, seq_start, kv_row, nh, nkv, hd) == 0 &&
+           rx_attention_ref(q, k, v_abs, a_ref, n_q, q_orig, seq_start, kv_row, nh, nkv, hd) == 0, "%s", radix_error());
+    free(v_abs);
+}
+
+static int32_t *seq_starts(const RxBatch *b) {   /* [N]: the first position of each token's sequence */
+    int32_t *st = (int32_t *)malloc((size_t)b->n_tokens * sizeof(int32_t));
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->cu_seqlens[s]; t < b->cu_seqlens[s + 1]; t++) st[t] = b->cu_seqlens[s];
+    return st;
+}
+
+/* Sequences that copy the first p tokens of sequence 0 (a random 300-token sequence) and then part from it with a
+ * token no other sequence has, so that p_s = min(p, L): {length, p}. */
+static RxBatch shared_prefix_batch(const int (*spec)[2], int n_seqs, uint64_t seed) {
+    int lens[32], at = 0;
+    int32_t ids[32 * 300];
+    uint64_t rng = seed;
+    for (int s = 0; s < n_seqs; s++) {
+        lens[s] = spec[s][0];
+        for (int i = 0; i < lens[s]; i++)
+            ids[at + i] = i < spec[s][1] ? ids[i] : i == spec[s][1] ? 100000 + s : 1 + rng_int(&rng, 50000);
+        at += lens[s];
+    }
+    return batch_of(n_seqs, lens, ids, NULL);
+}
+
+/* The flash kernel in its three index modes on sequences of lengths {1, 15, 16, 17, 63, 64, 65, 129, 300} (partial,
+ * exact and one-over tiles of 16 and 64) sharing prefixes p_s in {0, 1, 63, 64, 65, 200}, three of them fully shared
+ * (no query rows in compact mode); GQA 4:1, MHA, MQA; q and k in +-2 (softmax spread over many keys) or in +-6
+ * (peaky: scores ~ +-12, a few keys carry the weight, so a wrongly masked or missing key shows). */
+static void test_gpu_flash_attention(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const int spec[][2] = {{300, 0}, {1, 0},    {15, 1},    {16, 0},    {17, 1}, {63, 0},  {64, 63},
+                                  {65, 64}, {129, 65}, {300, 200}, {129, 129}, {1, 1},  {65, 65}};
+    static const int heads[][4] = {{8, 2, 128, 1}, {2, 2, 128, 0}, {2, 2, 128, 1}, {4, 1, 128, 0}};   /* n_heads,
+                                       n_kv, head_dim, peaky: GQA 4:1 peaky, MHA plain and peaky, MQA plain */
+    const int n_seqs = (int)(sizeof spec / sizeof spec[0]);
+    RxBatch b = shared_prefix_batch(spec, n_seqs, 81);
+    RadixIndex ix;
+    int32_t cu_q[32];
+    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs) ||
+        radix_compact_cu_q(&ix, b.cu_seqlens, b.n_seqs, cu_q)) {
+        expect(0, "%s", radix_error());
+        rx_batch_free(&b);
+        return;
+    }
+    int N = b.n_tokens, Nc = ix.n_compact, fully = 0, wrong = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int L = spec[s][0], p = L - (cu_q[s + 1] - cu_q[s]), want = spec[s][1] < L ? spec[s][1] : L;
+        expect(p == want, "sequence %d: p_s = %d, expected %d", s, p, want);
+        fully += p == L, wrong += p != want;
+    }
+    note("batch: %d sequences, N = %d, N' = %d, %d fully shared; p_s as specified in %d of %d", n_seqs, N, Nc, fully,
+         n_seqs - wrong, n_seqs);
+    int32_t *seq_start = seq_starts(&b);
+    uint64_t rng = 82;
+    for (int c = 0; c < 4; c++) {
+        int nh = heads[c][0], nkv = heads[c][1], hd = heads[c][2], peaky = heads[c][3], qd = nh * hd, kvd = nkv * hd;
+        float a = peaky ? 6.0f : 2.0f;
+        size_t nq = (size_t)N * qd, nkn = (size_t)N * kvd, nqc = (size_t)Nc * qd, nkc = (size_t)Nc * kvd;
+        float *q = rand_floats(nq, -a, a, &rng), *k = rand_floats(nkn, -a, a, &rng), *v = rand_floats(nkn, -2, 2, &rng);
+        float *qc = rand_floats(nqc, -a, a, &rng), *kc = rand_floats(nkc, -a, a, &rng);
+        float *vc = rand_floats(nkc, -2, 2, &rng);
+        float *ref = floats(nq), *a_ref = floats(nq), *got = floats(nq), *got_r = floats(nq);
+        float *ref_c = floats(nqc), *a_ref_c = floats(nqc), *got_c = floats(nqc);
+        round_to_bf16(q, nq), round_to_bf16(k, nkn), round_to_bf16(v, nkn);
+        round_to_bf16(qc, nqc), round_to_bf16(kc, nkc), round_to_bf16(vc, nkc);
+        char what[128], cfg[48];
+        snprintf(cfg, sizeof cfg, "%d heads, %d kv%s", nh, nkv, peaky ? ", peaky" : "");
+        /* baseline: cu_q = cu_k = cu_seqlens, keys in place */
+        attention_ref_and_abs(q, k, v, ref, a_ref, N, NULL, seq_start, NULL, nkn, nh, nkv, hd);
+        snprintf(what, sizeof what, "flash baseline (%s)", cfg);
+        int rc = gpu_test_flash_attention(q, k, v, got, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
+        expect_flash_close(what, rc, got, ref, a_ref, nq);
+        /* radix: the compact rows scattered to the N original rows, then the baseline call */
+        for (int t = 0; t < N; t++) {
+            memcpy(q + (size_t)t * qd, qc + (size_t)ix.scatter[t] * qd, (size_t)qd * sizeof(float));
+            memcpy(k + (size_t)t * kvd, kc + (size_t)ix.scatter[t] * kvd, (size_t)kvd * sizeof(float));
+            memcpy(v + (size_t)t * kvd, vc + (size_t)ix.scatter[t] * kvd, (size_t)kvd * sizeof(float));
+        }
+        attention_ref_and_abs(q, k, v, ref, a_ref, N, NULL, seq_start, NULL, nkn, nh, nkv, hd);
+        snprintf(what, sizeof what, "flash radix (%s)", cfg);
+        int rc_r = gpu_test_flash_attention(q, k, v, got_r, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
+        expect_flash_close(what, rc_r, got_r, ref, a_ref, nq);
+        /* compact: the N' rows, queries the blocks cu_q, keys through I_scatter */
+        attention_ref_and_abs(qc, kc, vc, ref_c, a_ref_c, Nc, ix.gather, seq_start, ix.scatter, nkc, nh, nkv, hd);
+        snprintf(what, sizeof what, "flash compact (%s)", cfg);
+        int rc_c = gpu_test_flash_attention(qc, kc, vc, got_c, cu_q, b.cu_seqlens, ix.scatter, n_seqs, Nc, nh, nkv,
+                                            hd);
+        expect_flash_close(what, rc_c, got_c, ref_c, a_ref_c, nqc);
+        /* compact row j is radix row I_gather[j], bit for bit (see attention in radixmlp.cu) */
+        int differ = 0;
+        for (int j = 0; rc_r == 0 && rc_c == 0 && j < Nc; j++)
+            differ += memcmp(got_c + (size_t)j * qd, got_r + (size_t)ix.gather[j] * qd, qd * sizeof(float)) != 0;
+        note("flash compact row j vs radix row I_gather[j]: %d of %d rows differ (must be 0)", differ, Nc);
+        expect(differ == 0, "%s: %d compact rows differ from their radix rows", cfg, differ);
+        free(q); free(k); free(v); free(qc); free(kc); free(vc);
+        free(ref); free(a_ref); free(got); free(got_r); free(ref_c); free(a_ref_c); free(got_c);
+    }
+    free(seq_start);
+    radix_index_free(&ix);
+    rx_batch_free(&b);
+}
+
+/* The flash kernel against the naive one at the shape of the paper's Table 4, with fewer sequences and heads so that
+ * the CPU emulator can run it (~15 s per head): 2 sequences of a shared 2048-token prefix and 256 tokens of their own,
+ * 2 heads on 1 kv head (GQA; Qwen3-4B has 32 on 8), head_dim 128, in the compact layout. Sequence 0 is whole (as in
+ * baseline: 36 query tiles of up to 36 key tiles, the buffers cycled 36 times); sequence 1 has its 256 unshared
+ * queries at key positions 2048 .. 2303, reading 2048 keys of sequence 0 through I_scatter. Flash, naive and the
+ * reference on a sample of 64 query rows (both ends, both sides of tile boundaries, random rows); tolerance as above,
+ * and naive vs flash against the sum of their bounds, BF16_U (A + 2 |ref|). */
+static void test_gpu_flash_attention_matches_naive_at_table4_shape(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    enum { P = 2048, S = 256, B = 2, NH = 2, NKV = 1, HD = 128, SAMPLE = 64 };
+    int lens[B] = {P + S, P + S};
+    int32_t *ids = (int32_t *)malloc(sizeof(int32_t) * B * (P + S));
+    uint64_t rng = 91;
+    for (int i = 0; i < B * (P + S); i++)   /* sequence 1 repeats the first P tokens of sequence 0 */
+        ids[i] = i >= P + S && i < 2 * P + S ? ids[i - P - S] : 1 + rng_int(&rng, 50000);
+    RxBatch b = batch_of(B, lens, ids, NULL);
+    free(ids);
+    RadixIndex ix;
+    int32_t cu_q[B + 1];
+    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs) ||
+        radix_compact_cu_q(&ix, b.cu_seqlens, b.n_seqs, cu_q)) {
+        expect(0, "%s", radix_error());
+        rx_batch_free(&b);
+        return;
+    }
+    int N = b.n_tokens, Nc = ix.n_compact, qd = NH * HD, kvd = NKV * HD;
+    int32_t *seq_start = seq_starts(&b), rows[SAMPLE], orig[SAMPLE];
+    note("B = %d, P = %d, S = %d: N = %d, N' = %d (compact layout), %d heads, %d kv head, head_dim %d", B, P, S, N, Nc,
+         NH, NKV, HD);
+    size_t nq = (size_t)Nc * qd, nkv = (size_t)Nc * kvd, ns = (size_t)SAMPLE * qd;
+    float *q = rand_floats(nq, -3, 3, &rng), *k = rand_floats(nkv, -3, 3, &rng), *v = rand_floats(nkv, -2, 2, &rng);
+    float *got = floats(nq), *qs = floats(ns), *ref = floats(ns), *a_ref = floats(ns), *naive = floats(ns);
+    float *flash = floats(ns), *both = floats(ns);
+    round_to_bf16(q, nq), round_to_bf16(k, nkv), round_to_bf16(v, nkv);
+    for (int i = 0; i < SAMPLE; i++) {   /* first and last rows, rows 63/64, 127/128, ..., random rows */
+        int r = i == 0 ? 0 : i == 1 ? Nc - 1 : i < 32 ? 64 * (i / 2) - (i % 2) : rng_int(&rng, Nc);
+        rows[i] = r, orig[i] = ix.gather[r];
+        memcpy(qs + (size_t)i * qd, q + (size_t)r * qd, (size_t)qd * sizeof(float));
+    }
+    int rc = gpu_test_flash_attention(q, k, v, got, cu_q, b.cu_seqlens, ix.scatter, B, Nc, NH, NKV, HD);
+    for (int i = 0; rc == 0 && i < SAMPLE; i++)
+        memcpy(flash + (size_t)i * qd, got + (size_t)rows[i] * qd, (size_t)qd * sizeof(float));
+    attention_ref_and_abs(qs, k, v, ref, a_ref, SAMPLE, orig, seq_start, ix.scatter, nkv, NH, NKV, HD);
+    int rc_n = gpu_test_attention(qs, k, v, naive, SAMPLE, orig, seq_start, ix.scatter, N, Nc, NH, NKV, HD);
+    expect_flash_close("flash vs the reference, 64 sampled rows", rc, flash, ref, a_ref, ns);
+    for (size_t i = 0; i < ns; i++) both[i] = a_ref[i] + fabsf(ref[i]);   /* flash's A + |ref|, naive's |ref| */
+    expect_flash_close("flash vs naive, the same rows", rc || rc_n, flash, naive, both, ns);
+    free(q); free(k); free(v); free(got); free(qs); free(ref); free(a_ref); free(naive); free(flash); free(both);
+    free(seq_start);
+    radix_index_free(&ix);
+    rx_batch_free(&b);
+}
+
+/* bench --attention's timer, on a small batch: every layout with either kernel runs and gives a positive median. */
+static void test_gpu_attention_timer(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const int spec[][2] = {{70, 0}, {70, 40}, {40, 40}};   /* a shared prefix, and a fully shared sequence */
+    static const RxMode layouts[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    RxBatch b = shared_prefix_batch(spec, 3, 131);
+    for (int k = 0; k < 3; k++)
+        for (int naive = 0; naive <= 1; naive++) {
+            double ms = -1.0;
+            int rc = gpu_time_attention(&b, layouts[k], naive ? RX_ATTN_NAIVE : RX_ATTN_FLASH, 2, 1, 128, 1, &ms);
+            note("gpu_time_attention %-8s %s: %.3f ms (the emulator's time)", rx_mode_name(layouts[k]),
+                 naive ? "naive" : "flash", ms);
+            expect(rc == 0 && ms > 0, "%s, %s: rc %d, %g ms: %s", rx_mode_name(layouts[k]), naive ? "naive" : "flash",
+                   rc, ms, radix_error());
+        }
+    double ms;
+    expect(gpu_time_attention(&b, RX_COMPACT, RX_ATTN_FLASH, 2, 1, 64, 1, &ms) != 0 && strstr(radix_error(), "128"),
+           "the flash timer accepted head_dim 64");
+    rx_batch_free(&b);
+}
+
+/* A model whose head_dim (128) the flash kernel takes, small enough for the C reference: tiny_config's other sizes. */
+static Qwen3Config flash_config(void) {
+    Qwen3Config c = tiny_config();
+    c.head_dim = 128;
+    return c;
+}
+
+static void test_gpu_attention_choice(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    Qwen3Config small = tiny_config(), big = flash_config();
+    GpuModel *g = NULL, *h = NULL;
+    if (gpu_model_random(&g, &small, 101) || gpu_model_random(&h, &big, 102)) {
+        expect(0, "gpu_model_random: %s", radix_error());
+        gpu_model_free(g);
+        return;
+    }
+    int rc = gpu_set_attention(g, RX_ATTN_FLASH);
+    note("RX_ATTN_FLASH on head_dim %d -> %s", small.head_dim, radix_error());
+    expect(rc != 0 && strstr(radix_error(), "head_dim"), "the flash kernel was accepted for head_dim %d",
+           small.head_dim);
+    expect(gpu_set_attention(g, RX_ATTN_NAIVE) == 0 && gpu_set_attention(h, RX_ATTN_FLASH) == 0, "%s", radix_error());
+    /* AUTO runs the flash kernel at head_dim 128: bit for bit what FLASH gives, and not what NAIVE gives */
+    RxBatch b = pattern_batch(&table7a[5], big.vocab_size, 103);
+    size_t n = (size_t)b.n_tokens * big.vocab_size;
+    float *a = floats(n), *f = floats(n), *nv = floats(n);
+    rc = gpu_forward(h, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, f, NULL) || gpu_set_attention(h, RX_ATTN_AUTO) ||
+         gpu_forward(h, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, a, NULL) || gpu_set_attention(h, RX_ATTN_NAIVE) ||
+         gpu_forward(h, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, nv, NULL);
+    expect(rc == 0, "%s", radix_error());
+    int auto_is_flash = rc == 0 && !memcmp(a, f, n * sizeof(float)), naive_differs = rc == 0 && memcmp(a, nv, n * 4);
+    note("head_dim 128: AUTO %s FLASH bit for bit, %s NAIVE", auto_is_flash ? "==" : "!=", naive_differs ? "!=" : "==");
+    expect(auto_is_flash && naive_differs, "AUTO on head_dim 128 did not run the flash kernel");
+    free(a); free(f); free(nv);
+    rx_batch_free(&b);
+    gpu_model_free(g);
+    gpu_model_free(h);
+}
+
+/* The GPU forward on a head_dim-128 model (so the flash kernel runs) against the C reference in every mode, and the
+ * paper's Table 7, forward half, with the naive kernel in the role of the paper's reference (SDPA, no radix): logits
+ * (max, mean) |diff| of
+ *   (a) the radix/compact toggle under each attention: radix and compact vs baseline of the same kernel
+ *   (b) the attention swap without radix: flash baseline vs naive baseline
+ *   (c) the attention swap with radix: flash radix (and compact) vs naive baseline, as the paper compares them
+ * Each GPU run within FORWARD_TOL of the C reference (the flash kernel adds one bf16 rounding, of P, to the ~33 of
+ * the budget); compact == radix bit for bit under each kernel. */
+static void test_gpu_forward_flash_table7(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    Qwen3Config cfg = flash_config();
+    Qwen3Model m;
+    GpuModel *g = NULL;
+    if (qwen3_random(&m, &cfg, 111)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    if (gpu_model_upload(&g, &m)) { expect(0, "gpu_model_upload: %s", radix_error()); qwen3_free(&m); return; }
+    note("model: hidden %d, %d layers, %d heads, %d kv heads, head_dim %d; logits (max, mean) |diff|", cfg.hidden_size,
+         cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    note("%-20s %4s | (a) naive radix   naive compact    flash radix      flash compact  | (b) flash base   | "
+         "(c) flash radix  flash compact  | worst vs C ref", "pattern", "N");
+    for (size_t p = 0; p < sizeof table7a / sizeof table7a[0]; p++) {
+        RxBatch b = pattern_batch(&table7a[p], cfg.vocab_size, 120 + p);
+        size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+        float *ref = floats(n), *out[2][3];                          /* out[flash][mode] */
+        int rc = qwen3_forward_ref(&m, &b, RX_BASELINE, ref);
+        for (int f = 0; f < 2; f++)
+            for (int k = 0; k < 3; k++) {
+                out[f][k] = floats(n);
+                rc = rc || gpu_set_attention(g, f ? RX_ATTN_FLASH : RX_ATTN_NAIVE) ||
+                     gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, out[f][k], NULL);
+            }
+        expect(rc == 0, "%s: %s", table7a[p].name, radix_error());
+        if (rc == 0) {
+            char cells[7][40];
+            const float *pairs[7][2] = {{out[0][1], out[0][0]}, {out[0][2], out[0][0]}, {out[1][1], out[1][0]},
+                                        {out[1][2], out[1][0]}, {out[1][0], out[0][0]}, {out[1][1], out[0][0]},
+                                        {out[1][2], out[0][0]}};
+            for (int i = 0; i < 7; i++)
+                snprintf(cells[i], sizeof cells[i], "(%.2g, %.2g)", max_abs_diff(pairs[i][0], pairs[i][1], n),
+                         mean_abs_diff(pairs[i][0], pairs[i][1], n));
+            double worst = 0, tol = FORWARD_TOL * max_abs(ref, n);
+            for (int f = 0; f < 2; f++)
+                for (int k = 0; k < 3; k++) worst = fmax(worst, max_abs_diff(out[f][k], ref, n));
+            note("%-20s %4d | %-16s %-16s %-16s %-14s | %-16s | %-16s %-14s | %.3g (tol %.3g)", table7a[p].name,
+                 b.n_tokens, cells[0], cells[1], cells[2], cells[3], cells[4], cells[5], cells[6], worst, tol);
+            expect(worst <= tol, "%s: a GPU run is %.3g from the C reference > %.3g", table7a[p].name, worst, tol);
+            for (int f = 0; f < 2; f++)
+                expect(!memcmp(out[f][1], out[f][2], n * sizeof(float)), "%s: %s compact differs from radix",
+                       table7a[p].name, f ? "flash" : "naive");
+        }
+        for (int f = 0; f < 2; f++)
+            for (int k = 0; k < 3; k++) free(out[f][k]);
+        free(ref);
+        rx_batch_free(&b);
+    }
+    gpu_model_free(g);
+    qwen3_free(&m);
+}
+
 
 static void test_config_default_head_dim_checked(void) {
     /* Found by fuzzing (make fuzz, target config): without "head_dim", a default of hidden/heads could be 0 (hidden 1,
@@ -2031,14 +2342,20 @@ static void test_bench_replot_of_papers_table4(void) {
 static void test_bench_rejects_bad_arguments(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
     char out[4096];
-    const char *bad[] = {"./bench --table 9", "./bench --reps 0", "./bench --frobnicate", "./bench --table"};
-    for (int i = 0; i < 4; i++) {
+    const char *bad[] = {"./bench --table 9", "./bench --reps 0", "./bench --frobnicate", "./bench --table",
+                         "./bench --attention --table 4"};
+    for (int i = 0; i < 5; i++) {
         int rc = run_cmd(bad[i], out, sizeof out);
         expect(rc == 2 && strstr(out, "bench: "), "'%s': exit %d, expected 2 with a message:\n%s", bad[i], rc, out);
     }
     if (!gpu_available()) {
         int rc = run_cmd("./bench --table 4 --quick", out, sizeof out);
         expect(rc == 1 && strstr(out, "needs a CUDA device"), "--table 4 without a GPU: exit %d\n%s", rc, out);
+        note("without a GPU: %s", out);
+        rc = run_cmd("./bench --attention --quick", out, sizeof out);
+        const char *nl = strchr(out, '\n');
+        expect(rc == 1 && strstr(out, "--attention needs a CUDA device") && nl && !nl[1],
+               "--attention without a GPU: exit %d, expected 1 and one line\n%s", rc, out);
         note("without a GPU: %s", out);
     }
 }
@@ -3203,6 +3520,11 @@ static const Test tests[] = {
     {"gpu", "auto_mode_picks_compact_only_below_threshold", test_gpu_auto_mode_picks_compact_only_below_threshold},
     {"gpu", "forward_rejects_bad_batches", test_gpu_forward_rejects_bad_batches},
     {"gpu", "timers_return_positive_medians", test_gpu_timers_return_positive_medians},
+    {"gpu", "flash_attention_matches_reference_in_all_index_modes", test_gpu_flash_attention},
+    {"gpu", "flash_attention_matches_naive_at_table4_shape", test_gpu_flash_attention_matches_naive_at_table4_shape},
+    {"gpu", "attention_auto_takes_flash_only_for_head_dim_128", test_gpu_attention_choice},
+    {"gpu", "forward_flash_matches_reference_table7", test_gpu_forward_flash_table7},
+    {"gpu", "attention_timer_runs_every_layout", test_gpu_attention_timer},
     {"cli", "cli", test_cli},
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
     {"cli", "last_only_and_embed", test_cli_last_only_and_embed},
