@@ -1005,15 +1005,16 @@ static int attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, c
  * (A warp skips such a tile when it is masked for all its rows, and a warp past the sequence's end skips them all.)
  * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
 enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
+static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
 
 static __device__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 /* 16 bytes global -> shared, asynchronously; with ok == 0 nothing is read and the 16 bytes become zeros. */
 static __device__ void cp_async16(void *dst, const void *src, int ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
 }
-static __device__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-static __device__ void cp_async_wait_all_but_1(void) { asm volatile("cp.async.wait_group 1;\n" ::); }
-static __device__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::); }
+static __device__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+static __device__ void cp_async_wait_all_but_1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+static __device__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 /* Four 8x8 bf16 matrices from shared memory; lanes 8j..8j+7 give the row addresses of matrix j, and lane l receives
  * elements (l/4, 2(l%4)..+1) of each (with .trans: the transposed matrix). */
 static __device__ void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
@@ -1223,7 +1224,12 @@ static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16
         return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
     if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
     const int shmem = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * (int)sizeof(bf16);   /* 85 KiB: Q, 2 x (K, V) */
-    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
+    static int smem_allowed;                       /* above 48 KiB must be asked for, once per process (one device) */
+    if (!smem_allowed) {
+        CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        shmem));
+        smem_allowed = 1;
+    }
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
     flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem, st>>>(
         out, q, k, v, cu_q, cu_k, kv_row, tiles, n_heads, n_kv_heads, scale_log2);
@@ -2704,9 +2710,6 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
         int cached = pf->cached_len[s], L = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
         if (cached < 0 || cached % P)
             return rx_fail("prefill: sequence %d: cached_len %d is not a multiple of the page size %d", s, cached, P);
-        if (pf->prefix_key[s] < -1 || (cached > 0 && pf->prefix_key[s] < 0))
-            return rx_fail("prefill: sequence %d: prefix key %d; it must be >= 0 when tokens are cached (%d), else -1",
-                           s, pf->prefix_key[s], cached);
         for (int j = 0; j < L; j++)
             if (b->position_ids[b->cu_seqlens[s] + j] != cached + j)
                 return rx_fail("prefill: sequence %d: new token %d is at position %d; after %d cached tokens it must be "
@@ -2716,6 +2719,11 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
             if (pf->pages[s][j] < 0 || pf->pages[s][j] >= p->n_pages)
                 return rx_fail("prefill: sequence %d: page table entry %d is page %d, outside the pool's %d pages", s, j,
                                pf->pages[s][j], p->n_pages);
+        /* The key must name the cached prefix. The last cached page does: its K/V depend on every token before it. */
+        int32_t want = cached > 0 ? pf->pages[s][cached / P - 1] : -1;
+        if (pf->prefix_key[s] != want)
+            return rx_fail("prefill: sequence %d: prefix key %d; it must be the last cached page, %d (-1: none cached)",
+                           s, pf->prefix_key[s], want);
     }
     int32_t *writer = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)p->n_pages, "the prefill's page owners");
     if (!writer) return -1;

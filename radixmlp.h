@@ -357,8 +357,8 @@ typedef struct {
                                          j*page_size .. (j+1)*page_size-1; covers cached_len + L_s positions.
                                          Cached pages first (shared, read only), then the request's own pages,
                                          into which the forward writes the new K/V.                               */
-    const int32_t *prefix_key;        /* [n_seqs] identity of the cached prefix (e.g. the id of its last cached
-                                         page, which determines the whole history), -1 when nothing is cached.
+    const int32_t *prefix_key;        /* [n_seqs] identity of the cached prefix: the id of its last cached page
+                                         (checked), which determines the whole history; -1 when nothing is cached.
                                          In-batch compaction merges suffix rows only between equal keys.         */
 } RxPrefill;
 
