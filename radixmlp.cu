@@ -2784,7 +2784,8 @@ static int by_cached_then_index(const void *a, const void *b) {
     return x->cached != y->cached ? (y->cached > x->cached ? 1 : -1) : (x->index > y->index) - (x->index < y->index);
 }
 
-/* The admitted requests' suffixes as a batch: sequence s is tokens[cached_len ..), at positions cached_len ... */
+/* The admitted requests' suffixes as a batch: sequence s is tokens[cached_len ..), at positions cached_len ...
+ *   adm [n] the admitted requests; seqs [n], lens [n]: scratch for rx_batch_make; sfx: N = the new tokens only. */
 static int suffix_batch(RxBatch *sfx, RxRequest *const *adm, int n, const int32_t **seqs, int *lens) {
     for (int s = 0; s < n; s++)
         seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
@@ -2794,7 +2795,9 @@ static int suffix_batch(RxBatch *sfx, RxRequest *const *adm, int n, const int32_
     return 0;
 }
 
-/* The next batch into adm[]: up to o->batch waiting requests in the scheduler's order. Returns how many, or -1. */
+/* The next batch into adm[]: up to o->batch waiting requests in the scheduler's order. Returns how many, or -1.
+ *   req [n_requests] every request; wait [*n_wait] the waiting ones (admitted ones leave it); adm [o->batch] out;
+ *   pages_tmp [longest prompt]: scratch for one lookup's page ids (lpm). */
 static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_wait, const RxServeOptions *o,
                        RxRequest **adm, int32_t *pages_tmp) {
     if (o->lpm) {
