@@ -15,16 +15,17 @@
  *                  ./radixmlp --show-index --tokens FILE     (the trie, I_gather and I_scatter; no model)
  *
  * Map from the paper to this file:
- *   Sec. 2.1 causal block, eq. 1-3  -> qwen3_forward_ref(), gpu_forward()
+ *   Sec. 2.1 causal block, eq. 1-3  -> layer_qkv_ref() + layer_attn_mlp_ref() (C), gpu_forward()
  *   Sec. 3.1 eq. 4 position-wise    -> every op outside the scatter -> attention -> gather sandwich runs row by row
  *   Sec. 3.2 eq. 5-7 gather/scatter -> rows_by_index() (C) and the rows_by_index kernel (CUDA)
- *   Algorithm 1 (B.1)               -> qwen3_forward_ref() and gpu_forward(), mode RX_RADIX
+ *   Algorithm 1 (B.1)               -> forward_ref() (C) and gpu_forward(), mode RX_RADIX
  *   Algorithm 2 (B.4)               -> radix_index_build()
  *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref(), the attention kernel, flash_attention (tensor cores)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
- *   Part II: prefill on a KV cache  -> qwen3_prefill_ref(), the trie keyed by cached prefix: radix_index_build_keyed()
+ *   Part II: prefill on a KV cache  -> qwen3_prefill_ref(): Part I's layer steps, keys read from the pool through a
+ *                                      KvView; the trie keyed by cached prefix: radix_index_build_keyed()
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
  * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
@@ -313,7 +314,9 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 /* ---------------------------------------------------------------------------------- the plain-c reference forward */
 /* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
  * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
- * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). */
+ * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first;
+ * forward_ref(), at the end of the section, is Algorithm 1: embed -> layers -> final norm -> LM head, its activations
+ * in one struct (RefActs), one layer in two steps (layer_qkv_ref, layer_attn_mlp_ref) that Part II's prefill reuses. */
 
 void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
     for (int r = 0; r < rows; r++, x += dim, out += dim) {
@@ -355,11 +358,20 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* rx_attention_ref with k and v rows kv_stride floats apart: n_kv_heads*head_dim for a plain [rows, kv] buffer, more
- * for one layer's slice of the paged KV pool of Part II, [slot, n_layers, kv]. */
-static int attention_ref(const float *q, const float *k, const float *v, size_t kv_stride, float *out, int n_q,
-                         const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
-                         int n_heads, int n_kv_heads, int head_dim) {
+/* Where attention reads keys and values: the key row of token t of attention's token space is
+ * k + (kv_row ? kv_row[t] : t) * row_stride, and likewise for v. One idea serves every caller:
+ *   Part I, baseline and radix mode: the batch's own rows [N, n_kv*head_dim], no index
+ *   Part I, compact mode:            the compact rows [N', n_kv*head_dim], read through I_scatter
+ *   Part II, prefill:                one layer's slice of the paged pool [slot, n_layers, n_kv*head_dim], read
+ *                                    through each token's slot                                                   */
+typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
+
+/* rx_attention_ref with its keys and values wherever kv says. */
+static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
+                         const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
+    const float *k = kv->k, *v = kv->v;
+    const int32_t *kv_row = kv->kv_row;
+    size_t kv_stride = kv->row_stride;
     int longest = 1;
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r;
@@ -399,8 +411,8 @@ static int attention_ref(const float *q, const float *k, const float *v, size_t 
 int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
                      const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
                      int n_heads, int n_kv_heads, int head_dim) {
-    return attention_ref(q, k, v, (size_t)n_kv_heads * head_dim, out, n_q, q_orig, seq_start, kv_row, n_heads,
-                         n_kv_heads, head_dim);
+    KvView kv = {k, v, (size_t)n_kv_heads * head_dim, kv_row};
+    return attention_ref(q, &kv, out, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
 }
 
 /* out[r] = in[idx[r]]: one row copy serves both directions of the paper's eq. 5-7.
@@ -437,171 +449,192 @@ static int no_lm_head(void) {
                    "gives embeddings (--embed), not logits");
 }
 
-/* The one reference forward (Algorithm 1 in plain C). pf == NULL: a fresh batch (Part I). pf != NULL: the batch
- * holds only the new suffixes of sequences whose first pf->cached_len[s] tokens have their K/V in pf->pool (Part II,
- * checked by qwen3_prefill_ref); the new K/V go into the pages, and attention reads every key from there.
- * out_idx [n_out]: the tokens (original space) whose outputs to return, in that order; NULL: all N of them.
- * Either output may be NULL (not computed): logits [n_out or N, vocab]; hidden [n_out or N, hidden], the final
- * hidden state after the final norm. rows_out (may be NULL): R, the rows computed on. */
-static int forward_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode,
-                       const int32_t *out_idx, int n_out, float *logits, float *hidden, int *rows_out) {
+/* The activations of one forward, allocated and freed in one place (as llm.c's ActivationTensors, llama2.c's
+ * RunState). The layers compute on R rows: N in baseline mode, N' in radix and compact mode. Attention's token space
+ * holds T tokens: the batch's N (Part I), or every token of the whole sequences, cached ones included (Part II). */
+typedef struct {
+    int R, N, T, n_out;  /* rows computed on; batch tokens (original space); attention's tokens; outputs asked for */
+    float *h;            /* [R, hidden]             the residual stream                                            */
+    float *xn;           /* [R, hidden]             a normed h, or a block's output before the residual add         */
+    float *q;            /* [R, n_heads*head_dim]                                                                   */
+    float *k, *v;        /* [R, n_kv*head_dim]                                                                      */
+    float *att;          /* [R, n_heads*head_dim]   attention's output                                              */
+    float *gate, *up;    /* [R, intermediate]                                                                       */
+    float *qN, *attN;    /* [N, n_heads*head_dim]   radix mode: q scattered to original space, attention's output   */
+    float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode: k and v scattered to original space                */
+    float *x_out;        /* [n_out, hidden]         the final hidden states asked for (when n_out <= R)             */
+    float *logits_R;     /* [R, vocab]              the LM head on every row (when n_out > R)                       */
+    float *w32;          /* one weight matrix in fp32, sized for the largest                                       */
+    float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
+    int32_t *tok, *pos;  /* [R]                     each row's token id and position id                             */
+    int32_t *seq_start;  /* [T]                     the first token of each token's sequence, attention's space     */
+    int32_t *out_row;    /* [n_out]                 the row that holds each output                                  */
+} RefActs;
+
+static void acts_free(RefActs *a) {
+    free(a->h); free(a->xn); free(a->q); free(a->k); free(a->v); free(a->att); free(a->gate); free(a->up);
+    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_out); free(a->logits_R); free(a->w32);
+    free(a->norm_w); free(a->tok); free(a->pos); free(a->seq_start); free(a->out_row);
+    memset(a, 0, sizeof *a);
+}
+
+/* One spare element each, so that an empty buffer (no radix mode, no logits) is still a valid pointer. */
+static float *floats(size_t n) { return (float *)malloc(sizeof(float) * (n + 1)); }
+static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n + 1)); }
+
+static int acts_alloc(RefActs *a, const Qwen3Config *c, RxMode mode, int R, int N, int T, int n_out, int logits) {
+    memset(a, 0, sizeof *a);
+    a->R = R; a->N = N; a->T = T; a->n_out = n_out;
+    size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
+    size_t I = c->intermediate_size, V = c->vocab_size, Nr = mode == RX_RADIX ? (size_t)N : 0;
+    size_t wmax = V * H > I * H ? V * H : I * H;
+    if (QD * H > wmax) wmax = QD * H;
+    a->h = floats(R * H); a->xn = floats(R * H); a->q = floats(R * QD); a->att = floats(R * QD);
+    a->k = floats(R * KVD); a->v = floats(R * KVD); a->gate = floats(R * I); a->up = floats(R * I);
+    a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(Nr * KVD); a->vN = floats(Nr * KVD);
+    a->x_out = floats(logits && n_out <= R ? n_out * H : 0);
+    a->logits_R = floats(logits && n_out > R ? R * V : 0);
+    a->w32 = floats(wmax); a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
+    a->tok = ints(R); a->pos = ints(R); a->seq_start = ints(T); a->out_row = ints(n_out);
+    if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
+        !a->vN || !a->x_out || !a->logits_R || !a->w32 || !a->norm_w || !a->tok || !a->pos || !a->seq_start ||
+        !a->out_row) {
+        acts_free(a);
+        return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", N, R);
+    }
+    return 0;
+}
+
+/* Algorithm 1 lines 6-9: each row's token and position, p~ = p[I_gather] and x~ = x[I_gather] (gather NULL in
+ * baseline mode: row r is token r), then h0 = Embed(x~) [R, hidden]. */
+static void embed_ref(const Qwen3Model *m, const RxBatch *b, const int32_t *gather, RefActs *a) {
+    int H = m->cfg.hidden_size;
+    for (int r = 0; r < a->R; r++) {
+        a->tok[r] = b->input_ids[gather ? gather[r] : r];
+        a->pos[r] = b->position_ids[gather ? gather[r] : r];
+    }
+    rx_tensor_to_f32(m->embed, a->w32);
+    for (int r = 0; r < a->R; r++) memcpy(a->h + (size_t)r * H, a->w32 + (size_t)a->tok[r] * H, sizeof(float) * H);
+}
+
+/* Layer l up to attention, on the R rows: xn = input_layernorm(h), then q, k and v, each head q/k-normed and
+ * rotated (RoPE at each row's position). */
+static void layer_qkv_ref(const Qwen3Model *m, int l, RefActs *a) {
+    const Qwen3Config *c = &m->cfg;
+    const Qwen3Layer *L = &m->layers[l];
+    float eps = (float)c->rms_norm_eps;
+    int R = a->R;
+    rx_tensor_to_f32(L->input_norm, a->norm_w);
+    rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, c->hidden_size, eps);  /* xn = input_layernorm(h)  [R, hidden] */
+    linear_ref(a->q, a->xn, L->q_proj, a->w32, R);      /* q = xn @ Wq^T                  [R, n_heads*head_dim] */
+    linear_ref(a->k, a->xn, L->k_proj, a->w32, R);      /* k = xn @ Wk^T                  [R, n_kv*head_dim] */
+    linear_ref(a->v, a->xn, L->v_proj, a->w32, R);      /* v = xn @ Wv^T                  [R, n_kv*head_dim] */
+    rx_tensor_to_f32(L->q_norm, a->norm_w);
+    rx_qk_norm_rope_ref(a->q, a->norm_w, a->pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
+    rx_tensor_to_f32(L->k_norm, a->norm_w);
+    rx_qk_norm_rope_ref(a->k, a->norm_w, a->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
+}
+
+/* The rest of layer l: attention, o_proj and the residual, the MLP and its residual. Attention's keys and values are
+ * wherever kv says (the caller put this layer's k and v there). Its queries: baseline mode attends with the N rows;
+ * radix mode scatters q to N rows, attends, and gathers the output back to N' rows (the paper's sandwich); compact
+ * mode attends with the N' rows directly. Query row r stands for token q_tok[r] of attention's token space (NULL: r)
+ * in baseline and radix mode, q_tok_c[r] in compact mode. */
+static int layer_attn_mlp_ref(const Qwen3Model *m, int l, RefActs *a, RxMode mode, const RadixIndex *ix,
+                              const KvView *kv, const int32_t *q_tok, const int32_t *q_tok_c) {
+    const Qwen3Config *c = &m->cfg;
+    const Qwen3Layer *L = &m->layers[l];
+    int R = a->R, N = a->N, H = c->hidden_size, QD = c->n_heads * c->head_dim, I = c->intermediate_size;
+    int rc;
+    if (mode == RX_BASELINE) {
+        rc = attention_ref(a->q, kv, a->att, N, q_tok, a->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
+    } else if (mode == RX_RADIX) {
+        rows_by_index(a->qN, a->q, ix->scatter, N, QD);   /* [N', .] -> [N, .] */
+        rc = attention_ref(a->qN, kv, a->attN, N, q_tok, a->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
+        rows_by_index(a->att, a->attN, ix->gather, R, QD);  /* [N, .] -> [N', .] */
+    } else {
+        rc = attention_ref(a->q, kv, a->att, R, q_tok_c, a->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
+    }
+    if (rc) return -1;
+    float eps = (float)c->rms_norm_eps;
+    linear_ref(a->xn, a->att, L->o_proj, a->w32, R);    /* a = att @ Wo^T                 [R, hidden] */
+    for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
+    rx_tensor_to_f32(L->post_norm, a->norm_w);
+    rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, H, eps);  /* xn = post_attention_layernorm(h) */
+    linear_ref(a->gate, a->xn, L->gate_proj, a->w32, R);  /* gate = xn @ Wg^T             [R, intermediate] */
+    linear_ref(a->up, a->xn, L->up_proj, a->w32, R);      /* up   = xn @ Wu^T             [R, intermediate] */
+    rx_silu_mul_ref(a->gate, a->gate, a->up, (size_t)R * I);
+    linear_ref(a->xn, a->gate, L->down_proj, a->w32, R);  /* mlp  = (silu(gate)*up) @ Wd^T [R, hidden] */
+    for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
+    return 0;
+}
+
+/* Algorithm 1 lines 32-33: the final norm, then the outputs asked for: every token of the batch, or each sequence's
+ * last token (last_only), in original order; either may be NULL: hidden [n_out, hidden], the final hidden state
+ * after the norm, and logits [n_out, vocab]. The LM head runs on whichever is fewer, the n_out rows or all R rows, and
+ * rows_by_index puts the result in original order: per-row arithmetic, the same logits either way. */
+static void head_ref(const Qwen3Model *m, RefActs *a, const RxBatch *b, RxMode mode, const RadixIndex *ix,
+                     int last_only, float *logits, float *hidden) {
+    int H = m->cfg.hidden_size, n_out = a->n_out;
+    rx_tensor_to_f32(m->final_norm, a->norm_w);
+    rx_rmsnorm_ref(a->xn, a->h, a->norm_w, a->R, H, (float)m->cfg.rms_norm_eps);
+    for (int o = 0; o < n_out; o++) {                   /* original token -> its row: I_scatter, or itself */
+        int i = last_only ? b->cu_seqlens[o + 1] - 1 : o;
+        a->out_row[o] = mode == RX_BASELINE ? i : ix->scatter[i];
+    }
+    if (hidden) rows_by_index(hidden, a->xn, a->out_row, n_out, H);
+    if (!logits) return;
+    if (n_out <= a->R) {
+        rows_by_index(a->x_out, a->xn, a->out_row, n_out, H);
+        linear_ref(logits, a->x_out, m->lm_head, a->w32, n_out);            /* logits = x @ W_lm^T  [n_out, V] */
+    } else {
+        linear_ref(a->logits_R, a->xn, m->lm_head, a->w32, a->R);            /* logits = xn @ W_lm^T [N', V]   */
+        rows_by_index(logits, a->logits_R, a->out_row, n_out, m->cfg.vocab_size);   /* [N', V] -> [N, V] */
+    }
+}
+
+/* Algorithm 1 in plain C: embed -> layers -> final norm -> LM head, on R rows (N in baseline mode, N' in radix and
+ * compact mode), with the scatter and gather around attention in radix mode only. Outputs as head_ref says;
+ * rows_out (may be NULL): R. */
+static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int last_only, float *logits,
+                       float *hidden, int *rows_out) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
-    RadixIndex ix;           /* Part II keys each sequence's root by its cached prefix: see radix_index_build_keyed */
-    if (radix_index_build_keyed(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs,
-                                pf ? pf->prefix_key : NULL)) return -1;
-    int N = b->n_tokens;
+    RadixIndex ix;                                      /* Algorithm 2: I_gather [N'], I_scatter [N] */
+    if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
+    int N = b->n_tokens, KVD = c->n_kv_heads * c->head_dim;
     if (mode == RX_AUTO) mode = rx_auto_mode(ix.n_compact, N, RX_AUTO_THRESHOLD);
-    int R = mode == RX_BASELINE ? N : ix.n_compact;       /* rows we compute on: N, or N' in radix/compact mode */
-    int H = c->hidden_size, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim, I = c->intermediate_size;
-    size_t wmax = (size_t)c->vocab_size * H;              /* the largest weight */
-    if ((size_t)I * H > wmax) wmax = (size_t)I * H;
-    if ((size_t)QD * H > wmax) wmax = (size_t)QD * H;
-    /* Attention's token space: the batch's N tokens, or with a cache (pf) all M = sum(cached_len + L) tokens of the
-     * whole sequences, cached or new, laid out sequence by sequence. */
-    int M = N;
-    for (int s = 0; pf && s < b->n_seqs; s++) M += pf->cached_len[s];
-    size_t Nq = mode == RX_RADIX ? (size_t)N : 0;         /* the radix mode's original-space attention buffers */
-    size_t Nkv = pf ? 0 : Nq;                             /* with a cache the pages take the scattered K/V     */
-    size_t No = out_idx ? (size_t)n_out : 0;              /* rows of the logits asked for                      */
-    size_t Mp = pf ? (size_t)M : 0;
-    float *h = (float *)malloc(sizeof(float) * (size_t)R * H),            /* [R, hidden]  residual stream     */
-          *xn = (float *)malloc(sizeof(float) * (size_t)R * H),           /* [R, hidden]  normed               */
-          *q = (float *)malloc(sizeof(float) * (size_t)R * QD),           /* [R, n_heads*head_dim]             */
-          *k = (float *)malloc(sizeof(float) * (size_t)R * KVD),          /* [R, n_kv*head_dim]                */
-          *v = (float *)malloc(sizeof(float) * (size_t)R * KVD),          /* [R, n_kv*head_dim]                */
-          *att = (float *)malloc(sizeof(float) * (size_t)R * QD),         /* [R, n_heads*head_dim]             */
-          *gate = (float *)malloc(sizeof(float) * (size_t)R * I),         /* [R, intermediate]                 */
-          *up = (float *)malloc(sizeof(float) * (size_t)R * I),           /* [R, intermediate]                 */
-          *qN = (float *)malloc(sizeof(float) * (Nq * QD + 1)),           /* [N, n_heads*head_dim]  radix only */
-          *kN = (float *)malloc(sizeof(float) * (Nkv * KVD + 1)),         /* [N, n_kv*head_dim]     radix only */
-          *vN = (float *)malloc(sizeof(float) * (Nkv * KVD + 1)),         /* [N, n_kv*head_dim]     radix only */
-          *attN = (float *)malloc(sizeof(float) * (Nq * QD + 1)),         /* [N, n_heads*head_dim]  radix only */
-          *xo = (float *)malloc(sizeof(float) * (No * H + 1)),            /* [n_out, hidden]  rows asked for   */
-          *w32 = (float *)malloc(sizeof(float) * wmax),                   /* one weight, converted to fp32     */
-          *norm_w = (float *)malloc(sizeof(float) * (size_t)(H > c->head_dim ? H : c->head_dim)),
-          *out = mode == RX_BASELINE || out_idx || !logits ? logits
-                                                           : (float *)malloc(sizeof(float) * (size_t)R * c->vocab_size);
-    int32_t *orig = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),       /* [R] original position of each row */
-            *pos = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its position id (for RoPE)    */
-            *tok = (int32_t *)malloc(sizeof(int32_t) * (size_t)R),        /* [R] its token id                  */
-            *seq_start = (int32_t *)malloc(sizeof(int32_t) * (size_t)M),  /* [M] start of each token's sequence */
-            *out_row = (int32_t *)malloc(sizeof(int32_t) * (No + 1)),     /* [n_out] the row of each token asked */
-            *at = (int32_t *)malloc(sizeof(int32_t) * ((size_t)N + 1)),   /* [N] pf: batch token -> [M] space   */
-            *slot = (int32_t *)malloc(sizeof(int32_t) * (Mp + 1)),        /* [M] pf: its pool slot              */
-            *q_at = (int32_t *)malloc(sizeof(int32_t) * ((size_t)R + 1)); /* [R] pf: compact row -> [M] space   */
-    /* Where attention finds things. Query rows stand for original tokens (q_rows: N rows, q_compact: N' rows) and
-     * keys are read through kv_rows. Fresh batch: original space is the batch itself, compact keys via I_scatter.
-     * With a cache: the [M] space, and every key, cached or new, is read from its pool slot. That is exact: the
-     * slot of a cached position holds the K/V an earlier forward computed for the same (token, position) history
-     * with the same row arithmetic, this forward writes its new rows to their slots before attending, and the
-     * attention loop visits positions 0..g in the same order as a full recomputation would. */
-    const int32_t *q_rows = pf ? at : NULL, *q_compact = pf ? q_at : ix.gather;
-    const int32_t *kv_rows = pf ? slot : mode == RX_COMPACT ? ix.scatter : NULL;
-    size_t kv_stride = pf ? (size_t)c->n_layers * KVD : (size_t)KVD;     /* a pool slot holds every layer */
-    int rc = -1;
-    if (!h || !xn || !q || !k || !v || !att || !gate || !up || !qN || !kN || !vN || !attN || !xo || !w32 || !norm_w ||
-        (logits && !out) || !orig || !pos || !tok || !seq_start || !out_row || !at || !slot || !q_at) {
-        rx_fail("out of host memory for the reference forward (N=%d, N'=%d)", N, ix.n_compact);
-        goto done;
-    }
-    for (int s = 0, t = 0; s < b->n_seqs; s++) {
-        int cached = pf ? pf->cached_len[s] : 0, P = pf ? pf->pool->page_size : 1, t0 = t;
-        for (int p = 0; p < cached + b->cu_seqlens[s + 1] - b->cu_seqlens[s]; p++, t++) {
-            seq_start[t] = t0;
-            if (pf) slot[t] = pf->pages[s][p / P] * P + p % P;  /* token at position p lives in its page table's slot */
-        }
-        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) at[i] = t0 + cached + i - b->cu_seqlens[s];
-    }
-    for (int r = 0; r < R; r++) {                       /* Algorithm 1 lines 6-8: p~ = p[I_gather], x~ = x[I_gather] */
-        orig[r] = mode == RX_BASELINE ? r : ix.gather[r];
-        pos[r] = b->position_ids[orig[r]];
-        tok[r] = b->input_ids[orig[r]];
-        q_at[r] = at[orig[r]];
-    }
-    rx_tensor_to_f32(m->embed, w32);                    /* line 9: h0 = Embed(x~)  [R, hidden] */
-    for (int r = 0; r < R; r++) memcpy(h + (size_t)r * H, w32 + (size_t)tok[r] * H, sizeof(float) * H);
+    int R = mode == RX_BASELINE ? N : ix.n_compact, rc = -1;
+    RefActs a;
+    if (acts_alloc(&a, c, mode, R, N, N, last_only ? b->n_seqs : N, logits != NULL)) goto done;
+    for (int s = 0; s < b->n_seqs; s++)                 /* attention's token space is the batch's N tokens */
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) a.seq_start[i] = b->cu_seqlens[s];
 
-    for (int l = 0; l < c->n_layers; l++) {
-        const Qwen3Layer *L = &m->layers[l];
-        float eps = (float)c->rms_norm_eps;
-        rx_tensor_to_f32(L->input_norm, norm_w);
-        rx_rmsnorm_ref(xn, h, norm_w, R, H, eps);       /* xn = input_layernorm(h)        [R, hidden] */
-        linear_ref(q, xn, L->q_proj, w32, R);           /* q = xn @ Wq^T                  [R, n_heads*head_dim] */
-        linear_ref(k, xn, L->k_proj, w32, R);           /* k = xn @ Wk^T                  [R, n_kv*head_dim] */
-        linear_ref(v, xn, L->v_proj, w32, R);           /* v = xn @ Wv^T                  [R, n_kv*head_dim] */
-        rx_tensor_to_f32(L->q_norm, norm_w);
-        rx_qk_norm_rope_ref(q, norm_w, pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
-        rx_tensor_to_f32(L->k_norm, norm_w);
-        rx_qk_norm_rope_ref(k, norm_w, pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
-        const float *ka = k, *va = v;                   /* the keys and values attention reads */
-        if (pf) {                                       /* new K/V into the request's pages: [R] rows -> [N] slots */
-            for (int i = 0; i < N; i++) {
-                size_t dst = ((size_t)slot[at[i]] * c->n_layers + l) * KVD;          /* [slot, layer, kv] */
-                size_t row = mode == RX_BASELINE ? (size_t)i : (size_t)ix.scatter[i];
-                memcpy(pf->pool->k + dst, k + row * KVD, sizeof(float) * KVD);
-                memcpy(pf->pool->v + dst, v + row * KVD, sizeof(float) * KVD);
-            }
-            ka = pf->pool->k + (size_t)l * KVD;         /* layer l's slice of every slot */
-            va = pf->pool->v + (size_t)l * KVD;
+    embed_ref(m, b, mode == RX_BASELINE ? NULL : ix.gather, &a);        /* lines 6-9: h0 = Embed(x~)  [R, hidden] */
+    for (int l = 0; l < c->n_layers; l++) {                              /* lines 10-31 */
+        layer_qkv_ref(m, l, &a);                                         /* q, k, v  [R, .] */
+        KvView kv = {a.k, a.v, (size_t)KVD, NULL};                       /* baseline: the N rows themselves */
+        if (mode == RX_RADIX) {                                          /* the paper: K/V to original space */
+            rows_by_index(a.kN, a.k, ix.scatter, N, KVD);                /* [N', .] -> [N, .] */
+            rows_by_index(a.vN, a.v, ix.scatter, N, KVD);
+            kv.k = a.kN, kv.v = a.vN;
+        } else if (mode == RX_COMPACT) {                                 /* compact: the N' rows, read through */
+            kv.kv_row = ix.scatter;                                      /* I_scatter                          */
         }
-        int arc;
-        if (mode == RX_BASELINE) {                      /* N rows, keys t0..i of the same sequence */
-            arc = attention_ref(q, ka, va, kv_stride, att, N, q_rows, seq_start, kv_rows, c->n_heads, c->n_kv_heads,
-                                c->head_dim);
-        } else if (mode == RX_RADIX) {                  /* the paper: scatter to N rows, attend, gather back */
-            rows_by_index(qN, q, ix.scatter, N, QD);    /* [N', .] -> [N, .] */
-            if (!pf) {                                  /* (with a cache, writing the pages was the K/V scatter) */
-                rows_by_index(kN, k, ix.scatter, N, KVD);
-                rows_by_index(vN, v, ix.scatter, N, KVD);
-                ka = kN, va = vN;
-            }
-            arc = attention_ref(qN, ka, va, kv_stride, attN, N, q_rows, seq_start, kv_rows, c->n_heads,
-                                c->n_kv_heads, c->head_dim);
-            rows_by_index(att, attN, ix.gather, R, QD); /* [N, .] -> [N', .] */
-        } else {                                        /* compact: N' query rows, keys read through kv_rows */
-            arc = attention_ref(q, ka, va, kv_stride, att, R, q_compact, seq_start, kv_rows, c->n_heads,
-                                c->n_kv_heads, c->head_dim);
-        }
-        if (arc) goto done;
-        linear_ref(xn, att, L->o_proj, w32, R);         /* a = att @ Wo^T                 [R, hidden] */
-        for (size_t i = 0; i < (size_t)R * H; i++) h[i] += xn[i];
-        rx_tensor_to_f32(L->post_norm, norm_w);
-        rx_rmsnorm_ref(xn, h, norm_w, R, H, eps);       /* xn = post_attention_layernorm(h) */
-        linear_ref(gate, xn, L->gate_proj, w32, R);     /* gate = xn @ Wg^T               [R, intermediate] */
-        linear_ref(up, xn, L->up_proj, w32, R);         /* up   = xn @ Wu^T               [R, intermediate] */
-        rx_silu_mul_ref(gate, gate, up, (size_t)R * I);
-        linear_ref(xn, gate, L->down_proj, w32, R);     /* mlp  = (silu(gate)*up) @ Wd^T  [R, hidden] */
-        for (size_t i = 0; i < (size_t)R * H; i++) h[i] += xn[i];
+        if (layer_attn_mlp_ref(m, l, &a, mode, &ix, &kv, NULL, ix.gather)) goto done;
     }
-    rx_tensor_to_f32(m->final_norm, norm_w);
-    rx_rmsnorm_ref(xn, h, norm_w, R, H, (float)c->rms_norm_eps);
-    if (out_idx) {                                      /* only the rows asked for: [R, hidden] -> [n_out, hidden] */
-        for (int o = 0; o < n_out; o++) out_row[o] = mode == RX_BASELINE ? out_idx[o] : ix.scatter[out_idx[o]];
-        rows_by_index(xo, xn, out_row, n_out, H);
-        if (hidden) memcpy(hidden, xo, sizeof(float) * (size_t)n_out * H);
-        if (logits) linear_ref(logits, xo, m->lm_head, w32, n_out);          /* [n_out, vocab] */
-    } else {
-        if (hidden && mode == RX_BASELINE) memcpy(hidden, xn, sizeof(float) * (size_t)N * H);
-        else if (hidden) rows_by_index(hidden, xn, ix.scatter, N, (size_t)H);  /* [N', hidden] -> [N, hidden] */
-        if (logits) linear_ref(out, xn, m->lm_head, w32, R);                   /* logits = norm(h) @ W_lm^T [R, V] */
-        if (logits && mode != RX_BASELINE)                                     /* line 33: [N', V] -> [N, V] */
-            rows_by_index(logits, out, ix.scatter, N, (size_t)c->vocab_size);
-    }
+    head_ref(m, &a, b, mode, &ix, last_only, logits, hidden);           /* lines 32-33 */
     if (rows_out) *rows_out = R;
     rc = 0;
 done:
-    free(h); free(xn); free(q); free(k); free(v); free(att); free(gate); free(up);
-    free(qN); free(kN); free(vN); free(attN); free(xo); free(w32); free(norm_w);
-    if (out != logits) free(out);
-    free(orig); free(pos); free(tok); free(seq_start); free(out_row); free(at); free(slot); free(q_at);
+    acts_free(&a);
     radix_index_free(&ix);
     return rc;
 }
 
 int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits) {
-    return forward_ref(m, b, NULL, mode, NULL, 0, logits, NULL, NULL);
+    return forward_ref(m, b, mode, 0, logits, NULL, NULL);
 }
 
 /* out [rows, dim] = x / ||x||_2, row by row (torch.nn.functional.normalize, as sentence-transformers' Normalize). */
@@ -617,14 +650,8 @@ static void l2_normalize_rows(float *out, const float *x, int rows, int dim) {
 /* Reranking and embedding need one row per sequence: the final hidden state of its last token, then the LM head on
  * those n_seqs rows only (the same per-row arithmetic as the full forward: the same logits, bit for bit). */
 int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed) {
-    if (rx_batch_check(b, &m->cfg)) return -1;
-    const int S = b->n_seqs;
-    int32_t *last = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)S, "the last tokens' rows [n_seqs]");
-    if (!last) return -1;
-    for (int s = 0; s < S; s++) last[s] = b->cu_seqlens[s + 1] - 1;     /* original space */
-    int rc = forward_ref(m, b, NULL, mode, last, S, logits, embed, NULL);
-    if (rc == 0 && embed) l2_normalize_rows(embed, embed, S, m->cfg.hidden_size);   /* [n_seqs, hidden] */
-    free(last);
+    int rc = forward_ref(m, b, mode, 1, logits, embed, NULL);
+    if (rc == 0 && embed) l2_normalize_rows(embed, embed, b->n_seqs, m->cfg.hidden_size);   /* [n_seqs, hidden] */
     return rc;
 }
 
@@ -2679,8 +2706,9 @@ void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
 /* -------------------------------------------------------------- part ii: prefill on a cached prefix (c reference) */
 /* Part II: across requests. A KV prefix cache keeps the K/V of prompts it has seen in a paged pool (RxKvPool), and a
  * new request whose prompt begins with a cached page-aligned prefix only prefills the rest. The pool, the radix and
- * hash caches over it and the request lifecycle live with the cache; this section is the forward's side: the same
- * reference forward as Part I (forward_ref), told where each sequence's cached K/V are.
+ * hash caches over it and the request lifecycle live with the cache; this section is the forward's side. It reuses
+ * Part I's pieces (embed_ref, layer_qkv_ref, layer_attn_mlp_ref, head_ref) and changes one thing: where attention
+ * reads its keys (a KvView over the pool instead of the batch's own rows).
  *
  *   request s:  | cached_len[s] tokens: K/V in the pool | L_s new tokens: this batch |
  *   pages[s]:   [ p7 ][ p2 ][ p9 ]                      [ p4 ][ p5 ]                 (page_size tokens each)
@@ -2691,8 +2719,9 @@ void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
  * prefixes are different histories and never merge, even at equal positions. Every row is then computed once, and
  * attention reads every key, cached or new, through one index: the pool slot of each (sequence, position). */
 
-/* Everything forward_ref trusts about pf, each failure one sentence. Pages a sequence writes (its own, from
- * cached_len on) must belong to it alone: neither written by another sequence nor read as anyone's cached page. */
+/* Everything the prefill trusts about pf (the batch itself passed rx_batch_check), each failure one sentence. Pages
+ * a sequence writes (its own, from cached_len on) must belong to it alone: neither written by another sequence nor
+ * read as anyone's cached page. */
 static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf) {
     const RxKvPool *p = pf->pool;
     if (!p || !p->k || !p->v) return rx_fail("prefill: no KV pool (pool, or its K/V arrays, is NULL)");
@@ -2703,8 +2732,6 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
         return rx_fail("prefill: a KV pool of %d pages of %d tokens is not usable", p->n_pages, p->page_size);
     if (!pf->cached_len || !pf->pages || !pf->prefix_key)
         return rx_fail("prefill: cached_len, pages or prefix_key is NULL");
-    if (b->n_seqs > 0 && (b->cu_seqlens[0] != 0 || b->cu_seqlens[b->n_seqs] != b->n_tokens))
-        return rx_fail("prefill: cu_seqlens must run from 0 to n_tokens");
     int P = p->page_size;
     for (int s = 0; s < b->n_seqs; s++) {
         int cached = pf->cached_len[s], L = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
@@ -2746,14 +2773,61 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
     return rc;
 }
 
-int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
-                      float *last_logits, int *n_compact_out) {
-    if (rx_batch_check(suffixes, &m->cfg) || (pf && prefill_check(&m->cfg, suffixes, pf))) return -1;
-    int32_t *last = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)suffixes->n_seqs, "the last-token indices");
-    if (!last) return -1;
-    for (int s = 0; s < suffixes->n_seqs; s++) last[s] = suffixes->cu_seqlens[s + 1] - 1;  /* [n_seqs] original space */
-    int rc = forward_ref(m, suffixes, pf, mode, last, suffixes->n_seqs, last_logits, NULL, n_compact_out);
-    free(last);
+/* Part I's forward with one change: attention's keys live in the pool. The trie is keyed by each sequence's cached
+ * prefix (radix_index_build_keyed), attention's token space is every token of the whole sequences, cached or new, and
+ * after each layer's k and v are computed they are written into their pages; attention then reads every key, cached
+ * or new, through its slot. That is exact: a cached slot holds the K/V an earlier forward computed for the same
+ * (token, position) history with the same row arithmetic, and attention visits positions 0..g in the same order as
+ * a full recomputation would. */
+int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode, float *last_logits,
+                      int *n_compact_out) {
+    if (!pf) return forward_ref(m, b, mode, 1, last_logits, NULL, n_compact_out);    /* nothing cached: Part I */
+    const Qwen3Config *c = &m->cfg;
+    if (rx_batch_check(b, c) || prefill_check(c, b, pf)) return -1;
+    if (last_logits && !m->lm_head) return no_lm_head();
+    RadixIndex ix;
+    if (radix_index_build_keyed(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, pf->prefix_key))
+        return -1;
+    int N = b->n_tokens, M = N, KVD = c->n_kv_heads * c->head_dim, P = pf->pool->page_size, rc = -1;
+    for (int s = 0; s < b->n_seqs; s++) M += pf->cached_len[s];
+    if (mode == RX_AUTO) mode = rx_auto_mode(ix.n_compact, N, RX_AUTO_THRESHOLD);
+    int R = mode == RX_BASELINE ? N : ix.n_compact;
+    size_t stride = (size_t)c->n_layers * KVD;            /* a slot holds every layer: the pool is [slot, layer, kv] */
+    int32_t *slot = ints(M),                              /* [M] each token's pool slot                     */
+            *tok_of = ints(N),                            /* [N] batch token -> its token in the [M] space  */
+            *tok_of_row = ints(R);                        /* [R] compact row -> its token in the [M] space  */
+    RefActs a;
+    if (acts_alloc(&a, c, mode, R, N, M, b->n_seqs, last_logits != NULL)) goto done;
+    if (!slot || !tok_of || !tok_of_row) { rx_fail("out of host memory for the prefill's page layout"); goto done; }
+    for (int s = 0, t = 0; s < b->n_seqs; s++) {          /* attention's token space [M], sequence by sequence */
+        int t0 = t, cached = pf->cached_len[s], L = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
+        for (int p = 0; p < cached + L; p++, t++) {
+            a.seq_start[t] = t0;
+            slot[t] = pf->pages[s][p / P] * P + p % P;    /* position p is in page p / P of the page table */
+        }
+        for (int j = 0; j < L; j++) tok_of[b->cu_seqlens[s] + j] = t0 + cached + j;
+    }
+    for (int r = 0; r < R; r++) tok_of_row[r] = tok_of[mode == RX_BASELINE ? r : ix.gather[r]];
+
+    embed_ref(m, b, mode == RX_BASELINE ? NULL : ix.gather, &a);
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_qkv_ref(m, l, &a);
+        float *pk = pf->pool->k + (size_t)l * KVD, *pv = pf->pool->v + (size_t)l * KVD;   /* layer l of every slot */
+        for (int i = 0; i < N; i++) {   /* the new K/V into their slots; in radix mode this is the K/V scatter */
+            size_t row = mode == RX_BASELINE ? (size_t)i : (size_t)ix.scatter[i], dst = slot[tok_of[i]] * stride;
+            memcpy(pk + dst, a.k + row * KVD, sizeof(float) * KVD);
+            memcpy(pv + dst, a.v + row * KVD, sizeof(float) * KVD);
+        }
+        KvView kv = {pk, pv, stride, slot};
+        if (layer_attn_mlp_ref(m, l, &a, mode, &ix, &kv, tok_of, tok_of_row)) goto done;
+    }
+    head_ref(m, &a, b, mode, &ix, 1, last_logits, NULL);
+    if (n_compact_out) *n_compact_out = R;
+    rc = 0;
+done:
+    acts_free(&a);
+    free(slot); free(tok_of); free(tok_of_row);
+    radix_index_free(&ix);
     return rc;
 }
 
