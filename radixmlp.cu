@@ -120,13 +120,19 @@ static int32_t trie_find_or_insert(TrieSlot *t, uint64_t mask, int32_t parent, u
     }
 }
 
-/* An empty table of at least 2*n slots. calloc: a large one comes as fresh zero pages from the OS, so the slots
- * that are never touched cost nothing. */
-static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
+/* The capacity of a hash table for n keys: a power of two, at least 2*n (at most half full) and 16. Also the prefix
+ * cache's bucket array (part ii). */
+static uint64_t table_cap(int64_t n) {
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)n) cap *= 2;
-    *mask = cap - 1;
-    return (TrieSlot *)calloc(cap, sizeof(TrieSlot));
+    return cap;
+}
+
+/* An empty trie table for n keys. calloc: a large one comes as fresh zero pages from the OS, so the slots that are
+ * never touched cost nothing. */
+static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
+    *mask = table_cap(n) - 1;
+    return (TrieSlot *)calloc(*mask + 1, sizeof(TrieSlot));
 }
 
 /* The shape of a ragged batch as a C API caller hands it over, before anything reads it: n_seqs >= 0, cu_seqlens
@@ -2185,10 +2191,10 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
     return id;
 }
 
-static void radix_unlink(RxPrefixCache *c, int32_t id) {        /* takes id out of its parent's child list */
+static int32_t *radix_link_to(RxPrefixCache *c, int32_t id) {  /* the link in id's parent's child list that is id */
     int32_t *link = &c->node[c->node[id].parent].child;
     while (*link != id) link = &c->node[*link].sibling;
-    *link = c->node[id].sibling;
+    return link;
 }
 
 static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1: the model has no root yet */
@@ -2236,9 +2242,7 @@ static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     int32_t mid = radix_new_node(c, -1, c->node[id].tokens, c->node[id].pages, k);
     if (mid < 0) return -1;
     RadixNode *x = &c->node[id], *m = &c->node[mid];
-    int32_t *link = &c->node[x->parent].child;                  /* mid replaces id in the parent's child list */
-    while (*link != id) link = &c->node[*link].sibling;
-    *link = mid;
+    *radix_link_to(c, id) = mid;                                 /* mid replaces id in the parent's child list */
     m->parent = x->parent; m->sibling = x->sibling; m->child = id;
     m->lock = x->lock; m->last_use = x->last_use;
     x->parent = mid; x->sibling = -1;
@@ -2313,7 +2317,7 @@ static int radix_evict_one(RxPrefixCache *c) {
     if (victim < 0) return 0;
     while (victim >= 0 && c->node[victim].parent >= 0 && c->node[victim].child < 0 && c->node[victim].lock == 0) {
         int32_t parent = c->node[victim].parent;
-        radix_unlink(c, victim);
+        *radix_link_to(c, victim) = c->node[victim].sibling;    /* out of its parent's child list */
         radix_drop(c, victim);
         victim = parent;
     }
@@ -2321,10 +2325,11 @@ static int radix_evict_one(RxPrefixCache *c) {
 }
 
 /* ----------------------------------------------------------------------------- part ii: the flat hash-chain cache */
-/* The baseline of seed 001: no tree, a flat map from hash(parent's hash, page tokens) to the page holding that
- * page's K/V. A lookup re-walks the chain from the first page, hashing each page with its parent's hash, and stops
- * at the first miss. A hash is not an identity: each entry keeps its page's tokens and its parent's serial number,
- * and a lookup accepts an entry only when both match, so a collision can never hand out wrong K/V.
+/* The baseline the radix tree is measured against, a flat hash-chain prefix cache as in vLLM's automatic prefix
+ * caching: no tree, a flat map from hash(parent's hash, page tokens) to the page holding that page's K/V. A lookup
+ * re-walks the chain from the first page, hashing each page with its parent's hash, and stops at the first miss. A
+ * hash is not an identity: each entry keeps its page's tokens and its parent's serial number, and a lookup accepts an
+ * entry only when both match, so a collision can never hand out wrong K/V.
  *
  * Eviction is LRU over single pages, blind to the chain: lookups touch pages first to last, so the first page of a
  * chain is the oldest, and evicting it orphans every page after it (still cached, holding memory, unreachable):
@@ -2335,8 +2340,6 @@ static int radix_evict_one(RxPrefixCache *c) {
  * costs some reuse and buys exactness: no parent is ever trusted by its hash alone. Entries whose page a running
  * request also holds are skipped by eviction: evicting them would free nothing. */
 static uint64_t hash_mix(uint64_t x) { return rx_rand(&x); }   /* one splitmix64 step from state x */
-
-static uint64_t hash_root(uint64_t model_id) { return hash_mix(model_id); }
 
 static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
     uint64_t h = parent_hash;
@@ -2359,7 +2362,7 @@ static int32_t hash_find(const RxPrefixCache *c, uint64_t h, uint64_t model_id, 
 static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages,
                      uint64_t *h, uint64_t *serial) {
     int j = 0;
-    *h = hash_root(model_id); *serial = 0;
+    *h = hash_mix(model_id); *serial = 0;                          /* the root's hash: the model's namespace */
     for (; j < n_pages; j++) {
         uint64_t key = hash_page(*h, tokens + (size_t)j * c->P, c->P);
         int32_t p = hash_find(c, key, model_id, *serial, tokens + (size_t)j * c->P);
@@ -2436,8 +2439,7 @@ int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
     if (!c) return rx_fail("out of host memory for the prefix cache");
     c->kind = kind; c->pool = pool; c->P = pool->page_size; c->free_node = -1;
     if (kind == RX_CACHE_HASH) {
-        uint64_t cap = 16;
-        while (cap < 2 * (uint64_t)pool->n_pages) cap *= 2;
+        uint64_t cap = table_cap(pool->n_pages);
         c->mask = cap - 1;
         c->entry = (HashEntry *)calloc((size_t)pool->n_pages, sizeof(HashEntry));
         c->entry_tokens = (int32_t *)rx_alloc((size_t)pool->n_pages * c->P * sizeof(int32_t), "the hash cache");
@@ -2724,12 +2726,10 @@ void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
  * read as anyone's cached page. */
 static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf) {
     const RxKvPool *p = pf->pool;
-    if (!p || !p->k || !p->v) return rx_fail("prefill: no KV pool (pool, or its K/V arrays, is NULL)");
+    if (!p) return rx_fail("prefill: no KV pool");                  /* its geometry was checked by rx_kv_pool_init */
     if (p->n_layers != c->n_layers || p->kv_dim != c->n_kv_heads * c->head_dim)
         return rx_fail("prefill: the KV pool holds %d layers x %d floats per token; the model needs %d x %d",
                        p->n_layers, p->kv_dim, c->n_layers, c->n_kv_heads * c->head_dim);
-    if (p->page_size < 1 || p->n_pages < 0 || (int64_t)p->n_pages * p->page_size > INT32_MAX)
-        return rx_fail("prefill: a KV pool of %d pages of %d tokens is not usable", p->n_pages, p->page_size);
     if (!pf->cached_len || !pf->pages || !pf->prefix_key)
         return rx_fail("prefill: cached_len, pages or prefix_key is NULL");
     int P = p->page_size;
@@ -2845,12 +2845,13 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
 }
 
 /* --------------------------------------------------------------------------- part ii: serving requests in batches */
-/* The scheduler loop of seed 002 on the C reference. Requests wait in a queue; each round admits up to `batch` of
- * them, in arrival order (fcfs) or longest cached prefix first (lpm: sorting by matched length visits the tree
- * depth first, so a prefix is reused while it is cached), and stops at the first one that finds no room. The
- * admitted requests' unmatched suffixes form one ragged batch (positions continue after each cached prefix), one
- * qwen3_prefill_ref computes them and writes their K/V into their pages, and each request finishes: its whole pages
- * go into the cache, its references and locks are released. At the end the cache is flushed and the pool audited. */
+/* A serving engine's scheduler loop on the C reference, as SGLang's RadixAttention scheduler runs it. Requests wait
+ * in a queue; each round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm:
+ * sorting by matched length visits the tree depth first, so a prefix is reused while it is cached), and stops at the
+ * first one that finds no room. The admitted requests' unmatched suffixes form one ragged batch (positions continue
+ * after each cached prefix), one qwen3_prefill_ref computes them and writes their K/V into their pages, and each
+ * request finishes: its whole pages go into the cache, its references and locks are released. At the end the cache
+ * is flushed and the pool audited. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
 
 static int by_cached_then_index(const void *a, const void *b) {
@@ -2932,9 +2933,8 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
     t0 = rx_now_ms();
     for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
-        int n = admit_batch(c, req, wait, &n_wait, o, adm, pages_tmp), rows = 0;
+        int n = admit_batch(c, req, wait, &n_wait, o, adm, pages_tmp), rows = 0;   /* >= 1: nothing is running now */
         if (n < 0) goto done;
-        if (n == 0) { rx_fail("rx_serve: no request fits into an empty KV pool (a bug)"); goto done; }
         for (int s = 0; s < n; s++)
             cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
         RxPrefill pf = {&pool, cached_len, tables, prefix_key};
