@@ -523,8 +523,8 @@ static void embed_ref(const Qwen3Model *m, const RxBatch *b, const int32_t *gath
     for (int r = 0; r < a->R; r++) memcpy(a->h + (size_t)r * H, a->w32 + (size_t)a->tok[r] * H, sizeof(float) * H);
 }
 
-/* Layer l up to attention, on the R rows: xn = input_layernorm(h), then q, k and v, each head q/k-normed and
- * rotated (RoPE at each row's position). */
+/* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
+ * head q/k-normed and rotated (RoPE at each row's position p~: lines 11-12 are computed here, row by row). */
 static void layer_qkv_ref(const Qwen3Model *m, int l, RefActs *a) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *L = &m->layers[l];
@@ -541,11 +541,11 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, RefActs *a) {
     rx_qk_norm_rope_ref(a->k, a->norm_w, a->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
 }
 
-/* The rest of layer l: attention, o_proj and the residual, the MLP and its residual. Attention's keys and values are
- * wherever kv says (the caller put this layer's k and v there). Its queries: baseline mode attends with the N rows;
- * radix mode scatters q to N rows, attends, and gathers the output back to N' rows (the paper's sandwich); compact
- * mode attends with the N' rows directly. Query row r stands for token q_tok[r] of attention's token space (NULL: r)
- * in baseline and radix mode, q_tok_c[r] in compact mode. */
+/* The rest of layer l (lines 20-28): attention, o_proj and the residual, the MLP and its residual. Attention's keys
+ * and values are wherever kv says (the caller put this layer's k and v there). Its queries: baseline mode attends
+ * with the N rows; radix mode scatters q to N rows, attends, and gathers the output back to N' rows (the paper's
+ * sandwich); compact mode attends with the N' rows directly. Query row r stands for token q_tok[r] of attention's
+ * token space (NULL: r) in baseline and radix mode, q_tok_c[r] in compact mode. */
 static int layer_attn_mlp_ref(const Qwen3Model *m, int l, RefActs *a, RxMode mode, const RadixIndex *ix,
                               const KvView *kv, const int32_t *q_tok, const int32_t *q_tok_c) {
     const Qwen3Config *c = &m->cfg;
@@ -575,7 +575,7 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, RefActs *a, RxMode mod
     return 0;
 }
 
-/* Algorithm 1 lines 32-33: the final norm, then the outputs asked for: every token of the batch, or each sequence's
+/* Algorithm 1 lines 31-33: the final norm, then the outputs asked for: every token of the batch, or each sequence's
  * last token (last_only), in original order; either may be NULL: hidden [n_out, hidden], the final hidden state
  * after the norm, and logits [n_out, vocab]. The LM head runs on whichever is fewer, the n_out rows or all R rows, and
  * rows_by_index puts the result in original order: per-row arithmetic, the same logits either way. */
@@ -618,10 +618,10 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
         for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) a.seq_start[i] = b->cu_seqlens[s];
 
     embed_ref(m, b, mode == RX_BASELINE ? NULL : ix.gather, &a);        /* lines 6-9: h0 = Embed(x~)  [R, hidden] */
-    for (int l = 0; l < c->n_layers; l++) {                              /* lines 10-31 */
+    for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
         layer_qkv_ref(m, l, &a);                                         /* q, k, v  [R, .] */
         KvView kv = {a.k, a.v, (size_t)KVD, NULL};                       /* baseline: the N rows themselves */
-        if (mode == RX_RADIX) {                                          /* the paper: K/V to original space */
+        if (mode == RX_RADIX) {                                          /* line 20: K/V to original space */
             rows_by_index(a.kN, a.k, ix.scatter, N, KVD);                /* [N', .] -> [N, .] */
             rows_by_index(a.vN, a.v, ix.scatter, N, KVD);
             kv.k = a.kN, kv.v = a.vN;
@@ -630,7 +630,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
         }
         if (layer_attn_mlp_ref(m, l, &a, mode, &ix, &kv, NULL, ix.gather)) goto done;
     }
-    head_ref(m, &a, b, mode, &ix, last_only, logits, hidden);           /* lines 32-33 */
+    head_ref(m, &a, b, mode, &ix, last_only, logits, hidden);           /* lines 31-33 */
     if (rows_out) *rows_out = R;
     rc = 0;
 done:
