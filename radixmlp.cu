@@ -2457,10 +2457,7 @@ int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
 void rx_cache_free(RxPrefixCache *c) {
     if (!c) return;
     for (int32_t i = 0; i < c->cap_nodes; i++)
-        if (c->node[i].used) {
-            for (int j = 0; j < c->node[i].n_pages; j++) rx_kv_page_release(c->pool, c->node[i].pages[j]);
-            free(c->node[i].tokens); free(c->node[i].pages);
-        }
+        if (c->node[i].used) radix_drop(c, i);                  /* its pages back to the pool */
     for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++)
         if (c->entry[p].used) rx_kv_page_release(c->pool, p);
     free(c->node); free(c->entry); free(c->entry_tokens); free(c->bucket);
@@ -2809,8 +2806,8 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     }
     for (int r = 0; r < R; r++) tok_of_row[r] = tok_of[mode == RX_BASELINE ? r : ix.gather[r]];
 
-    embed_ref(m, b, mode == RX_BASELINE ? NULL : ix.gather, &a);
-    for (int l = 0; l < c->n_layers; l++) {
+    embed_ref(m, b, mode == RX_BASELINE ? NULL : ix.gather, &a);        /* from here on as Part I's forward_ref, */
+    for (int l = 0; l < c->n_layers; l++) {                              /* except where the keys live            */
         layer_qkv_ref(m, l, &a);
         float *pk = pf->pool->k + (size_t)l * KVD, *pv = pf->pool->v + (size_t)l * KVD;   /* layer l of every slot */
         for (int i = 0; i < N; i++) {   /* the new K/V into their slots; in radix mode this is the K/V scatter */
@@ -2818,7 +2815,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
             memcpy(pk + dst, a.k + row * KVD, sizeof(float) * KVD);
             memcpy(pv + dst, a.v + row * KVD, sizeof(float) * KVD);
         }
-        KvView kv = {pk, pv, stride, slot};
+        KvView kv = {pk, pv, stride, slot};                              /* every key, cached or new: its slot */
         if (layer_attn_mlp_ref(m, l, &a, mode, &ix, &kv, tok_of, tok_of_row)) goto done;
     }
     head_ref(m, &a, b, mode, &ix, 1, last_logits, NULL);
