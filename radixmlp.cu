@@ -120,8 +120,7 @@ static int32_t trie_find_or_insert(TrieSlot *t, uint64_t mask, int32_t parent, u
     }
 }
 
-/* The capacity of a hash table for n keys: a power of two, at least 2*n (at most half full) and 16. Also the prefix
- * cache's bucket array (part ii). */
+/* A hash table for n keys (the trie's, and the prefix cache's buckets in part ii): a power of two >= 2n, >= 16. */
 static uint64_t table_cap(int64_t n) {
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)n) cap *= 2;
@@ -2770,12 +2769,9 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
     return rc;
 }
 
-/* Part I's forward with one change: attention's keys live in the pool. The trie is keyed by each sequence's cached
- * prefix (radix_index_build_keyed), attention's token space is every token of the whole sequences, cached or new, and
- * after each layer's k and v are computed they are written into their pages; attention then reads every key, cached
- * or new, through its slot. That is exact: a cached slot holds the K/V an earlier forward computed for the same
- * (token, position) history with the same row arithmetic, and attention visits positions 0..g in the same order as
- * a full recomputation would. */
+/* Bit for bit a full recomputation of the whole sequences: a cached slot holds the K/V an earlier forward computed
+ * for the same (token, position) history with the same row arithmetic, each layer writes the new K/V into their
+ * slots before attention reads them, and attention visits positions 0..g in the same order as a full recomputation. */
 int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode, float *last_logits,
                       int *n_compact_out) {
     if (!pf) return forward_ref(m, b, mode, 1, last_logits, NULL, n_compact_out);    /* nothing cached: Part I */
