@@ -834,7 +834,7 @@ static int prefix_cache_tables(int reps)
         double ms[3];
         fprintf(stderr, "bench: prefix cache, %s\n", sc->name);
         for (int k = 0; k < 3; k++)
-            o[k] = (RxServeOptions){KINDS[k], PC_PAGE, sc->pool_pages, 1, 0, RX_COMPACT, 1, NULL};
+            o[k] = (RxServeOptions){KINDS[k], PC_PAGE, sc->pool_pages, 1, 0, RX_COMPACT, 1, NULL, NULL};
         if (serve_rounds(&m, &r, o, 3, reps, st, ms)) { requests_free(&r); qwen3_free(&m); return 1; }
         for (int k = 0; k < 3; k++) {
             Row row = {0};
@@ -874,7 +874,7 @@ static int prefix_cache_tables(int reps)
     double sms[8];
     for (int k = 0; k < 8; k++)                            /* hash, radix x fcfs, lpm x batch 1, 6 */
         so[k] = (RxServeOptions){KINDS[1 + k / 4], PC_PAGE, 8 + 6 * (k % 2 ? 6 : 1), k % 2 ? 6 : 1, k / 2 % 2,
-                                 RX_COMPACT, 1, NULL};
+                                 RX_COMPACT, 1, NULL, NULL};
     if (serve_rounds(&m, &r, so, 8, reps, sst, sms)) { requests_free(&r); qwen3_free(&m); return 1; }
     for (int k = 0; k < 8; k++) {
         Row row = {0};
@@ -898,7 +898,7 @@ static int prefix_cache_tables(int reps)
     RxServeStats mst[4];
     double mms[4];
     for (int k = 0; k < 4; k++)                            /* off, radix x baseline, compact */
-        mo[k] = (RxServeOptions){KINDS[k / 2 * 2], 16, 0, 8, 0, k % 2 ? RX_COMPACT : RX_BASELINE, 1, NULL};
+        mo[k] = (RxServeOptions){KINDS[k / 2 * 2], 16, 0, 8, 0, k % 2 ? RX_COMPACT : RX_BASELINE, 1, NULL, NULL};
     if (serve_rounds(&m, &r, mo, 4, reps, mst, mms)) { requests_free(&r); qwen3_free(&m); return 1; }
     for (int k = 0; k < 4; k++) {
         Row row = {0};

@@ -388,6 +388,7 @@ typedef struct {
     RxMode mode;                     /* of qwen3_prefill_ref                                                       */
     uint64_t model_id;
     FILE *trace;                     /* each batch's rx_prefill_print line (N, N', cached, computed); NULL: none  */
+    FILE *show_cache;                /* the cache after each batch: counts and rx_cache_draw; NULL: none          */
 } RxServeOptions;
 typedef struct {
     int n_requests, n_batches;
