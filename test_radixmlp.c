@@ -2376,6 +2376,54 @@ static void test_show_index_prints_toy_example(void) {
     remove_dir(dir);
 }
 
+/* The docs' commands as a fresh clone runs them. Every output file a command in README.md, docs/tutorial.md or
+ * docs/exercises.md names (--dump-logits, --embed, --stats, --csv, --svg, > redirects) lies in /tmp, not in the
+ * repository (the README's toy.txt, logits.f32 and t4-paper.svg did). The
+ * docs cite no path outside the repository (a clone holds no ../shared). The first Part II command of tutorial
+ * section 21 shows a hit (with page size 16, every request of mixed.txt was
+ * shorter than one page: hit rate 0.0%). */
+static void test_docs_commands_write_to_tmp_and_part2_hits(void) {
+    if (!have_cli()) return;
+    const char *docs[4] = {"README.md", "docs/tutorial.md", "docs/exercises.md", "docs/results.md"};
+    const char *outs[6] = {"--dump-logits ", "--embed ", "--stats ", "--csv ", "--svg ", "> "};
+    int checked = 0;
+    char first_part2[1024] = "";
+    for (int k = 0; k < 4; k++) {
+        size_t len;
+        char *text = (char *)read_file(docs[k], &len);
+        if (!text) { skip_test("the docs are not in the working directory"); return; }
+        int in_code = 0, section = 0;
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+            if (!strncmp(line, "```", 3)) in_code = !in_code;
+            if (!strncmp(line, "## ", 3)) section = atoi(line + 3);
+            expect(!strstr(line, "../shared") && !strstr(line, "/work/"), "%s cites a path outside the repository: %s",
+                   docs[k], line);
+            const char *cmd = line + strspn(line, " ");      /* a shell command, or the continuation of one */
+            if (!in_code || (strncmp(cmd, "./", 2) && strncmp(cmd, "--", 2) && strncmp(cmd, "printf ", 7))) continue;
+            for (int o = 0; o < 6; o++)
+                for (const char *p = strstr(line, outs[o]); p; p = strstr(p + 1, outs[o])) {
+                    const char *path = p + strlen(outs[o]);
+                    expect(!strncmp(path, "/tmp/", 5), "%s: %swrites %.*s into the repository", docs[k], outs[o],
+                           (int)strcspn(path, " "), path);
+                    checked++;
+                }
+            if (k == 1 && section == 21 && !first_part2[0] && !strncmp(line, "./radixmlp ", 11) &&
+                strstr(line, "--requests"))
+                snprintf(first_part2, sizeof first_part2, "%s %.*s", cli(), (int)strcspn(line + 11, "#"), line + 11);
+        }
+        free(text);
+    }
+    char out[8192];
+    long cached = -1;
+    int rc = first_part2[0] ? run_cmd(first_part2, out, sizeof out) : -1;
+    const char *c = rc == 0 ? strstr(out, "cached tokens ") : NULL;
+    if (c) cached = atol(c + strlen("cached tokens "));
+    expect(cached > 0, "tutorial section 21's first Part II command '%s': exit %d, %ld cached tokens\n%s", first_part2,
+           rc, cached, rc >= 0 ? out : "");
+    summary("%d output paths in the docs' commands, all in /tmp; section 21's first Part II command caches %ld tokens",
+            checked, cached);
+}
+
 /* -------------------------------------------------------------------------------------------------- the bench */
 /* Runs ./bench ARGS --csv into a temporary file; returns the CSV's text (to free; NULL if none) and the exit code. */
 static char *bench_csv(const char *args, char *out, size_t n, int *rc) {
@@ -3733,6 +3781,7 @@ static const Test tests[] = {
     {"cli", "rejects_flags_of_other_actions", test_cli_rejects_flags_of_other_actions},
     {"cli", "checks_output_paths_before_the_work", test_cli_checks_output_paths_first},
     {"cli", "fifo_inputs_are_refused_not_waited_on", test_cli_fifo_inputs_are_refused_not_waited_on},
+    {"cli", "docs_commands_write_to_tmp_and_part2_hits", test_docs_commands_write_to_tmp_and_part2_hits},
     {"bench", "table5_csv_has_the_papers_rows", test_bench_table5_csv},
     {"bench", "replot_draws_every_series", test_bench_replot_draws_every_series},
     {"bench", "rejects_bad_arguments", test_bench_rejects_bad_arguments},
