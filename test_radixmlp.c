@@ -3232,8 +3232,8 @@ static int pf_keying_case(const Qwen3Model *m, TestPool *t, PfRequest *r, int n,
         RadixIndex plain;                               /* what a trie without prefix keys would have done */
         radix_index_build(&plain, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
         if (mode == RX_COMPACT) {
-            note("%s: N = %d new tokens after %d cached, N' = %d (an unkeyed trie: %d), logits == full "
-                 "recomputation (max|diff| %g)", what, b.n_tokens, r[0].cached * n, rows, plain.n_compact, d);
+            note("%s: N = %d new tokens after %d cached, N' = %d (an unkeyed trie: %d), logits vs full "
+                 "recomputation: max|diff| %g", what, b.n_tokens, r[0].cached * n, rows, plain.n_compact, d);
             printf("    ");
             RxPrefill pf = {&t->pool, NULL, NULL, NULL};
             int32_t cached[8], key[8];
