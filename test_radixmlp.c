@@ -2380,7 +2380,7 @@ static void test_show_index_prints_toy_example(void) {
  * docs/exercises.md names (--dump-logits, --embed, --stats, --csv, --svg, > redirects) lies in /tmp, not in the
  * repository (the README's toy.txt, logits.f32 and t4-paper.svg did). The
  * docs cite no path outside the repository (a clone holds no ../shared). The first Part II command of tutorial
- * section 21 shows a hit (with page size 16, every request of mixed.txt was
+ * section 21 shows a hit, and the README names every fixtures/tiny-* checkpoint (with page size 16, every request of mixed.txt was
  * shorter than one page: hit rate 0.0%). */
 static void test_docs_commands_write_to_tmp_and_part2_hits(void) {
     if (!have_cli()) return;
@@ -2413,6 +2413,20 @@ static void test_docs_commands_write_to_tmp_and_part2_hits(void) {
         }
         free(text);
     }
+    size_t len;                                         /* the README names every fixture checkpoint ("three": 8) */
+    char *readme = (char *)read_file(docs[0], &len);
+    DIR *d = opendir(fixtures());
+    int named = 0, folders = 0;
+    for (struct dirent *e; readme && d && (e = readdir(d));) {
+        char name[300];
+        if (strncmp(e->d_name, "tiny-", 5)) continue;
+        snprintf(name, sizeof name, "`fixtures/%s`", e->d_name);
+        folders++;
+        named += strstr(readme, name) != NULL;
+        expect(strstr(readme, name) != NULL, "README.md does not name %s", name);
+    }
+    if (d) closedir(d);
+    free(readme);
     char out[8192];
     long cached = -1;
     int rc = first_part2[0] ? run_cmd(first_part2, out, sizeof out) : -1;
@@ -2420,8 +2434,8 @@ static void test_docs_commands_write_to_tmp_and_part2_hits(void) {
     if (c) cached = atol(c + strlen("cached tokens "));
     expect(cached > 0, "tutorial section 21's first Part II command '%s': exit %d, %ld cached tokens\n%s", first_part2,
            rc, cached, rc >= 0 ? out : "");
-    summary("%d output paths in the docs' commands, all in /tmp; section 21's first Part II command caches %ld tokens",
-            checked, cached);
+    summary("%d output paths in the docs' commands, all in /tmp; section 21's first Part II command caches %ld tokens;"
+            " the README names %d of %d fixture checkpoints", checked, cached, named, folders);
 }
 
 /* -------------------------------------------------------------------------------------------------- the bench */
