@@ -2376,12 +2376,14 @@ static void test_show_index_prints_toy_example(void) {
     remove_dir(dir);
 }
 
-/* The docs' commands as a fresh clone runs them. Every output file a command in README.md, docs/tutorial.md or
- * docs/exercises.md names (--dump-logits, --embed, --stats, --csv, --svg, > redirects) lies in /tmp, not in the
- * repository (the README's toy.txt, logits.f32 and t4-paper.svg did). The
- * docs cite no path outside the repository (a clone holds no ../shared). The first Part II command of tutorial
- * section 21 shows a hit, and the README names every fixtures/tiny-* checkpoint (with page size 16, every request of mixed.txt was
- * shorter than one page: hit rate 0.0%). */
+/* The docs as a fresh clone reads them:
+ * - every output file a shell command in README.md, docs/tutorial.md or docs/exercises.md names (--dump-logits,
+ *   --embed, --stats, --csv, --svg, > redirects) lies in /tmp, not in the repository (the README's toy.txt,
+ *   logits.f32 and t4-paper.svg did);
+ * - no line cites a path outside the repository (a clone holds no ../shared);
+ * - tutorial section 21's first Part II command shows a hit (with mixed.txt and page size 16, every request was
+ *   shorter than one page: hit rate 0.0%);
+ * - the README names every fixtures/tiny-* checkpoint (it said "three" of eight). */
 static void test_docs_commands_write_to_tmp_and_part2_hits(void) {
     if (!have_cli()) return;
     const char *docs[4] = {"README.md", "docs/tutorial.md", "docs/exercises.md", "docs/results.md"};
