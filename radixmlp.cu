@@ -4334,7 +4334,7 @@ int main(int argc, char **argv) {
     int force_cpu = !!val[F_CPU], last_only = !!val[F_LAST_ONLY];
     if ((action == CHECK || action == SERVE) && !model)
         return usage_error("%s needs --model DIR", ACTION_NAME[action]);
-    if (action == SHOW_INDEX && !tokens) return usage_error("--show-index needs --tokens FILE (and no model)");
+    if (action == SHOW_INDEX && !tokens) return usage_error("--show-index needs --tokens FILE");
     if (action == RUN && (!model || !tokens))
         return usage_error("running a checkpoint needs both --model and --tokens");
     if (embed && (dump || last_only))
