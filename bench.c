@@ -8,7 +8,7 @@
  *   ./bench --attention [--model 4b] [--quick]   attention alone at the Table 4 shapes: the flash and the naive
  *                       kernel in the baseline, radix and compact layouts, ms and TFLOP/s
  *   ./bench --workload reranker    synthetic MS MARCO-shaped reranking batches (Tables 1 and 3, synthetic)
- *   ./bench --prefix-cache         Part II: the KV prefix cache, seed 001's six scenarios; CPU only, needs no GPU
+ *   ./bench --prefix-cache         Part II: the KV prefix cache, six radix vs hash scenarios; CPU only, needs no GPU
  *   ./bench --replot t4.csv --svg t4.svg    re-plot a recorded Table 4 CSV; needs no GPU
  *
  * How things are measured:
@@ -728,19 +728,21 @@ static int reranker(const ModelSpec *only, int reps, int quick)
     return 0;
 }
 
-/* ---- Part II: the KV prefix cache (seed 001's six scenarios), on the CPU ------------------------------------- */
-/* Seed 001 benchmarks a flat hash-chain block cache against a radix tree on a 57K-parameter model on a CPU, with
- * 4-token blocks. We rebuild its six scenarios from what it says of them (requests, prompt tokens, shared prefixes,
- * a cache of 8 blocks under eviction pressure) on a random model of the shape of fixtures/tiny-bf16, and serve them
- * with rx_serve (the C reference, one request per forward as in the seed). Our pool holds the cache and the running
- * request's own pages together, so "a cache of 8 blocks" becomes a pool of 8 + 6 pages (one 24-token request).
- * Hit rate is seed 002's: cached tokens / prompt tokens. The seed's own hit-rate column counts something else
- * (its cached tokens are the same as ours where the shapes match, its rates are not cached / prompt). */
+/* ---- Part II: the KV prefix cache (six radix vs hash scenarios), on the CPU ---------------------------------- */
+/* A nanoGPT-scale comparison of a flat hash-chain block cache with a radix tree (a blog post whose code is
+ * github.com/czhou578/multimodal-inference-visualizer, nanogpt-radix-tree-.py: a 57K-parameter model on a CPU,
+ * 4-token blocks) reports six scenarios. We rebuild them from what it says of them (requests, prompt tokens,
+ * shared prefixes, a cache of 8 blocks under eviction pressure) on a random model of the shape of
+ * fixtures/tiny-bf16, and serve them with rx_serve (the C reference, one request per forward, as there). Our pool
+ * holds the cache and the running request's own pages together, so "a cache of 8 blocks" becomes a pool of 8 + 6
+ * pages (one 24-token request). Hit rate here: cached tokens / prompt tokens. The nanoGPT table's hit-rate column
+ * counts something else (its cached tokens are the same as ours where the shapes match, its rates are not
+ * cached / prompt). */
 typedef struct {
     const char *name;
     int n_req, n_groups, prefix, unique;   /* n_groups prompts of `prefix` tokens, each request adds `unique`    */
     int pool_pages;                        /* 0: enough for every request                                       */
-    double seed[2][4];                     /* the seed's flat, radix: cached tokens, hit rate %, x off, evictions */
+    double nanogpt[2][4];                  /* the nanoGPT table's flat, radix: cached, hit rate %, x off, evictions */
 } CacheScenario;
 static const CacheScenario SCENARIOS[] = {
     {"shared_prefix_basic", 8, 1, 16, 8, 0, {{112, 77.8, 0.94, 0}, {112, 87.5, 1.02, 0}}},
@@ -750,7 +752,7 @@ static const CacheScenario SCENARIOS[] = {
     {"low_reuse_control", 8, 8, 0, 24, 0, {{0, 0.0, 0.87, 0}, {0, 0.0, 0.99, 0}}},
     {"eviction_pressure", 24, 6, 16, 8, 8 + 6, {{0, 0.0, 0.76, 136}, {288, 79.2, 0.91, 0}}},
 };
-#define PC_PAGE 4                          /* the seed's block size */
+#define PC_PAGE 4                          /* the nanoGPT comparison's block size */
 static const Qwen3Config TINY = {512, 64, 128, 2, 4, 2, 32, 128, 1e6, 1e-6, 1};   /* fixtures/tiny-bf16's shape */
 
 typedef struct { int n; int32_t **seqs; int *lens; } Requests;
@@ -812,8 +814,9 @@ static int prefix_cache_tables(int reps)
     static const Col cols[] = {
         {"scenario", "scenario"}, {"requests", "requests"}, {"prompt tok", "prompt_tokens"}, {"cache", "cache"},
         {"cached tok", "cached_tokens"}, {"hit rate", "hit_rate"}, {"ms", "ms"}, {"tok/s", "tok_s"},
-        {"x off", "x_off"}, {"evictions", "evicted_pages"}, {"seed cached tok", "seed_cached_tokens"},
-        {"seed hit rate", "seed_hit_rate"}, {"seed x off", "seed_x_off"}, {"seed evictions", "seed_evictions"}};
+        {"x off", "x_off"}, {"evictions", "evicted_pages"}, {"nanoGPT cached tok", "nanogpt_cached_tokens"},
+        {"nanoGPT hit rate", "nanogpt_hit_rate"}, {"nanoGPT x off", "nanogpt_x_off"},
+        {"nanoGPT evictions", "nanogpt_evictions"}};
     static const RxCacheKind KINDS[3] = {RX_CACHE_OFF, RX_CACHE_HASH, RX_CACHE_RADIX};
     Qwen3Model m;
     char cpu[128];
@@ -822,7 +825,7 @@ static int prefix_cache_tables(int reps)
     printf("cpu: %s (one thread); the C reference (fp32), not a GPU. A random Qwen3 of fixtures/tiny-bf16's shape\n"
            "(vocab 512, hidden 64, 2 layers); page size %d, batch 1, fcfs, mode compact; median of %d runs.\n\n",
            cpu, PC_PAGE, reps);
-    table_begin("Part II: seed 001's six scenarios, off vs hash vs radix (CPU timings)", cols, 14, "cpu");
+    table_begin("Part II: six radix vs hash scenarios, off vs hash vs radix (CPU timings)", cols, 14, "cpu");
     for (size_t si = 0; si < sizeof SCENARIOS / sizeof *SCENARIOS; si++) {
         const CacheScenario *sc = &SCENARIOS[si];
         Requests r = scenario_requests(sc->n_req, sc->n_groups, sc->prefix, 0, sc->unique, 0, SEED + si);
@@ -831,38 +834,39 @@ static int prefix_cache_tables(int reps)
         double ms[3];
         fprintf(stderr, "bench: prefix cache, %s\n", sc->name);
         for (int k = 0; k < 3; k++)
-            o[k] = (RxServeOptions){KINDS[k], PC_PAGE, sc->pool_pages, 1, 0, RX_COMPACT, 1, NULL};
+            o[k] = (RxServeOptions){KINDS[k], PC_PAGE, sc->pool_pages, 1, 0, RX_COMPACT, 1, NULL, NULL};
         if (serve_rounds(&m, &r, o, 3, reps, st, ms)) { requests_free(&r); qwen3_free(&m); return 1; }
         for (int k = 0; k < 3; k++) {
             Row row = {0};
-            const double *seed = KINDS[k] == RX_CACHE_OFF ? NULL : sc->seed[KINDS[k] == RX_CACHE_RADIX];
+            const double *theirs = KINDS[k] == RX_CACHE_OFF ? NULL : sc->nanogpt[KINDS[k] == RX_CACHE_RADIX];
             cell(&row, "%s", sc->name); cell(&row, "%d", sc->n_req); cell(&row, "%ld", st[k].prompt_tokens);
             cell(&row, "%s", rx_cache_kind_name(KINDS[k])); cell(&row, "%ld", st[k].cached_tokens);
             cell(&row, "%.1f%%", 100.0 * st[k].cached_tokens / st[k].prompt_tokens); cell(&row, "%.2f", ms[k]);
             cell(&row, "%.0f", st[k].prompt_tokens / ms[k] * 1e3); cell(&row, "%.2fx", ms[0] / ms[k]);
             cell(&row, "%ld", st[k].evicted_pages);
-            if (!seed) for (int c = 0; c < 4; c++) cell(&row, "-");
+            if (!theirs) for (int c = 0; c < 4; c++) cell(&row, "-");
             else {
-                cell(&row, "%.0f", seed[0]); cell(&row, "%.1f%%", seed[1]);
-                cell(&row, "%.2fx", seed[2]); cell(&row, "%.0f", seed[3]);
+                cell(&row, "%.0f", theirs[0]); cell(&row, "%.1f%%", theirs[1]);
+                cell(&row, "%.2fx", theirs[2]); cell(&row, "%.0f", theirs[3]);
             }
             table_row(&row, cpu);
         }
         requests_free(&r);
     }
-    printf("\nHit rate: cached / prompt tokens (seed 002). The seed's columns are its own table (a 57K-parameter\n"
-           "nanoGPT on a CPU, 4-token blocks), and its hit rates count other things: radix, the share of requests\n"
-           "that hit at all (7 of 8 = 87.5%%); flat, the share of block lookups that hit (28 of 36 = 77.8%%). Its\n"
-           "cached tokens are comparable, and ours equal them where the shapes are the seed's. Evictions: pages whose\n"
+    printf("\nHit rate: cached / prompt tokens. The nanoGPT columns are the table of a nanoGPT-scale radix vs hash\n"
+           "cache comparison (github.com/czhou578/multimodal-inference-visualizer, nanogpt-radix-tree-.py: a\n"
+           "57K-parameter model on a CPU, 4-token blocks), and its hit rates count other things: radix, the share\n"
+           "of requests that hit at all (7 of 8 = 87.5%%); flat, the share of block lookups that hit (28 of 36 =\n"
+           "77.8%%). Its cached tokens are comparable, and ours equal them where the shapes are its. Evictions: pages whose\n"
            "cache reference was dropped. eviction_pressure: 6 groups of 4 requests arriving group after group, a pool\n"
-           "of 14 pages (the seed's 8-block cache plus one running request's 6 pages). x off > 1 here because the C\n"
-           "reference's fp32 forward dominates; in the seed the cache's overhead did.\n\n");
+           "of 14 pages (its 8-block cache plus one running request's 6 pages). x off > 1 here because the C\n"
+           "reference's fp32 forward dominates; in the nanoGPT comparison the cache's overhead did.\n\n");
 
     FILE *csv = g_csv;                                     /* the CSV holds the first table only */
     g_csv = NULL;
     static const Col sched_cols[] = {{"arrival", "arrival"}, {"cache", "cache"}, {"schedule", "schedule"},
         {"cached tok", "cached_tokens"}, {"hit rate", "hit_rate"}, {"evictions", "evicted_pages"}, {"ms", "ms"}};
-    table_begin("eviction_pressure, requests interleaved across the 6 groups: fcfs vs lpm (seed 002)", sched_cols, 7, "");
+    table_begin("eviction_pressure, requests interleaved across the 6 groups: fcfs vs lpm", sched_cols, 7, "");
     const CacheScenario *ep = &SCENARIOS[5];
     Requests r = scenario_requests(ep->n_req, ep->n_groups, ep->prefix, 0, ep->unique, 1, SEED + 5);
     RxServeOptions so[8];
@@ -870,7 +874,7 @@ static int prefix_cache_tables(int reps)
     double sms[8];
     for (int k = 0; k < 8; k++)                            /* hash, radix x fcfs, lpm x batch 1, 6 */
         so[k] = (RxServeOptions){KINDS[1 + k / 4], PC_PAGE, 8 + 6 * (k % 2 ? 6 : 1), k % 2 ? 6 : 1, k / 2 % 2,
-                                 RX_COMPACT, 1, NULL};
+                                 RX_COMPACT, 1, NULL, NULL};
     if (serve_rounds(&m, &r, so, 8, reps, sst, sms)) { requests_free(&r); qwen3_free(&m); return 1; }
     for (int k = 0; k < 8; k++) {
         Row row = {0};
@@ -894,7 +898,7 @@ static int prefix_cache_tables(int reps)
     RxServeStats mst[4];
     double mms[4];
     for (int k = 0; k < 4; k++)                            /* off, radix x baseline, compact */
-        mo[k] = (RxServeOptions){KINDS[k / 2 * 2], 16, 0, 8, 0, k % 2 ? RX_COMPACT : RX_BASELINE, 1, NULL};
+        mo[k] = (RxServeOptions){KINDS[k / 2 * 2], 16, 0, 8, 0, k % 2 ? RX_COMPACT : RX_BASELINE, 1, NULL, NULL};
     if (serve_rounds(&m, &r, mo, 4, reps, mst, mms)) { requests_free(&r); qwen3_free(&m); return 1; }
     for (int k = 0; k < 4; k++) {
         Row row = {0};

@@ -2888,6 +2888,17 @@ static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_w
     return n;
 }
 
+/* The cache after a batch finished (--show-cache): its counts, then the tree. An edge evicted while the batch was
+ * admitted is gone from it; an edge a split shortened hands its later pages to the new child below it. */
+static int print_cache_after_batch(FILE *out, const RxPrefixCache *c, int batch) {
+    RxCacheStats cs;
+    if (rx_cache_audit(c, &cs)) return -1;
+    fprintf(out, "cache after batch %d: %s %d, pages cached %d, pages evicted so far %ld\n", batch,
+            cs.kind == RX_CACHE_HASH ? "entries" : "edges", cs.nodes, cs.cached_pages, cs.evicted_pages);
+    rx_cache_draw(out, c);
+    return 0;
+}
+
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
     int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1, longest = 1;
@@ -2944,6 +2955,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
             st->cached_tokens += adm[s]->cached_len;
             if (rx_request_finish(c, adm[s])) goto done;
         }
+        if (o->show_cache && print_cache_after_batch(o->show_cache, c, st->n_batches)) goto done;
     }
     st->ms = rx_now_ms() - t0;
     RxCacheStats cs;
@@ -3233,12 +3245,14 @@ static int json_parse(Json *j, const char *text, size_t len, const char *file) {
 static const char *jkey(const Json *j, int v) { return j->strs + j->v[v].key; }
 static const char *jstr(const Json *j, int v) { return j->strs + j->v[v].str; }
 
-/* The member `key` of object `obj`, or -1. */
+/* The member `key` of object `obj`, or -1. A key given twice means its last value, as Python's json (and so
+ * transformers, reading config.json) takes it. */
 static int jget(const Json *j, int obj, const char *key) {
+    int found = -1;
     if (obj < 0 || j->v[obj].type != J_OBJ) return -1;
     for (int c = j->v[obj].child; c >= 0; c = j->v[c].next)
-        if (!strcmp(jkey(j, c), key)) return c;
-    return -1;
+        if (!strcmp(jkey(j, c), key)) found = c;
+    return found;
 }
 
 /* Checks that text is UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), as the safetensors reader does. */
@@ -3551,29 +3565,40 @@ done:
 typedef struct { void *map; size_t len; char *path; } MappedFile;
 typedef struct { MappedFile *files; int n_files; void *owned; } ModelPriv;
 
+/* Opens an input for reading; anything but a regular file is refused. O_NONBLOCK because opening a FIFO would
+ * otherwise wait for a writer before the check could refuse it (a regular file ignores the flag). */
+static int open_regular(const char *path, struct stat *st) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, st) || !S_ISREG(st->st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
+    return fd;
+}
+
 /* Reads a whole (small) text file; at most max_bytes. */
 static char *read_text(const char *path, size_t max_bytes, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { rx_fail("%s: cannot open: %s", path, strerror(errno)); return NULL; }
-    char *buf = (char *)malloc(max_bytes + 1);
-    size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err || n > max_bytes) {
+    struct stat st;
+    int fd = open_regular(path, &st);
+    if (fd < 0) return NULL;
+    size_t size = (size_t)st.st_size, n = 0;
+    char *buf = size > max_bytes ? NULL : (char *)malloc(size + 1);
+    ssize_t got = 1;
+    while (buf && n < size && (got = read(fd, buf + n, size - n)) > 0) n += (size_t)got;
+    close(fd);
+    if (size > max_bytes || !buf || got < 0) {
         free(buf);
-        rx_fail(!buf ? "%s: out of host memory" : err ? "%s: read error" : "%s: larger than %zu bytes", path, max_bytes);
+        rx_fail(size > max_bytes ? "%s: larger than %zu bytes" : !buf ? "%s: out of host memory" : "%s: read error",
+                path, max_bytes);
         return NULL;
     }
-    *len = n;
+    *len = n;                                       /* n < size only if the file shrank while we read it */
     return buf;
 }
 
 static int map_file(MappedFile *mf, const char *path) {
     memset(mf, 0, sizeof *mf);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
+    int fd = open_regular(path, &st);
+    if (fd < 0) return -1;
     mf->len = (size_t)st.st_size;
     if (mf->len) {              /* mmap of 0 bytes fails; an empty file is rejected by the parser instead */
         mf->map = mmap(NULL, mf->len, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -3855,8 +3880,13 @@ void qwen3_print_inventory(FILE *out, const Qwen3Model *m) {
             fprintf(out, "]\n");
         } else if (i == 12) fprintf(out, "  ... %d more ...\n", m->n_tensors - 16);
     }
-    fprintf(out, "%d tensors, %.3f B parameters, every tensor the config needs is present with the right shape\n",
-            m->n_tensors, params / 1e9);
+    char count[32];                                 /* in a unit that fits: 71.2 K, 596.0 M, 4.02 B */
+    if (params < 1000) snprintf(count, sizeof count, "%lld", (long long)params);
+    else snprintf(count, sizeof count, "%.*f %s", params < 1000000000 ? 1 : 2,
+                  params / (params < 1000000 ? 1e3 : params < 1000000000 ? 1e6 : 1e9),
+                  params < 1000000 ? "K" : params < 1000000000 ? "M" : "B");
+    fprintf(out, "%d tensors, %s parameters, every tensor the config needs is present with the right shape\n",
+            m->n_tensors, count);
 }
 
 /* --------------------------------------------------------------------------------------- batches and tokens files */
@@ -3889,6 +3919,15 @@ void rx_batch_free(RxBatch *b) {
     memset(b, 0, sizeof *b);
 }
 
+/* A byte as an error message shows it: 'x', or '\x00' for anything but printable ASCII (a raw NUL would end the
+ * message there, and other bytes could garble the terminal). */
+static const char *show_byte(char c, char *buf, size_t n) {
+    unsigned char u = (unsigned char)c;
+    if (u >= 0x20 && u < 0x7f) snprintf(buf, n, "'%c'", c);
+    else snprintf(buf, n, "'\\x%02x'", u);
+    return buf;
+}
+
 /* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
 int rx_batch_read(RxBatch *b, const char *path) {
     size_t len;
@@ -3908,18 +3947,16 @@ int rx_batch_read(RxBatch *b, const char *path) {
             int count = 0;
             for (const char *q = p; q < eol;) {
                 if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
-                if (!isdigit((unsigned char)*q)) {
-                    rx_fail("%s:%d: '%c' is not part of a token id (ids are non-negative decimal integers)", path, line, *q);
+                if (!isdigit((unsigned char)*q)) {     /* also what follows an id without a space: "12a" */
+                    char shown[8];
+                    rx_fail("%s:%d: %s is not part of a token id (ids are non-negative decimal integers)", path, line,
+                            show_byte(*q, shown, sizeof shown));
                     goto done;
                 }
                 int64_t v = 0;
                 while (q < eol && isdigit((unsigned char)*q)) {
                     v = v * 10 + (*q++ - '0');
                     if (v > INT32_MAX) { rx_fail("%s:%d: token id too large", path, line); goto done; }
-                }
-                if (q < eol && *q != ' ' && *q != '\t' && *q != '\r') {
-                    rx_fail("%s:%d: '%c' is not part of a token id (ids are non-negative decimal integers)", path, line, *q);
-                    goto done;
                 }
                 if (pass) { b->input_ids[at] = (int32_t)v; b->position_ids[at] = count; at++; }
                 count++;
@@ -3976,11 +4013,14 @@ static const char *usage =
     "                after the final norm, L2-normalised (Qwen3-Embedding's pooling).\n"
     "       radixmlp --model DIR --requests FILE [--prefix-cache radix|hash|off] [--page-size P] [--cache-pages M]\n"
     "                [--batch B] [--schedule fcfs|lpm] [--stats FILE] [--dump-logits FILE] [--cpu] [--show-batches]\n"
+    "                [--show-cache]\n"
     "                Part II: serve FILE (one request per line) through a paged KV prefix cache, B requests per\n"
     "                forward, in file order (fcfs) or longest cached prefix first (lpm). Defaults: radix, page size\n"
     "                16, a pool of enough pages for the whole file, batch 1, fcfs, mode compact. --dump-logits writes\n"
     "                float32 [n_requests, vocab], last-token logits in file order; --stats a CSV row per request;\n"
-    "                --show-batches a line per forward: N tokens = cached + new, N' new histories, rows computed.\n"
+    "                --show-batches a line per forward: N tokens = cached + new, N' new histories, rows computed;\n"
+    "                --show-cache the cache after each forward (the radix tree's edges and their pages).\n"
+    "       A flag that does not apply to the chosen action is an error.\n"
     "                Runs on the C reference (CPU) only: the GPU path of Part II is not written yet.\n";
 
 static double cpu_ms(void) {   /* CPU time of this process, in ms */
@@ -4096,10 +4136,13 @@ done:
     return rc;
 }
 
+/* An index map, its first INDEX_SHOWN entries at most (a 100k-token batch would print a 700 KB line). */
+#define INDEX_SHOWN 64
 static void print_index_map(const char *what, const int32_t *idx, int n) {
     printf("%s = [", what);
-    for (int i = 0; i < n; i++) printf("%s%d", i ? ", " : "", idx[i]);
-    printf("]\n");
+    for (int i = 0; i < n && i < INDEX_SHOWN; i++) printf("%s%d", i ? ", " : "", idx[i]);
+    if (n > INDEX_SHOWN) printf(", ...]  (the first %d of %d entries)\n", INDEX_SHOWN, n);
+    else printf("]\n");
 }
 
 /* --show-index: the trie and both index maps of a tokens file, to check an index computed by hand. No model. */
@@ -4119,6 +4162,15 @@ static int show_index(const char *tokens) {
     return 0;
 }
 
+/* --check: loads a checkpoint on the host, which validates it, and prints its inventory. */
+static int check_model(const char *dir) {
+    Qwen3Model m;
+    if (qwen3_load(&m, dir)) return -1;
+    qwen3_print_inventory(stdout, &m);
+    qwen3_free(&m);
+    return 0;
+}
+
 /* Writes out [rows, cols] float32 to path and says so. */
 static int write_f32(const char *path, const float *out, int rows, int cols, const char *what) {
     size_t n = (size_t)rows * cols;
@@ -4126,6 +4178,25 @@ static int write_f32(const char *path, const float *out, int rows, int cols, con
     int bad = !f || fwrite(out, sizeof(float), n, f) != n;
     if ((f && fclose(f)) || bad) return rx_fail("%s: cannot write the %s: %s", path, what, strerror(errno));
     printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
+    return 0;
+}
+
+/* Every line of a tokens or requests file checked against the model before any work: one line naming the file and
+ * line. n_pages > 0 (--requests --cache-pages): each request must also fit into a pool of n_pages pages. */
+static int check_lines(const RxBatch *file, const char *path, const Qwen3Config *cfg, int page_size, int n_pages) {
+    for (int s = 0; s < file->n_seqs; s++) {
+        int len = file->cu_seqlens[s + 1] - file->cu_seqlens[s];
+        for (int i = file->cu_seqlens[s]; i < file->cu_seqlens[s + 1]; i++)
+            if (file->input_ids[i] >= cfg->vocab_size)
+                return rx_fail("%s:%d: token id %d is outside the vocabulary [0, %d)", path, s + 1, file->input_ids[i],
+                               cfg->vocab_size);
+        if (len > cfg->max_position_embeddings)
+            return rx_fail("%s:%d: %d tokens, more than max_position_embeddings %d", path, s + 1, len,
+                           cfg->max_position_embeddings);
+        if (n_pages && (len + page_size - 1) / page_size > n_pages)
+            return rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path,
+                           s + 1, len, (len + page_size - 1) / page_size, page_size, n_pages);
+    }
     return 0;
 }
 
@@ -4141,7 +4212,8 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
     int rc = -1;
     float *logits = NULL;
     GpuModel *g = NULL;
-    if (rx_batch_check(&b, &m.cfg) || radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
+    if (check_lines(&b, tokens, &m.cfg, 1, 0) || rx_batch_check(&b, &m.cfg) ||
+        radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
     print_batch_stats(&b, &ix);
@@ -4201,24 +4273,6 @@ static int write_stats(const char *path, const int *lens, const int32_t *batch_o
     return 0;
 }
 
-/* Every request checked before any work: one line naming the file and line. */
-static int check_requests(const RxBatch *file, const char *path, const Qwen3Config *cfg, const RxServeOptions *o) {
-    for (int s = 0; s < file->n_seqs; s++) {
-        int len = file->cu_seqlens[s + 1] - file->cu_seqlens[s], pages = (len + o->page_size - 1) / o->page_size;
-        for (int i = file->cu_seqlens[s]; i < file->cu_seqlens[s + 1]; i++)
-            if (file->input_ids[i] >= cfg->vocab_size)
-                return rx_fail("%s:%d: token id %d is outside the vocabulary [0, %d)", path, s + 1, file->input_ids[i],
-                               cfg->vocab_size);
-        if (len > cfg->max_position_embeddings)
-            return rx_fail("%s:%d: %d tokens, more than max_position_embeddings %d", path, s + 1, len,
-                           cfg->max_position_embeddings);
-        if (o->n_pages && pages > o->n_pages)
-            return rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path,
-                           s + 1, len, pages, o->page_size, o->n_pages);
-    }
-    return 0;
-}
-
 static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump) {
     Qwen3Model m;
     RxBatch file;
@@ -4238,7 +4292,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     for (int s = 0; s < n; s++)
         seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
     o->model_id = rx_model_id(dir);
-    if (check_requests(&file, path, &m.cfg, o)) goto done;
+    if (check_lines(&file, path, &m.cfg, o->page_size, o->n_pages)) goto done;
     if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
     printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
            " the C reference on the CPU (Part II has no GPU path yet), mode %s: %.1f ms\n", n, st.prompt_tokens,
@@ -4268,88 +4322,114 @@ done:
     return rc;
 }
 
+/* A mistake in the command line: one line, exit code 2 from main. */
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "radixmlp: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return 2;
+}
+
 /* An integer flag value in [lo, hi], or exit code 2 from main. */
 static int parse_count(const char *flag, const char *s, int lo, int hi, int *out) {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "radixmlp: %s takes an integer from %d to %d, not '%s'\n", flag, lo, hi, s);
-        return -1;
-    }
+    if (errno || end == s || *end || v < lo || v > hi)
+        return usage_error("%s takes an integer from %d to %d, not '%s'", flag, lo, hi, s);
     *out = (int)v;
     return 0;
 }
 
+/* An output file is checked before the work starts, not after it: can it be written? A file this check creates is
+ * removed again (the run writes it at the end); an existing one is left as it is until then. */
+static int check_output(const char *flag, const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644), created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_NONBLOCK);
+    if (fd < 0) return rx_fail("%s %s: cannot write: %s", flag, path, strerror(errno));
+    close(fd);
+    if (created) unlink(path);
+    return 0;
+}
+
+/* The actions, and the flags each one takes. Any flag given to an action that does not take it is an error. */
+enum { DEMO, CHECK, SHOW_INDEX, RUN, SERVE, N_ACTIONS };
+static const char *const ACTION_NAME[N_ACTIONS] = {"the demo", "--check", "--show-index",
+                                                    "--model DIR --tokens FILE", "--requests FILE"};
+enum { F_MODEL, F_TOKENS, F_REQUESTS, F_CHECK, F_SHOW_INDEX, F_MODE, F_DUMP, F_CPU, F_LAST_ONLY, F_EMBED, F_CACHE,
+       F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, N_FLAGS };
+#define ON(a) (1 << (a))
+static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAGS] = {   /* in the enum's order */
+    {"--model", 1, ON(CHECK) | ON(RUN) | ON(SERVE)}, {"--tokens", 1, ON(SHOW_INDEX) | ON(RUN)},
+    {"--requests", 1, ON(SERVE)}, {"--check", 0, ON(CHECK)}, {"--show-index", 0, ON(SHOW_INDEX)},
+    {"--mode", 1, ON(RUN) | ON(SERVE)}, {"--dump-logits", 1, ON(RUN) | ON(SERVE)}, {"--cpu", 0, ON(RUN) | ON(SERVE)},
+    {"--last-only", 0, ON(RUN)}, {"--embed", 1, ON(RUN)}, {"--prefix-cache", 1, ON(SERVE)},
+    {"--page-size", 1, ON(SERVE)}, {"--cache-pages", 1, ON(SERVE)}, {"--batch", 1, ON(SERVE)},
+    {"--schedule", 1, ON(SERVE)}, {"--stats", 1, ON(SERVE)}, {"--show-batches", 0, ON(SERVE)},
+    {"--show-cache", 0, ON(SERVE)},
+};
+
 int main(int argc, char **argv) {
-    const char *model = NULL, *tokens = NULL, *dump = NULL, *requests = NULL, *embed = NULL;
-    int check = 0, force_cpu = 0, mode_given = 0, serve_flags = 0, index_only = 0, last_only = 0;
-    RxMode mode = RX_AUTO;
-    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0, NULL};
-    const char *stats = NULL;
+    const char *val[N_FLAGS] = {NULL};          /* each flag given: its value, or its own name if it takes none */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-        int serve = !strcmp(a, "--prefix-cache") || !strcmp(a, "--page-size") || !strcmp(a, "--cache-pages") ||
-                    !strcmp(a, "--batch") || !strcmp(a, "--schedule") || !strcmp(a, "--stats");
-        int takes = serve || !strcmp(a, "--model") || !strcmp(a, "--tokens") || !strcmp(a, "--mode") ||
-                    !strcmp(a, "--dump-logits") || !strcmp(a, "--requests") || !strcmp(a, "--embed");
-        if (takes && !val) { fprintf(stderr, "radixmlp: %s needs a value\n", a); return 2; }
-        serve_flags += serve;
-        if (!strcmp(a, "--requests")) requests = argv[++i];
-        else if (!strcmp(a, "--prefix-cache")) {
-            if (rx_cache_kind_parse(argv[++i], &so.cache)) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 2; }
-        } else if (!strcmp(a, "--page-size")) { if (parse_count(a, argv[++i], 1, 4096, &so.page_size)) return 2; }
-        else if (!strcmp(a, "--cache-pages")) { if (parse_count(a, argv[++i], 1, 1 << 24, &so.n_pages)) return 2; }
-        else if (!strcmp(a, "--batch")) { if (parse_count(a, argv[++i], 1, RX_MAX_BATCH, &so.batch)) return 2; }
-        else if (!strcmp(a, "--schedule")) {
-            so.lpm = !strcmp(argv[++i], "lpm");
-            if (!so.lpm && strcmp(argv[i], "fcfs")) {
-                fprintf(stderr, "radixmlp: --schedule takes fcfs or lpm, not '%s'\n", argv[i]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--stats")) stats = argv[++i];
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
-        else if (!strcmp(a, "--check")) check = 1;
-        else if (!strcmp(a, "--cpu")) force_cpu = 1;
-        else if (!strcmp(a, "--show-index")) index_only = 1;
-        else if (!strcmp(a, "--show-batches")) so.trace = stdout, serve_flags++;
-        else if (!strcmp(a, "--model")) model = argv[++i];
-        else if (!strcmp(a, "--tokens")) tokens = argv[++i];
-        else if (!strcmp(a, "--dump-logits")) dump = argv[++i];
-        else if (!strcmp(a, "--last-only")) last_only = 1;
-        else if (!strcmp(a, "--embed")) embed = argv[++i];
-        else if (!strcmp(a, "--mode")) {
-            if (rx_mode_parse(argv[++i], &mode)) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 2; }
-            mode_given = 1;
-        } else { fprintf(stderr, "radixmlp: unknown argument '%s'\n%s", a, usage); return 2; }
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
+        int f = 0;
+        while (f < N_FLAGS && strcmp(a, FLAGS[f].name)) f++;
+        if (f == N_FLAGS) return usage_error("unknown argument '%s' (radixmlp --help lists them)", a);
+        if (val[f]) return usage_error("%s is given twice", a);
+        if (FLAGS[f].takes_value && i + 1 == argc) return usage_error("%s needs a value", a);
+        val[f] = FLAGS[f].takes_value ? argv[++i] : a;
     }
-    if (serve_flags && !requests) { fprintf(stderr, "radixmlp: the prefix cache flags go with --requests FILE\n"); return 2; }
-    if (requests && tokens) { fprintf(stderr, "radixmlp: choose one of --tokens and --requests\n"); return 2; }
-    if ((last_only || embed) && (check || (!model && !tokens))) {
-        fprintf(stderr, "radixmlp: --last-only and --embed run a checkpoint: they need --model and --tokens\n");
+    if (!!val[F_CHECK] + !!val[F_SHOW_INDEX] + !!val[F_REQUESTS] > 1)
+        return usage_error("choose one of --check, --show-index and --requests");
+    int action = val[F_REQUESTS] ? SERVE : val[F_CHECK] ? CHECK : val[F_SHOW_INDEX] ? SHOW_INDEX
+               : val[F_MODEL] || val[F_TOKENS] ? RUN : DEMO;
+    for (int f = 0; f < N_FLAGS; f++) {
+        if (!val[f] || FLAGS[f].actions & ON(action)) continue;
+        char with[128] = "";
+        for (int a = 0; a < N_ACTIONS; a++)
+            if (FLAGS[f].actions & ON(a))
+                snprintf(with + strlen(with), sizeof with - strlen(with), "%s%s", *with ? " or " : "", ACTION_NAME[a]);
+        return usage_error("%s does not apply to %s; it goes with %s", FLAGS[f].name, ACTION_NAME[action], with);
+    }
+    const char *model = val[F_MODEL], *tokens = val[F_TOKENS], *dump = val[F_DUMP], *requests = val[F_REQUESTS],
+               *embed = val[F_EMBED], *stats = val[F_STATS];
+    int force_cpu = !!val[F_CPU], last_only = !!val[F_LAST_ONLY];
+    if ((action == CHECK || action == SERVE) && !model)
+        return usage_error("%s needs --model DIR", ACTION_NAME[action]);
+    if (action == SHOW_INDEX && !tokens) return usage_error("--show-index needs --tokens FILE");
+    if (action == RUN && (!model || !tokens))
+        return usage_error("running a checkpoint needs both --model and --tokens");
+    if (embed && (dump || last_only))
+        return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
+    RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
+    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0, NULL, NULL};
+    if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
+        (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))
+        return usage_error("%s", radix_error());
+    if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so.page_size)) ||
+        (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so.n_pages)) ||
+        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, RX_MAX_BATCH, &so.batch)))
         return 2;
-    }
-    int rc;
-    if (requests) {
-        if (!model) { fprintf(stderr, "radixmlp: --requests needs --model DIR\n"); return 2; }
-        so.mode = mode_given ? mode : RX_COMPACT;
-        rc = run_requests(model, requests, &so, stats, dump);
-    } else if (check) {
-        Qwen3Model m;
-        if (!model) { fprintf(stderr, "radixmlp: --check needs --model DIR\n"); return 2; }
-        if ((rc = qwen3_load(&m, model)) == 0) { qwen3_print_inventory(stdout, &m); qwen3_free(&m); }
-    } else if (index_only) {
-        if (!tokens || model) { fprintf(stderr, "radixmlp: --show-index needs --tokens FILE and no model\n"); return 2; }
-        rc = show_index(tokens);
-    } else if (model || tokens) {
-        if (!model || !tokens) { fprintf(stderr, "radixmlp: running a checkpoint needs both --model and --tokens\n"); return 2; }
-        if (embed && (dump || last_only)) {
-            fprintf(stderr, "radixmlp: --embed computes no logits: it takes neither --dump-logits nor --last-only\n");
-            return 2;
-        }
-        rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);
-    } else {
-        rc = demo();
+    if (val[F_SCHEDULE] && !(so.lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
+        return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);
+    so.mode = mode;
+    so.trace = val[F_SHOW_BATCHES] ? stdout : NULL;
+    so.show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
+    const char *outputs[3][2] = {{"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}};
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++)
+        if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1]);
+    if (!rc) {
+        if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump);
+        else if (action == CHECK) rc = check_model(model);
+        else if (action == SHOW_INDEX) rc = show_index(tokens);
+        else if (action == RUN) rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);
+        else rc = demo();
     }
     if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 1; }
     return 0;

@@ -280,7 +280,7 @@ void rx_kv_page_release(RxKvPool *p, int32_t page);    /* one fewer; the last on
 
 /* The prefix cache: which page-aligned token prefixes have their K/V in the pool, under which model id.
  *   RX_CACHE_RADIX  a radix tree (RadixAttention): edges are runs of whole pages; LRU eviction of unlocked leaves
- *   RX_CACHE_HASH   a flat map hash(parent hash, page tokens) -> page, LRU over pages (the baseline of seed 001)
+ *   RX_CACHE_HASH   a flat map hash(parent hash, page tokens) -> page, LRU over pages (the hash-chained baseline)
  *   RX_CACHE_OFF    caches nothing: every request prefills every token
  * The cache holds one reference on every page it maps; requests hold their own.                                 */
 typedef enum { RX_CACHE_OFF = 0, RX_CACHE_RADIX = 1, RX_CACHE_HASH = 2 } RxCacheKind;
@@ -324,7 +324,8 @@ typedef struct {
  * or -1 with the first inconsistency in radix_error().                                                            */
 int  rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s);
 
-/* A request's life (seed 004): admit -> (the forward writes its suffix K/V) -> finish | abort | preempt. */
+/* A request's life, as a serving scheduler drives it: admit -> (the forward writes its suffix K/V) -> finish | abort |
+ * preempt. */
 typedef enum { RX_REQ_WAITING = 0, RX_REQ_RUNNING = 1, RX_REQ_FINISHED = 2, RX_REQ_ABORTED = 3 } RxRequestState;
 typedef struct {
     const int32_t *tokens; int len;  /* the prompt                                                               */
@@ -374,7 +375,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPref
  *   "prefill: 4 sequences, 160 tokens = 128 cached + 32 new (N); 9 distinct new histories (N'); 9 rows computed"
  * rows_computed: what qwen3_prefill_ref returned in n_compact_out. pf may be NULL (nothing cached).            */
 int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed);
-/* Serves requests through a prefix cache on the C reference (the scheduler loop of seed 002): each round admits up
+/* Serves requests through a prefix cache on the C reference (a serving engine's scheduler loop): each round admits up
  * to `batch` waiting requests, in arrival order (fcfs) or longest cached prefix first (lpm), runs one
  * qwen3_prefill_ref on their unmatched suffixes, and finishes them. At the end it audits the pool and flushes the
  * cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL) are in request order.          */
@@ -387,10 +388,11 @@ typedef struct {
     RxMode mode;                     /* of qwen3_prefill_ref                                                       */
     uint64_t model_id;
     FILE *trace;                     /* each batch's rx_prefill_print line (N, N', cached, computed); NULL: none  */
+    FILE *show_cache;                /* the cache after each batch: counts and rx_cache_draw; NULL: none          */
 } RxServeOptions;
 typedef struct {
     int n_requests, n_batches;
-    long prompt_tokens, cached_tokens;   /* hit rate = cached_tokens / prompt_tokens (seed 002)                    */
+    long prompt_tokens, cached_tokens;   /* hit rate = cached_tokens / prompt_tokens                               */
     long rows_computed;                  /* rows the forwards computed: N' of the suffixes in compact mode         */
     long evicted_pages;
     int pool_pages, cache_pages;         /* at the end, before the flush                                           */
