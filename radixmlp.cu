@@ -269,6 +269,39 @@ int radix_compact_cu_q(const RadixIndex *ix, const int32_t *cu_seqlens, int n_se
     return 0;
 }
 
+/* Draws a tree depth first, one line per node: first[id] is id's first child, next[id] its next sibling (-1: none),
+ * ids 0 .. n-1, the root among them. line() prints a node's line and returns the node whose children hang below it.
+ * at[d] is the next node to draw at depth d, so an ancestor at depth d gets a bar "|" exactly while at[d] >= 0. */
+static void draw_tree(FILE *out, const int32_t *first, const int32_t *next, int32_t root, int n,
+                      int32_t (*line)(FILE *out, const void *ctx, int32_t id), const void *ctx) {
+    int32_t *at = (int32_t *)malloc((size_t)(n + 1) * sizeof(int32_t));  /* [depth <= n] */
+    if (!at) { fprintf(out, "(out of memory drawing the tree)\n"); return; }
+    at[0] = first[root];
+    for (int d = 0; d >= 0;) {
+        int32_t id = at[d];
+        if (id < 0) { d--; continue; }                     /* depth d is done: back to its parent's siblings */
+        at[d] = next[id];
+        for (int i = 0; i < d; i++) fprintf(out, at[i] >= 0 ? "|   " : "    ");
+        fprintf(out, "%s ", next[id] >= 0 ? "|--" : "`--");
+        at[++d] = first[line(out, ctx, id)];
+    }
+    free(at);
+}
+
+typedef struct { const RadixIndex *ix; const int32_t *input_ids, *position_ids, *first, *next, *mult; } TrieDrawing;
+
+static int32_t trie_line(FILE *out, const void *ctx, int32_t c) {
+    const TrieDrawing *t = (const TrieDrawing *)ctx;
+    int32_t end = c;                                       /* extend the chain while nothing branches or ends */
+    while (t->first[end] >= 0 && t->next[t->first[end]] < 0 && t->mult[t->first[end]] == t->mult[end])
+        end = t->first[end];
+    int g0 = t->ix->gather[c], g1 = t->ix->gather[end];
+    if (c == end) fprintf(out, "c%d: token %d @%d", c, t->input_ids[g0], t->position_ids[g0]);
+    else fprintf(out, "c%d..c%d: %d tokens @%d..%d", c, end, g1 - g0 + 1, t->position_ids[g0], t->position_ids[g1]);
+    fprintf(out, "  (%d seq%s)\n", t->mult[c], t->mult[c] == 1 ? "" : "s");
+    return end;
+}
+
 /* Draws the trie, one line per chain of nodes that every sequence passing through it follows to the end of the
  * chain (a radix tree's edge). The parent of compact row c is the compact row of the token before its first
  * occurrence, or the root if that occurrence starts its sequence. */
@@ -276,44 +309,19 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
                      const int32_t *cu_seqlens, int n_seqs) {
     int nc = ix->n_compact;
     if (nc > 400) { fprintf(out, "(a trie of %d nodes: too large to draw)\n", nc); return; }
-    int32_t *parent = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4), *first = parent + nc + 1, *next = first + nc + 1,
-            *mult = next + nc + 1;                         /* mult[c]: how many sequences pass through node c */
-    int32_t *seq_of = (int32_t *)malloc((size_t)(ix->n_tokens + 1) * 4);
-    if (!parent || !seq_of) { free(parent); free(seq_of); fprintf(out, "(out of memory drawing the trie)\n"); return; }
-    for (int s = 0; s < n_seqs; s++)
-        for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++) seq_of[i] = s;
+    int32_t *first = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4), *next = first + nc + 1, *parent = next + nc + 1,
+            *mult = parent + nc + 1;                       /* mult[c]: how many sequences pass through node c */
+    if (!first) { fprintf(out, "(out of memory drawing the trie)\n"); return; }
     for (int c = 0; c <= nc; c++) first[c] = next[c] = -1, mult[c] = 0;
     for (int i = 0; i < ix->n_tokens; i++) mult[ix->scatter[i]]++;
-    for (int c = nc - 1; c >= 0; c--) {                   /* children linked in first-occurrence order */
-        int g = ix->gather[c];
-        parent[c] = g == cu_seqlens[seq_of[g]] ? nc : ix->scatter[g - 1];     /* nc stands for the root */
-        next[c] = first[parent[c]]; first[parent[c]] = c;
-    }
+    for (int c = 0; c < nc; c++) parent[c] = ix->gather[c] > 0 ? ix->scatter[ix->gather[c] - 1] : nc;  /* nc: root */
+    for (int s = 0; s < n_seqs; s++)                      /* a node that starts a sequence hangs below the root */
+        if (cu_seqlens[s] < cu_seqlens[s + 1]) parent[ix->scatter[cu_seqlens[s]]] = nc;
+    for (int c = nc - 1; c >= 0; c--) next[c] = first[parent[c]], first[parent[c]] = c;   /* first-occurrence order */
     fprintf(out, "root\n");
-    /* Depth-first with an explicit stack of (node, depth); more[d]: depth d still has siblings to draw. */
-    int *stack = (int *)malloc((size_t)(nc + 1) * 2 * sizeof(int)), sp = 0;
-    char *more = (char *)calloc((size_t)nc + 2, 1);
-    int end = nc, depth = 0;                               /* first push the root's children, at depth 0 */
-    while (stack && more) {
-        int k = 0;                                         /* children pushed in reverse: first drawn first */
-        for (int ch = first[end]; ch >= 0; ch = next[ch]) k++;
-        for (int ch = first[end], j = sp + k - 1; ch >= 0; ch = next[ch], j--) stack[2 * j] = ch, stack[2 * j + 1] = depth;
-        sp += k;
-        if (sp == 0) break;
-        sp--;
-        int c = stack[2 * sp], d = stack[2 * sp + 1], last = next[c] < 0;
-        more[d] = !last;
-        for (int i = 0; i < d; i++) fprintf(out, more[i] ? "|   " : "    ");
-        end = c;                                           /* extend the chain while nothing branches or ends */
-        while (first[end] >= 0 && next[first[end]] < 0 && mult[first[end]] == mult[end]) end = first[end];
-        int g0 = ix->gather[c], g1 = ix->gather[end];
-        if (c == end) fprintf(out, "%s c%d: token %d @%d", last ? "`--" : "|--", c, input_ids[g0], position_ids[g0]);
-        else fprintf(out, "%s c%d..c%d: %d tokens @%d..%d", last ? "`--" : "|--", c, end, g1 - g0 + 1,
-                     position_ids[g0], position_ids[g1]);
-        fprintf(out, "  (%d seq%s)\n", mult[c], mult[c] == 1 ? "" : "s");
-        depth = d + 1;                                     /* next: push the chain end's children */
-    }
-    free(stack); free(more); free(parent); free(seq_of);
+    TrieDrawing t = {ix, input_ids, position_ids, first, next, mult};
+    draw_tree(out, first, next, nc, nc + 1, trie_line, &t);
+    free(first);
 }
 
 /* ---------------------------------------------------------------------------------- the plain-c reference forward */
@@ -2534,6 +2542,13 @@ static void draw_page_run(FILE *out, const int32_t *tokens, const int32_t *pages
     for (int j = 0; j < n_pages; j++) fprintf(out, " %d", pages[j]);
 }
 
+static int32_t radix_node_line(FILE *out, const void *ctx, int32_t id) {      /* rx_cache_draw's line */
+    const RxPrefixCache *c = (const RxPrefixCache *)ctx;
+    draw_page_run(out, c->node[id].tokens, c->node[id].pages, c->node[id].n_pages, c->P);
+    fprintf(out, "  lock %d\n", c->node[id].lock);
+    return id;
+}
+
 void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
     if (c->kind == RX_CACHE_OFF) { fprintf(out, "(no prefix cache)\n"); return; }
     if (c->kind == RX_CACHE_HASH) {
@@ -2547,26 +2562,15 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
         }
         return;
     }
-    for (int32_t r = 0; r < c->cap_nodes; r++) {                /* each root, then depth first */
-        if (!c->node[r].used || c->node[r].parent >= 0) continue;
-        fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
-        int32_t id = c->node[r].child;
-        int depth = 0;
-        while (id >= 0) {
-            const RadixNode *x = &c->node[id];
-            for (int d = 0, up = depth; d < depth; d++, up--) {  /* a bar where the ancestor `up` levels up goes on */
-                int32_t a = id;
-                for (int k = 0; k < up; k++) a = c->node[a].parent;
-                fprintf(out, c->node[a].sibling >= 0 ? "|   " : "    ");
-            }
-            fprintf(out, "%s ", x->sibling >= 0 ? "|--" : "`--");
-            draw_page_run(out, x->tokens, x->pages, x->n_pages, c->P);
-            fprintf(out, "  lock %d\n", x->lock);
-            if (x->child >= 0) { id = x->child; depth++; continue; }
-            while (id >= 0 && c->node[id].sibling < 0) { id = c->node[id].parent; depth--; if (id == r) id = -1; }
-            if (id >= 0) id = c->node[id].sibling;
+    int32_t *first = (int32_t *)malloc((size_t)c->cap_nodes * 2 * sizeof(int32_t) + 1), *next = first + c->cap_nodes;
+    if (!first) { fprintf(out, "(out of memory drawing the cache)\n"); return; }
+    for (int32_t i = 0; i < c->cap_nodes; i++) first[i] = c->node[i].child, next[i] = c->node[i].sibling;
+    for (int32_t r = 0; r < c->cap_nodes; r++)                  /* each root, one tree per model */
+        if (c->node[r].used && c->node[r].parent < 0) {
+            fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
+            draw_tree(out, first, next, r, c->cap_nodes, radix_node_line, c);
         }
-    }
+    free(first);
 }
 
 int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
