@@ -2269,20 +2269,11 @@ static int32_t radix_walk_split(RxPrefixCache *c, int32_t root, const int32_t *t
     return radix_split(c, stop, stop_pages);
 }
 
-static int radix_depth(const RxPrefixCache *c, int32_t id) {   /* pages from the root to the end of id's edge */
-    int d = 0;
-    for (; id >= 0; id = c->node[id].parent) d += c->node[id].n_pages;
-    return d;
-}
-
-/* The page ids along the path root..id, root first, into pages[0 .. depth); also tokens, when asked for. */
-static void radix_path(const RxPrefixCache *c, int32_t id, int32_t *pages, int32_t *tokens) {
-    int at = radix_depth(c, id), P = c->P;
+/* The page ids along the path root..id, root first, into pages[0 .. depth): depth is the walk's matched pages. */
+static void radix_path(const RxPrefixCache *c, int32_t id, int depth, int32_t *pages) {
     for (; id >= 0; id = c->node[id].parent) {
-        const RadixNode *x = &c->node[id];
-        at -= x->n_pages;
-        memcpy(pages + at, x->pages, (size_t)x->n_pages * sizeof(int32_t));
-        if (tokens) memcpy(tokens + (size_t)at * P, x->tokens, (size_t)x->n_pages * P * sizeof(int32_t));
+        depth -= c->node[id].n_pages;
+        memcpy(pages + depth, c->node[id].pages, (size_t)c->node[id].n_pages * sizeof(int32_t));
     }
 }
 
@@ -2481,7 +2472,7 @@ int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *to
         int stop_pages;
         if (root < 0) return 0;
         int32_t at = radix_walk(c, root, tokens, n_pages, &m, &stop, &stop_pages);
-        radix_path(c, at, pages_out, NULL);
+        radix_path(c, at, m, pages_out);
         if (stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
         m += stop_pages;
     }
@@ -2499,39 +2490,6 @@ int rx_cache_evict(RxPrefixCache *c, int n_free) {
     while (c->pool->n_free < n_free &&
            (c->kind == RX_CACHE_HASH ? hash_evict_one(c) : c->kind == RX_CACHE_RADIX ? radix_evict_one(c) : 0)) {}
     return c->pool->n_free;
-}
-
-/* Visits every cached page a lookup can reach, with the whole prefix it ends. */
-void rx_cache_walk(const RxPrefixCache *c, void (*visit)(void *ctx, uint64_t model_id, const int32_t *tokens, int len,
-                   int32_t page), void *ctx) {
-    int P = c->P, depth;
-    for (int32_t i = 0; i < c->cap_nodes; i++) {
-        if (!c->node[i].used || c->node[i].parent < 0) continue;
-        int32_t root = i;
-        while (c->node[root].parent >= 0) root = c->node[root].parent;
-        depth = radix_depth(c, i);
-        int32_t *pages = (int32_t *)malloc((size_t)depth * sizeof(int32_t));             /* [depth]     */
-        int32_t *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));        /* [depth * P] */
-        if (!pages || !tokens) { free(pages); free(tokens); return; }
-        radix_path(c, i, pages, tokens);
-        for (int j = depth - c->node[i].n_pages; j < depth; j++)         /* the pages of i's own edge */
-            visit(ctx, c->node[root].model_id, tokens, (j + 1) * P, pages[j]);
-        free(pages); free(tokens);
-    }
-    for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++) {
-        if (!c->entry[p].used || !hash_reachable(c, p)) continue;
-        depth = 0;
-        for (int32_t q = p;; q = c->entry[q].parent_page) { depth++; if (!c->entry[q].parent_serial) break; }
-        int32_t *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));
-        if (!tokens) return;
-        int j = depth;
-        for (int32_t q = p;; q = c->entry[q].parent_page) {
-            memcpy(tokens + (size_t)--j * P, c->entry_tokens + (size_t)q * P, (size_t)P * sizeof(int32_t));
-            if (!c->entry[q].parent_serial) break;
-        }
-        visit(ctx, c->entry[p].model_id, tokens, depth * P, p);
-        free(tokens);
-    }
 }
 
 static void draw_page_run(FILE *out, const int32_t *tokens, const int32_t *pages, int n_pages, int P) {
@@ -2648,7 +2606,7 @@ static int request_match(RxPrefixCache *c, RxRequest *r) {
         int32_t at = root < 0 ? -1 : radix_walk_split(c, root, r->tokens, n_pages, &m);
         if (at < 0) return -1;
         if (m == 0) return 0;
-        radix_path(c, at, r->pages, NULL);
+        radix_path(c, at, m, r->pages);
         radix_touch(c, at, +1);                                  /* lock the path root..at */
         r->lock_node = at;
     }
