@@ -2210,12 +2210,6 @@ static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1
     return -1;
 }
 
-static int32_t radix_root_or_new(RxPrefixCache *c, uint64_t model_id) {
-    int32_t r = radix_root(c, model_id);
-    if (r < 0 && (r = radix_new_node(c, -1, NULL, NULL, 0)) >= 0) c->node[r].model_id = model_id;
-    return r;
-}
-
 static int32_t radix_child(const RxPrefixCache *c, int32_t id, const int32_t *page_tokens) {
     for (int32_t ch = c->node[id].child; ch >= 0; ch = c->node[ch].sibling)
         if (page_equal(c->node[ch].tokens, page_tokens, c->P)) return ch;
@@ -2259,10 +2253,13 @@ static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     return mid;
 }
 
-/* The walk, splitting where it ends mid-edge, so the matched prefix ends exactly at a node. */
-static int32_t radix_walk_split(RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched) {
-    int32_t stop;
+/* The walk from the model's root (made if it has none), splitting where it ends mid-edge, so the matched prefix ends
+ * exactly at a node. -1: out of memory. */
+static int32_t radix_walk_split(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int *matched) {
+    int32_t root = radix_root(c, model_id), stop;
     int stop_pages;
+    if (root < 0 && (root = radix_new_node(c, -1, NULL, NULL, 0)) >= 0) c->node[root].model_id = model_id;
+    if (root < 0) return -1;
     int32_t at = radix_walk(c, root, tokens, n_pages, matched, &stop, &stop_pages);
     if (stop < 0) return at;
     *matched += stop_pages;
@@ -2283,9 +2280,8 @@ static void radix_touch(RxPrefixCache *c, int32_t id, int lock_delta) {   /* the
 }
 
 static int radix_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
-    int32_t root = radix_root_or_new(c, model_id);
     int m = 0;
-    int32_t at = root < 0 ? -1 : radix_walk_split(c, root, tokens, n_pages, &m);
+    int32_t at = radix_walk_split(c, model_id, tokens, n_pages, &m);
     if (at < 0) return -1;
     if (m < n_pages) {                                           /* the unmatched tail becomes one new leaf */
         if ((at = radix_new_node(c, at, tokens + (size_t)m * c->P, pages + m, n_pages - m)) < 0) return -1;
@@ -2602,8 +2598,7 @@ static int request_match(RxPrefixCache *c, RxRequest *r) {
         m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages, &h, &serial);
         hash_touch(c, r->pages, m);
     } else if (c->kind == RX_CACHE_RADIX) {
-        int32_t root = radix_root_or_new(c, r->model_id);
-        int32_t at = root < 0 ? -1 : radix_walk_split(c, root, r->tokens, n_pages, &m);
+        int32_t at = radix_walk_split(c, r->model_id, r->tokens, n_pages, &m);
         if (at < 0) return -1;
         if (m == 0) return 0;
         radix_path(c, at, m, r->pages);
