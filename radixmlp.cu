@@ -2353,15 +2353,14 @@ static int32_t hash_find(const RxPrefixCache *c, uint64_t h, uint64_t model_id, 
 }
 
 /* Walks the chain over whole pages of tokens[0 .. n_pages * P); returns the pages matched, their ids in pages[]. */
-static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages,
-                     uint64_t *h, uint64_t *serial) {
+static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
+    uint64_t h = hash_mix(model_id), serial = 0;                   /* the root's hash: the model's namespace */
     int j = 0;
-    *h = hash_mix(model_id); *serial = 0;                          /* the root's hash: the model's namespace */
     for (; j < n_pages; j++) {
-        uint64_t key = hash_page(*h, tokens + (size_t)j * c->P, c->P);
-        int32_t p = hash_find(c, key, model_id, *serial, tokens + (size_t)j * c->P);
+        uint64_t key = hash_page(h, tokens + (size_t)j * c->P, c->P);
+        int32_t p = hash_find(c, key, model_id, serial, tokens + (size_t)j * c->P);
         if (p < 0) break;
-        pages[j] = p; *h = key; *serial = c->entry[p].serial;
+        pages[j] = p; h = key; serial = c->entry[p].serial;
     }
     return j;
 }
@@ -2373,10 +2372,10 @@ static void hash_touch(RxPrefixCache *c, const int32_t *pages, int n) {     /* f
 static int hash_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
     int32_t *hit = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "a hash cache walk");
     if (!hit) return -1;
-    uint64_t h, serial;
-    int m = hash_walk(c, model_id, tokens, n_pages, hit, &h, &serial), adopted = 0;
+    int m = hash_walk(c, model_id, tokens, n_pages, hit), adopted = 0;
     hash_touch(c, hit, m);
-    int32_t parent = m ? hit[m - 1] : -1;
+    int32_t parent = m ? hit[m - 1] : -1;                          /* the chain goes on from where the walk stopped */
+    uint64_t h = m ? c->entry[parent].hash : hash_mix(model_id), serial = m ? c->entry[parent].serial : 0;
     for (int j = m; j < n_pages && !c->entry[pages[j]].used; j++, adopted++) {
         int32_t p = pages[j];
         uint64_t key = hash_page(h, tokens + (size_t)j * c->P, c->P);
@@ -2460,10 +2459,8 @@ void rx_cache_free(RxPrefixCache *c) {
 
 int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
     int n_pages = n > 0 ? n / c->P : 0, m = 0;
-    if (c->kind == RX_CACHE_HASH) {
-        uint64_t h, serial;
-        m = hash_walk(c, model_id, tokens, n_pages, pages_out, &h, &serial);
-    } else if (c->kind == RX_CACHE_RADIX) {
+    if (c->kind == RX_CACHE_HASH) m = hash_walk(c, model_id, tokens, n_pages, pages_out);
+    else if (c->kind == RX_CACHE_RADIX) {
         int32_t root = radix_root(c, model_id), stop;
         int stop_pages;
         if (root < 0) return 0;
@@ -2594,8 +2591,7 @@ static void request_release(RxPrefixCache *c, RxRequest *r) {
 static int request_match(RxPrefixCache *c, RxRequest *r) {
     int n_pages = (r->len - 1) / c->P, m = 0;
     if (c->kind == RX_CACHE_HASH) {
-        uint64_t h, serial;
-        m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages, &h, &serial);
+        m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages);
         hash_touch(c, r->pages, m);
     } else if (c->kind == RX_CACHE_RADIX) {
         int32_t at = radix_walk_split(c, r->model_id, r->tokens, n_pages, &m);
