@@ -269,6 +269,39 @@ int radix_compact_cu_q(const RadixIndex *ix, const int32_t *cu_seqlens, int n_se
     return 0;
 }
 
+/* Draws a tree depth first, one line per node: first[id] is id's first child, next[id] its next sibling (-1: none),
+ * ids 0 .. n-1, the root among them. line() prints a node's line and returns the node whose children hang below it.
+ * at[d] is the next node to draw at depth d, so an ancestor at depth d gets a bar "|" exactly while at[d] >= 0. */
+static void draw_tree(FILE *out, const int32_t *first, const int32_t *next, int32_t root, int n,
+                      int32_t (*line)(FILE *out, const void *ctx, int32_t id), const void *ctx) {
+    int32_t *at = (int32_t *)malloc((size_t)(n + 1) * sizeof(int32_t));  /* [depth <= n] */
+    if (!at) { fprintf(out, "(out of memory drawing the tree)\n"); return; }
+    at[0] = first[root];
+    for (int d = 0; d >= 0;) {
+        int32_t id = at[d];
+        if (id < 0) { d--; continue; }                     /* depth d is done: back to its parent's siblings */
+        at[d] = next[id];
+        for (int i = 0; i < d; i++) fprintf(out, at[i] >= 0 ? "|   " : "    ");
+        fprintf(out, "%s ", next[id] >= 0 ? "|--" : "`--");
+        at[++d] = first[line(out, ctx, id)];
+    }
+    free(at);
+}
+
+typedef struct { const RadixIndex *ix; const int32_t *input_ids, *position_ids, *first, *next, *mult; } TrieDrawing;
+
+static int32_t trie_line(FILE *out, const void *ctx, int32_t c) {
+    const TrieDrawing *t = (const TrieDrawing *)ctx;
+    int32_t end = c;                                       /* extend the chain while nothing branches or ends */
+    while (t->first[end] >= 0 && t->next[t->first[end]] < 0 && t->mult[t->first[end]] == t->mult[end])
+        end = t->first[end];
+    int g0 = t->ix->gather[c], g1 = t->ix->gather[end];
+    if (c == end) fprintf(out, "c%d: token %d @%d", c, t->input_ids[g0], t->position_ids[g0]);
+    else fprintf(out, "c%d..c%d: %d tokens @%d..%d", c, end, g1 - g0 + 1, t->position_ids[g0], t->position_ids[g1]);
+    fprintf(out, "  (%d seq%s)\n", t->mult[c], t->mult[c] == 1 ? "" : "s");
+    return end;
+}
+
 /* Draws the trie, one line per chain of nodes that every sequence passing through it follows to the end of the
  * chain (a radix tree's edge). The parent of compact row c is the compact row of the token before its first
  * occurrence, or the root if that occurrence starts its sequence. */
@@ -276,44 +309,19 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
                      const int32_t *cu_seqlens, int n_seqs) {
     int nc = ix->n_compact;
     if (nc > 400) { fprintf(out, "(a trie of %d nodes: too large to draw)\n", nc); return; }
-    int32_t *parent = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4), *first = parent + nc + 1, *next = first + nc + 1,
-            *mult = next + nc + 1;                         /* mult[c]: how many sequences pass through node c */
-    int32_t *seq_of = (int32_t *)malloc((size_t)(ix->n_tokens + 1) * 4);
-    if (!parent || !seq_of) { free(parent); free(seq_of); fprintf(out, "(out of memory drawing the trie)\n"); return; }
-    for (int s = 0; s < n_seqs; s++)
-        for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++) seq_of[i] = s;
+    int32_t *first = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4), *next = first + nc + 1, *parent = next + nc + 1,
+            *mult = parent + nc + 1;                       /* mult[c]: how many sequences pass through node c */
+    if (!first) { fprintf(out, "(out of memory drawing the trie)\n"); return; }
     for (int c = 0; c <= nc; c++) first[c] = next[c] = -1, mult[c] = 0;
     for (int i = 0; i < ix->n_tokens; i++) mult[ix->scatter[i]]++;
-    for (int c = nc - 1; c >= 0; c--) {                   /* children linked in first-occurrence order */
-        int g = ix->gather[c];
-        parent[c] = g == cu_seqlens[seq_of[g]] ? nc : ix->scatter[g - 1];     /* nc stands for the root */
-        next[c] = first[parent[c]]; first[parent[c]] = c;
-    }
+    for (int c = 0; c < nc; c++) parent[c] = ix->gather[c] > 0 ? ix->scatter[ix->gather[c] - 1] : nc;  /* nc: root */
+    for (int s = 0; s < n_seqs; s++)                      /* a node that starts a sequence hangs below the root */
+        if (cu_seqlens[s] < cu_seqlens[s + 1]) parent[ix->scatter[cu_seqlens[s]]] = nc;
+    for (int c = nc - 1; c >= 0; c--) next[c] = first[parent[c]], first[parent[c]] = c;   /* first-occurrence order */
     fprintf(out, "root\n");
-    /* Depth-first with an explicit stack of (node, depth); more[d]: depth d still has siblings to draw. */
-    int *stack = (int *)malloc((size_t)(nc + 1) * 2 * sizeof(int)), sp = 0;
-    char *more = (char *)calloc((size_t)nc + 2, 1);
-    int end = nc, depth = 0;                               /* first push the root's children, at depth 0 */
-    while (stack && more) {
-        int k = 0;                                         /* children pushed in reverse: first drawn first */
-        for (int ch = first[end]; ch >= 0; ch = next[ch]) k++;
-        for (int ch = first[end], j = sp + k - 1; ch >= 0; ch = next[ch], j--) stack[2 * j] = ch, stack[2 * j + 1] = depth;
-        sp += k;
-        if (sp == 0) break;
-        sp--;
-        int c = stack[2 * sp], d = stack[2 * sp + 1], last = next[c] < 0;
-        more[d] = !last;
-        for (int i = 0; i < d; i++) fprintf(out, more[i] ? "|   " : "    ");
-        end = c;                                           /* extend the chain while nothing branches or ends */
-        while (first[end] >= 0 && next[first[end]] < 0 && mult[first[end]] == mult[end]) end = first[end];
-        int g0 = ix->gather[c], g1 = ix->gather[end];
-        if (c == end) fprintf(out, "%s c%d: token %d @%d", last ? "`--" : "|--", c, input_ids[g0], position_ids[g0]);
-        else fprintf(out, "%s c%d..c%d: %d tokens @%d..%d", last ? "`--" : "|--", c, end, g1 - g0 + 1,
-                     position_ids[g0], position_ids[g1]);
-        fprintf(out, "  (%d seq%s)\n", mult[c], mult[c] == 1 ? "" : "s");
-        depth = d + 1;                                     /* next: push the chain end's children */
-    }
-    free(stack); free(more); free(parent); free(seq_of);
+    TrieDrawing t = {ix, input_ids, position_ids, first, next, mult};
+    draw_tree(out, first, next, nc, nc + 1, trie_line, &t);
+    free(first);
 }
 
 /* ---------------------------------------------------------------------------------- the plain-c reference forward */
@@ -2202,12 +2210,6 @@ static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1
     return -1;
 }
 
-static int32_t radix_root_or_new(RxPrefixCache *c, uint64_t model_id) {
-    int32_t r = radix_root(c, model_id);
-    if (r < 0 && (r = radix_new_node(c, -1, NULL, NULL, 0)) >= 0) c->node[r].model_id = model_id;
-    return r;
-}
-
 static int32_t radix_child(const RxPrefixCache *c, int32_t id, const int32_t *page_tokens) {
     for (int32_t ch = c->node[id].child; ch >= 0; ch = c->node[ch].sibling)
         if (page_equal(c->node[ch].tokens, page_tokens, c->P)) return ch;
@@ -2251,30 +2253,24 @@ static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     return mid;
 }
 
-/* The walk, splitting where it ends mid-edge, so the matched prefix ends exactly at a node. */
-static int32_t radix_walk_split(RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched) {
-    int32_t stop;
+/* The walk from the model's root (made if it has none), splitting where it ends mid-edge, so the matched prefix ends
+ * exactly at a node. -1: out of memory. */
+static int32_t radix_walk_split(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int *matched) {
+    int32_t root = radix_root(c, model_id), stop;
     int stop_pages;
+    if (root < 0 && (root = radix_new_node(c, -1, NULL, NULL, 0)) >= 0) c->node[root].model_id = model_id;
+    if (root < 0) return -1;
     int32_t at = radix_walk(c, root, tokens, n_pages, matched, &stop, &stop_pages);
     if (stop < 0) return at;
     *matched += stop_pages;
     return radix_split(c, stop, stop_pages);
 }
 
-static int radix_depth(const RxPrefixCache *c, int32_t id) {   /* pages from the root to the end of id's edge */
-    int d = 0;
-    for (; id >= 0; id = c->node[id].parent) d += c->node[id].n_pages;
-    return d;
-}
-
-/* The page ids along the path root..id, root first, into pages[0 .. depth); also tokens, when asked for. */
-static void radix_path(const RxPrefixCache *c, int32_t id, int32_t *pages, int32_t *tokens) {
-    int at = radix_depth(c, id), P = c->P;
+/* The page ids along the path root..id, root first, into pages[0 .. depth): depth is the walk's matched pages. */
+static void radix_path(const RxPrefixCache *c, int32_t id, int depth, int32_t *pages) {
     for (; id >= 0; id = c->node[id].parent) {
-        const RadixNode *x = &c->node[id];
-        at -= x->n_pages;
-        memcpy(pages + at, x->pages, (size_t)x->n_pages * sizeof(int32_t));
-        if (tokens) memcpy(tokens + (size_t)at * P, x->tokens, (size_t)x->n_pages * P * sizeof(int32_t));
+        depth -= c->node[id].n_pages;
+        memcpy(pages + depth, c->node[id].pages, (size_t)c->node[id].n_pages * sizeof(int32_t));
     }
 }
 
@@ -2284,9 +2280,8 @@ static void radix_touch(RxPrefixCache *c, int32_t id, int lock_delta) {   /* the
 }
 
 static int radix_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
-    int32_t root = radix_root_or_new(c, model_id);
     int m = 0;
-    int32_t at = root < 0 ? -1 : radix_walk_split(c, root, tokens, n_pages, &m);
+    int32_t at = radix_walk_split(c, model_id, tokens, n_pages, &m);
     if (at < 0) return -1;
     if (m < n_pages) {                                           /* the unmatched tail becomes one new leaf */
         if ((at = radix_new_node(c, at, tokens + (size_t)m * c->P, pages + m, n_pages - m)) < 0) return -1;
@@ -2358,15 +2353,14 @@ static int32_t hash_find(const RxPrefixCache *c, uint64_t h, uint64_t model_id, 
 }
 
 /* Walks the chain over whole pages of tokens[0 .. n_pages * P); returns the pages matched, their ids in pages[]. */
-static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages,
-                     uint64_t *h, uint64_t *serial) {
+static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
+    uint64_t h = hash_mix(model_id), serial = 0;                   /* the root's hash: the model's namespace */
     int j = 0;
-    *h = hash_mix(model_id); *serial = 0;                          /* the root's hash: the model's namespace */
     for (; j < n_pages; j++) {
-        uint64_t key = hash_page(*h, tokens + (size_t)j * c->P, c->P);
-        int32_t p = hash_find(c, key, model_id, *serial, tokens + (size_t)j * c->P);
+        uint64_t key = hash_page(h, tokens + (size_t)j * c->P, c->P);
+        int32_t p = hash_find(c, key, model_id, serial, tokens + (size_t)j * c->P);
         if (p < 0) break;
-        pages[j] = p; *h = key; *serial = c->entry[p].serial;
+        pages[j] = p; h = key; serial = c->entry[p].serial;
     }
     return j;
 }
@@ -2378,10 +2372,10 @@ static void hash_touch(RxPrefixCache *c, const int32_t *pages, int n) {     /* f
 static int hash_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
     int32_t *hit = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "a hash cache walk");
     if (!hit) return -1;
-    uint64_t h, serial;
-    int m = hash_walk(c, model_id, tokens, n_pages, hit, &h, &serial), adopted = 0;
+    int m = hash_walk(c, model_id, tokens, n_pages, hit), adopted = 0;
     hash_touch(c, hit, m);
-    int32_t parent = m ? hit[m - 1] : -1;
+    int32_t parent = m ? hit[m - 1] : -1;                          /* the chain goes on from where the walk stopped */
+    uint64_t h = m ? c->entry[parent].hash : hash_mix(model_id), serial = m ? c->entry[parent].serial : 0;
     for (int j = m; j < n_pages && !c->entry[pages[j]].used; j++, adopted++) {
         int32_t p = pages[j];
         uint64_t key = hash_page(h, tokens + (size_t)j * c->P, c->P);
@@ -2465,15 +2459,13 @@ void rx_cache_free(RxPrefixCache *c) {
 
 int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
     int n_pages = n > 0 ? n / c->P : 0, m = 0;
-    if (c->kind == RX_CACHE_HASH) {
-        uint64_t h, serial;
-        m = hash_walk(c, model_id, tokens, n_pages, pages_out, &h, &serial);
-    } else if (c->kind == RX_CACHE_RADIX) {
+    if (c->kind == RX_CACHE_HASH) m = hash_walk(c, model_id, tokens, n_pages, pages_out);
+    else if (c->kind == RX_CACHE_RADIX) {
         int32_t root = radix_root(c, model_id), stop;
         int stop_pages;
         if (root < 0) return 0;
         int32_t at = radix_walk(c, root, tokens, n_pages, &m, &stop, &stop_pages);
-        radix_path(c, at, pages_out, NULL);
+        radix_path(c, at, m, pages_out);
         if (stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
         m += stop_pages;
     }
@@ -2493,45 +2485,19 @@ int rx_cache_evict(RxPrefixCache *c, int n_free) {
     return c->pool->n_free;
 }
 
-/* Visits every cached page a lookup can reach, with the whole prefix it ends. */
-void rx_cache_walk(const RxPrefixCache *c, void (*visit)(void *ctx, uint64_t model_id, const int32_t *tokens, int len,
-                   int32_t page), void *ctx) {
-    int P = c->P, depth;
-    for (int32_t i = 0; i < c->cap_nodes; i++) {
-        if (!c->node[i].used || c->node[i].parent < 0) continue;
-        int32_t root = i;
-        while (c->node[root].parent >= 0) root = c->node[root].parent;
-        depth = radix_depth(c, i);
-        int32_t *pages = (int32_t *)malloc((size_t)depth * sizeof(int32_t));             /* [depth]     */
-        int32_t *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));        /* [depth * P] */
-        if (!pages || !tokens) { free(pages); free(tokens); return; }
-        radix_path(c, i, pages, tokens);
-        for (int j = depth - c->node[i].n_pages; j < depth; j++)         /* the pages of i's own edge */
-            visit(ctx, c->node[root].model_id, tokens, (j + 1) * P, pages[j]);
-        free(pages); free(tokens);
-    }
-    for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++) {
-        if (!c->entry[p].used || !hash_reachable(c, p)) continue;
-        depth = 0;
-        for (int32_t q = p;; q = c->entry[q].parent_page) { depth++; if (!c->entry[q].parent_serial) break; }
-        int32_t *tokens = (int32_t *)malloc((size_t)depth * P * sizeof(int32_t));
-        if (!tokens) return;
-        int j = depth;
-        for (int32_t q = p;; q = c->entry[q].parent_page) {
-            memcpy(tokens + (size_t)--j * P, c->entry_tokens + (size_t)q * P, (size_t)P * sizeof(int32_t));
-            if (!c->entry[q].parent_serial) break;
-        }
-        visit(ctx, c->entry[p].model_id, tokens, depth * P, p);
-        free(tokens);
-    }
-}
-
 static void draw_page_run(FILE *out, const int32_t *tokens, const int32_t *pages, int n_pages, int P) {
     fprintf(out, "[");
     for (int j = 0; j < n_pages && j < 3; j++)
         for (int i = 0; i < P; i++) fprintf(out, "%s%d", i ? " " : j ? " | " : "", tokens[(size_t)j * P + i]);
     fprintf(out, "%s]  page%s", n_pages > 3 ? " | ..." : "", n_pages > 1 ? "s" : "");
     for (int j = 0; j < n_pages; j++) fprintf(out, " %d", pages[j]);
+}
+
+static int32_t radix_node_line(FILE *out, const void *ctx, int32_t id) {      /* rx_cache_draw's line */
+    const RxPrefixCache *c = (const RxPrefixCache *)ctx;
+    draw_page_run(out, c->node[id].tokens, c->node[id].pages, c->node[id].n_pages, c->P);
+    fprintf(out, "  lock %d\n", c->node[id].lock);
+    return id;
 }
 
 void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
@@ -2547,26 +2513,15 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
         }
         return;
     }
-    for (int32_t r = 0; r < c->cap_nodes; r++) {                /* each root, then depth first */
-        if (!c->node[r].used || c->node[r].parent >= 0) continue;
-        fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
-        int32_t id = c->node[r].child;
-        int depth = 0;
-        while (id >= 0) {
-            const RadixNode *x = &c->node[id];
-            for (int d = 0, up = depth; d < depth; d++, up--) {  /* a bar where the ancestor `up` levels up goes on */
-                int32_t a = id;
-                for (int k = 0; k < up; k++) a = c->node[a].parent;
-                fprintf(out, c->node[a].sibling >= 0 ? "|   " : "    ");
-            }
-            fprintf(out, "%s ", x->sibling >= 0 ? "|--" : "`--");
-            draw_page_run(out, x->tokens, x->pages, x->n_pages, c->P);
-            fprintf(out, "  lock %d\n", x->lock);
-            if (x->child >= 0) { id = x->child; depth++; continue; }
-            while (id >= 0 && c->node[id].sibling < 0) { id = c->node[id].parent; depth--; if (id == r) id = -1; }
-            if (id >= 0) id = c->node[id].sibling;
+    int32_t *first = (int32_t *)malloc((size_t)c->cap_nodes * 2 * sizeof(int32_t) + 1), *next = first + c->cap_nodes;
+    if (!first) { fprintf(out, "(out of memory drawing the cache)\n"); return; }
+    for (int32_t i = 0; i < c->cap_nodes; i++) first[i] = c->node[i].child, next[i] = c->node[i].sibling;
+    for (int32_t r = 0; r < c->cap_nodes; r++)                  /* each root, one tree per model */
+        if (c->node[r].used && c->node[r].parent < 0) {
+            fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
+            draw_tree(out, first, next, r, c->cap_nodes, radix_node_line, c);
         }
-    }
+    free(first);
 }
 
 int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
@@ -2636,15 +2591,13 @@ static void request_release(RxPrefixCache *c, RxRequest *r) {
 static int request_match(RxPrefixCache *c, RxRequest *r) {
     int n_pages = (r->len - 1) / c->P, m = 0;
     if (c->kind == RX_CACHE_HASH) {
-        uint64_t h, serial;
-        m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages, &h, &serial);
+        m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages);
         hash_touch(c, r->pages, m);
     } else if (c->kind == RX_CACHE_RADIX) {
-        int32_t root = radix_root_or_new(c, r->model_id);
-        int32_t at = root < 0 ? -1 : radix_walk_split(c, root, r->tokens, n_pages, &m);
+        int32_t at = radix_walk_split(c, r->model_id, r->tokens, n_pages, &m);
         if (at < 0) return -1;
         if (m == 0) return 0;
-        radix_path(c, at, r->pages, NULL);
+        radix_path(c, at, m, r->pages);
         radix_touch(c, at, +1);                                  /* lock the path root..at */
         r->lock_node = at;
     }

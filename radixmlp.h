@@ -299,10 +299,6 @@ int  rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *t
 int  rx_cache_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, const int32_t *pages);
 /* Evicts (LRU) until the pool has n_free free pages or nothing more can be evicted; returns the free count. */
 int  rx_cache_evict(RxPrefixCache *c, int n_free);
-/* Calls visit once per cached page that a lookup can reach: the whole token prefix it ends (len tokens, a multiple of
- * the page size) and its page. Hash entries whose chain to the root was evicted (orphans) are not reachable.       */
-void rx_cache_walk(const RxPrefixCache *c, void (*visit)(void *ctx, uint64_t model_id, const int32_t *tokens,
-                   int len, int32_t page), void *ctx);
 /* Draws the radix tree (or the hash map's entries), one edge per line, e.g. with page size 2:
  *   model 7
  *   `-- [5 6 | 7 8]  pages 0 1  lock 1
