@@ -8,7 +8,8 @@
  *   ./bench --attention [--model 4b] [--quick]   attention alone at the Table 4 shapes: the flash and the naive
  *                       kernel in the baseline, radix and compact layouts, ms and TFLOP/s
  *   ./bench --workload reranker    synthetic MS MARCO-shaped reranking batches (Tables 1 and 3, synthetic)
- *   ./bench --prefix-cache         Part II: the KV prefix cache, six radix vs hash scenarios; CPU only, needs no GPU
+ *   ./bench --prefix-cache [--gpu] Part II: the KV prefix cache, six radix vs hash scenarios; the C reference (no GPU
+ *                                  needed), or gpu_prefill with GPU times
  *   ./bench --replot t4.csv --svg t4.svg    re-plot a recorded Table 4 CSV; needs no GPU
  *
  * How things are measured:
@@ -785,7 +786,8 @@ static Requests scenario_requests(int n, int n_groups, int prefix, int stem, int
 }
 
 /* rx_serve of each of n option sets, in turn, for one warm-up round and `reps` timed rounds (taking turns spreads
- * the noise of a shared machine evenly); ms[k]: the median wall time of set k, st[k]: its (deterministic) stats. */
+ * the noise of a shared machine evenly); ms[k]: the median time of set k (wall time on the CPU; with o->gpu the
+ * prefills' GPU time, CUDA events, the host's scheduling excluded), st[k]: its (deterministic) stats. */
 static int serve_rounds(const Qwen3Model *m, const Requests *r, const RxServeOptions *o, int n, int reps,
                         RxServeStats *st, double *ms)
 {
@@ -802,14 +804,15 @@ static int serve_rounds(const Qwen3Model *m, const Requests *r, const RxServeOpt
                 free(t);
                 return 1;
             }
-            if (round >= 0) t[k * reps + round] = st[k].ms;
+            if (round >= 0) t[k * reps + round] = o[k].gpu ? st[k].gpu_ms : st[k].ms;
         }
     for (int k = 0; k < n; k++) ms[k] = median(t + k * reps, reps);
     free(t);
     return 0;
 }
 
-static int prefix_cache_tables(int reps)
+/* gpu: every scenario served by gpu_prefill on the device (K/V in a GPU pool), GPU times; else the C reference. */
+static int prefix_cache_tables(int reps, int gpu)
 {
     static const Col cols[] = {
         {"scenario", "scenario"}, {"requests", "requests"}, {"prompt tok", "prompt_tokens"}, {"cache", "cache"},
@@ -819,13 +822,23 @@ static int prefix_cache_tables(int reps)
         {"nanoGPT evictions", "nanogpt_evictions"}};
     static const RxCacheKind KINDS[3] = {RX_CACHE_OFF, RX_CACHE_HASH, RX_CACHE_RADIX};
     Qwen3Model m;
+    GpuModel *g = NULL;
     char cpu[128];
     if (qwen3_random(&m, &TINY, SEED)) { fprintf(stderr, "bench: qwen3_random: %s\n", radix_error()); return 1; }
+    if (gpu && gpu_model_upload(&g, &m)) {
+        fprintf(stderr, "bench: gpu_model_upload: %s\n", radix_error());
+        qwen3_free(&m);
+        return 1;
+    }
     cpu_name(cpu, sizeof cpu);
-    printf("cpu: %s (one thread); the C reference (fp32), not a GPU. A random Qwen3 of fixtures/tiny-bf16's shape\n"
-           "(vocab 512, hidden 64, 2 layers); page size %d, batch 1, fcfs, mode compact; median of %d runs.\n\n",
-           cpu, PC_PAGE, reps);
-    table_begin("Part II: six radix vs hash scenarios, off vs hash vs radix (CPU timings)", cols, 14, "cpu");
+    if (g) snprintf(cpu, sizeof cpu, "%s", gpu_device_name());
+    if (g) printf("gpu: %s; gpu_prefill (bf16), ms = the prefills' GPU time (CUDA events), the host's scheduling "
+                  "excluded.", cpu);
+    else printf("cpu: %s (one thread); the C reference (fp32), not a GPU.", cpu);
+    printf(" A random Qwen3 of fixtures/tiny-bf16's shape\n(vocab 512, hidden 64, 2 layers); page size %d, batch 1, "
+           "fcfs, mode compact; median of %d runs.\n\n", PC_PAGE, reps);
+    table_begin(g ? "Part II: six radix vs hash scenarios, off vs hash vs radix (GPU timings)"
+                  : "Part II: six radix vs hash scenarios, off vs hash vs radix (CPU timings)", cols, 14, g ? "gpu" : "cpu");
     for (size_t si = 0; si < sizeof SCENARIOS / sizeof *SCENARIOS; si++) {
         const CacheScenario *sc = &SCENARIOS[si];
         Requests r = scenario_requests(sc->n_req, sc->n_groups, sc->prefix, 0, sc->unique, 0, SEED + si);
@@ -834,8 +847,8 @@ static int prefix_cache_tables(int reps)
         double ms[3];
         fprintf(stderr, "bench: prefix cache, %s\n", sc->name);
         for (int k = 0; k < 3; k++)
-            o[k] = (RxServeOptions){KINDS[k], PC_PAGE, sc->pool_pages, 1, 0, RX_COMPACT, 1, NULL, NULL};
-        if (serve_rounds(&m, &r, o, 3, reps, st, ms)) { requests_free(&r); qwen3_free(&m); return 1; }
+            o[k] = (RxServeOptions){KINDS[k], PC_PAGE, sc->pool_pages, 1, 0, RX_COMPACT, 1, NULL, NULL, g};
+        if (serve_rounds(&m, &r, o, 3, reps, st, ms)) { requests_free(&r); gpu_model_free(g); qwen3_free(&m); return 1; }
         for (int k = 0; k < 3; k++) {
             Row row = {0};
             const double *theirs = KINDS[k] == RX_CACHE_OFF ? NULL : sc->nanogpt[KINDS[k] == RX_CACHE_RADIX];
@@ -874,8 +887,8 @@ static int prefix_cache_tables(int reps)
     double sms[8];
     for (int k = 0; k < 8; k++)                            /* hash, radix x fcfs, lpm x batch 1, 6 */
         so[k] = (RxServeOptions){KINDS[1 + k / 4], PC_PAGE, 8 + 6 * (k % 2 ? 6 : 1), k % 2 ? 6 : 1, k / 2 % 2,
-                                 RX_COMPACT, 1, NULL, NULL};
-    if (serve_rounds(&m, &r, so, 8, reps, sst, sms)) { requests_free(&r); qwen3_free(&m); return 1; }
+                                 RX_COMPACT, 1, NULL, NULL, g};
+    if (serve_rounds(&m, &r, so, 8, reps, sst, sms)) { requests_free(&r); gpu_model_free(g); qwen3_free(&m); return 1; }
     for (int k = 0; k < 8; k++) {
         Row row = {0};
         cell(&row, "round-robin"); cell(&row, "%s", rx_cache_kind_name(so[k].cache));
@@ -898,8 +911,8 @@ static int prefix_cache_tables(int reps)
     RxServeStats mst[4];
     double mms[4];
     for (int k = 0; k < 4; k++)                            /* off, radix x baseline, compact */
-        mo[k] = (RxServeOptions){KINDS[k / 2 * 2], 16, 0, 8, 0, k % 2 ? RX_COMPACT : RX_BASELINE, 1, NULL, NULL};
-    if (serve_rounds(&m, &r, mo, 4, reps, mst, mms)) { requests_free(&r); qwen3_free(&m); return 1; }
+        mo[k] = (RxServeOptions){KINDS[k / 2 * 2], 16, 0, 8, 0, k % 2 ? RX_COMPACT : RX_BASELINE, 1, NULL, NULL, g};
+    if (serve_rounds(&m, &r, mo, 4, reps, mst, mms)) { requests_free(&r); gpu_model_free(g); qwen3_free(&m); return 1; }
     for (int k = 0; k < 4; k++) {
         Row row = {0};
         cell(&row, "%s", rx_cache_kind_name(mo[k].cache)); cell(&row, "%s", rx_mode_name(mo[k].mode));
@@ -911,8 +924,10 @@ static int prefix_cache_tables(int reps)
     requests_free(&r);
     printf("\nThe first batch finds nothing cached: compaction computes its shared system prompt and stem once. Later\n"
            "batches read the prompt's 3 pages from the cache, and compaction merges their equal stems (same cached\n"
-           "prefix, same tokens, same positions). CPU timings of the C reference, one thread.\n\n");
+           "prefix, same tokens, same positions). %s\n\n", g ? "GPU timings of gpu_prefill (CUDA events)." :
+           "CPU timings of the C reference, one thread.");
     g_csv = csv;
+    gpu_model_free(g);
     qwen3_free(&m);
     return 0;
 }
@@ -1011,6 +1026,7 @@ static const char *USAGE =
     "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped)\n"
     "  --model 0.6b|4b|8b    the model for --table 4 and --attention (default 4b); limits --table 2 and reranker\n"
     "                        to one model\n"
+    "  --gpu                 with --prefix-cache: serve on the GPU (gpu_prefill), GPU times\n"
     "  --reps N              timed repeats after one warm-up (default 5, 15 for --prefix-cache; 2 with --quick;\n"
     "                        x4 in Table 6)\n"
     "  --quick               fewer rows and repeats, for smoke runs\n"
@@ -1028,7 +1044,7 @@ static int usage_error(const char *msg, const char *arg)
 
 int main(int argc, char **argv)
 {
-    int table = 0, reranker_run = 0, attention_run = 0, prefix_cache = 0, quick = 0, reps = 0, rc;
+    int table = 0, reranker_run = 0, attention_run = 0, prefix_cache = 0, quick = 0, reps = 0, gpu = 0, rc;
     const char *csv = NULL, *svg = NULL, *replot = NULL, *what;
     const ModelSpec *model = NULL;
     char *end;
@@ -1037,6 +1053,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(USAGE, stdout); return 0; }
         if (!strcmp(a, "--quick")) { quick = 1; continue; }
         if (!strcmp(a, "--prefix-cache")) { prefix_cache = 1; continue; }
+        if (!strcmp(a, "--gpu")) { gpu = 1; continue; }
         if (!strcmp(a, "--attention")) { attention_run = 1; continue; }
         if (strcmp(a, "--table") && strcmp(a, "--workload") && strcmp(a, "--model") && strcmp(a, "--reps") &&
             strcmp(a, "--csv") && strcmp(a, "--svg") && strcmp(a, "--replot"))
@@ -1065,6 +1082,7 @@ int main(int argc, char **argv)
         return usage_error("choose exactly one of --table N, --attention, --workload reranker, --prefix-cache, "
                            "--replot CSV", NULL);
     if (replot && !svg) return usage_error("--replot needs --svg FILE", NULL);
+    if (gpu && !prefix_cache) return usage_error("--gpu goes with --prefix-cache (the other benchmarks need a GPU)", NULL);
     if (svg && !replot && table != 4)
         return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
     if (!reps) reps = quick ? 2 : prefix_cache ? 15 : 5;   /* the CPU tables are short: more rounds, less noise */
@@ -1076,8 +1094,8 @@ int main(int argc, char **argv)
         return read_t4_csv(replot, pts, 64, &n, title, sizeof title) || write_svg(svg, pts, n, title) ? 1 : 0;
     }
     what = reranker_run ? "--workload reranker" : attention_run ? "--attention" : table == 2 ? "--table 2" :
-           table == 4 ? "--table 4" : "--table 6";
-    if (table != 5 && !prefix_cache && !gpu_available()) {
+           table == 4 ? "--table 4" : prefix_cache ? "--prefix-cache --gpu" : "--table 6";
+    if (table != 5 && (!prefix_cache || gpu) && !gpu_available()) {
         fprintf(stderr, "bench: %s needs a CUDA device: %s\n", what, radix_error());
         return 1;
     }
@@ -1085,7 +1103,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));
         return 1;
     }
-    if (table != 5 && !prefix_cache) print_device();
+    if (table != 5 && (!prefix_cache || gpu)) print_device();
     if (table == 4) {
         Point pts[16];
         int n = 0;
@@ -1099,7 +1117,7 @@ int main(int argc, char **argv)
     else if (table == 2) rc = table2(model, reps);
     else if (table == 5) rc = table5(quick);
     else if (table == 6) rc = table6(quick ? reps : 4 * reps);
-    else if (prefix_cache) rc = prefix_cache_tables(reps);
+    else if (prefix_cache) rc = prefix_cache_tables(reps, gpu);
     else rc = reranker(model, reps, quick);
     if (g_csv && fclose(g_csv)) { fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno)); rc = 1; }
     return rc ? 1 : 0;

@@ -26,12 +26,14 @@
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref(): Part I's layer steps, keys read from the pool through a
  *                                      KvView; the trie keyed by cached prefix: radix_index_build_keyed()
+ *   Part II on the GPU              -> gpu_prefill(): a bf16 KV pool in device memory (GpuKvPool), keys read through
+ *                                      the pool slots by the same layer code as Part I (gpu_layer, GpuKvView)
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
  * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
- * benchmarks and test hooks -> Part II: the paged KV pool, the prefix caches, a request's life -> the plumbing
- * (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and CLI main(). The
- * plumbing the algorithms call is declared just below the #includes.
+ * benchmarks and test hooks -> Part II: the paged KV pool, the prefix caches, a request's life, prefill on the
+ * GPU -> the plumbing (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and
+ * CLI main(). The plumbing the algorithms call is declared just below the #includes.
  *
  * Non-obvious things:
  *   - N vs N': every buffer says which token space it lives in. [N, ...] is the user's ragged batch,
@@ -813,22 +815,32 @@ static __device__ float block_sum(float v) {  /* blockDim.x a multiple of 32; on
  *   gather     x~ = x[I_gather]    idx = I_gather  [N'],  in [N, ...]            -> out [N', ...]
  *   scatter    y  = y~[I_scatter]  idx = I_scatter [N],   in [N', ...]           -> out [N, ...]
  *   embedding  h0 = E[ids]         idx = token ids [rows], in = E [vocab, hidden] -> out [rows, hidden]
- * One block per output row. Chunk is uint4 (one 16-byte load and store per thread) when rows and pointers are 16-byte
- * aligned, else uint16_t (one bf16). */
+ * and, with an output index and stride, Part II's write of new K/V into their pool slots (kv_store below):
+ *   out[dst[r] * out_stride] = in[idx[r]], idx NULL meaning r.
+ * One block per output row. Chunk is uint4 (one 16-byte load and store per thread) when rows, strides and pointers
+ * are 16-byte aligned, else uint16_t (one bf16). */
 template <typename Chunk>
-__global__ void rows_by_index_kernel(Chunk *out, const Chunk *in, const int32_t *idx, int64_t chunks_per_row) {
-    const Chunk *src = in + idx[blockIdx.x] * chunks_per_row;
-    Chunk *dst = out + blockIdx.x * chunks_per_row;
-    for (int64_t c = threadIdx.x; c < chunks_per_row; c += blockDim.x) dst[c] = src[c];
+__global__ void rows_by_index_kernel(Chunk *out, int64_t out_stride, const int32_t *dst, const Chunk *in,
+                                     const int32_t *idx, int64_t chunks_per_row) {
+    const Chunk *from = in + (idx ? idx[blockIdx.x] : blockIdx.x) * chunks_per_row;
+    Chunk *to = out + (dst ? dst[blockIdx.x] : blockIdx.x) * out_stride;
+    for (int64_t c = threadIdx.x; c < chunks_per_row; c += blockDim.x) to[c] = from[c];
+}
+/* out rows out_stride_bytes apart, row r at dst ? dst[r] : r; in rows row_bytes apart, row idx ? idx[r] : r. */
+static int rows_copy_gpu(cudaStream_t st, void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
+                         const int32_t *idx, int n_rows, size_t row_bytes) {
+    if (n_rows == 0) return 0;
+    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0)
+        rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
+                                                     (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
+    else rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
+                                                      (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
+    LAUNCH_CHECK();                                                    /* whichever of the two ran */
+    return 0;
 }
 static int rows_by_index_gpu(cudaStream_t st, void *out, const void *in, const int32_t *idx, int n_rows,
-                             size_t row_bytes) {
-    int64_t n16 = (int64_t)(row_bytes / 16), n2 = (int64_t)(row_bytes / 2);   /* row_bytes is even: bf16 or fp32 */
-    if (((uintptr_t)out | (uintptr_t)in | row_bytes) % 16 == 0)
-        rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint4 *)out, (const uint4 *)in, idx, n16);
-    else rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint16_t *)out, (const uint16_t *)in, idx, n2);
-    LAUNCH_CHECK();                                                             /* whichever of the two ran */
-    return 0;
+                             size_t row_bytes) {                       /* row_bytes is even: bf16 or fp32 */
+    return rows_copy_gpu(st, out, row_bytes, NULL, in, idx, n_rows, row_bytes);
 }
 
 /* RMSNorm of each row, x [rows, dim] -> out [rows, dim] (input, post-attention and final norm; any space), in the
@@ -944,10 +956,21 @@ static int fill_uniform(cudaStream_t st, bf16 *w, int64_t n, uint64_t seed, floa
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
+/* Attention reads its keys through an index. Token t of attention's token space (the batch's N original positions;
+ * in Part II every cached and new position of the sequences) has its key and value rows at
+ *     k + (kv_row ? kv_row[t] : t) * row_stride        (and v likewise), head kvh at + kvh * head_dim
+ *   baseline, radix   k, v: [N, n_kv*head_dim], row_stride n_kv*head_dim, kv_row NULL
+ *   compact           k, v: [N', n_kv*head_dim], kv_row = I_scatter: original position -> its compact row
+ *   Part II           k, v: layer l's slice of the KV pool [slot, n_layers, n_kv*head_dim], so row_stride is
+ *                     n_layers*n_kv*head_dim (a slot holds every layer), kv_row: position -> its pool slot
+ * Both kernels below take this view; neither copies a key. (A struct for the host side only: the kernels take its
+ * fields as plain arguments.) */
+typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
+
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
  *   q, out [n_q, n_heads*head_dim]   query rows: N original rows, or N' compact rows
- *   k, v   [*, n_kv*head_dim]        key/value rows, addressed through kv_row
- *   seq_start [N], kv_row [N]        original space
+ *   k, v, kv_stride, kv_row          key/value rows, as GpuKvView above
+ *   seq_start [N], kv_row [N]        attention's token space (original space)
  * Query row r stands for original position g = q_orig ? q_orig[r] : r and attends to the original positions
  * t = seq_start[g] .. g, whose key/value rows are kv_row ? kv_row[t] : t. Query head h reads kv head
  * h / (n_heads / n_kv).
@@ -961,9 +984,9 @@ static int fill_uniform(cudaStream_t st, bf16 *w, int64_t n, uint64_t seed, floa
  * identical q; and their histories map position by position onto the same compact rows, so the keys and values read
  * through I_scatter are the very vectors the scattered N-row layout would hold. Same inputs, same order of
  * operations: the result is bit-identical to scatter -> attention -> gather, without the copies. */
-__global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int n_q,
-                                 const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row, int n_heads,
-                                 int n_kv_heads, int head_dim) {
+__global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
+                                 const int32_t *kv_row, int n_q, const int32_t *q_orig, const int32_t *seq_start,
+                                 int n_heads, int n_kv_heads, int head_dim) {
     enum { PER_LANE = MAX_HEAD_DIM / 32 };                       /* values of a head per lane, in registers */
     int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     if (warp >= n_q * n_heads) return;
@@ -976,7 +999,7 @@ __global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const 
         acc[j] = 0.0f;
     }
     for (int t = seq_start[g]; t <= g; t++) {                    /* causal, inside g's own sequence */
-        int64_t kv_off = ((int64_t)(kv_row ? kv_row[t] : t) * n_kv_heads + kvh) * head_dim;
+        int64_t kv_off = (int64_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
         float s = 0.0f;
         for (int j = 0; j < PER_LANE; j++)
             if (lane + 32 * j < head_dim) s += qr[j] * f32(k[kv_off + lane + 32 * j]);
@@ -991,12 +1014,11 @@ __global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const 
     for (int j = 0; j < PER_LANE; j++)
         if (lane + 32 * j < head_dim) oh[lane + 32 * j] = to_bf16(acc[j] / l);
 }
-static int attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int n_q,
-                     const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row, int n_heads,
-                     int n_kv_heads, int head_dim) {
+static int attention(cudaStream_t st, bf16 *out, const bf16 *q, GpuKvView kv, int n_q, const int32_t *q_orig,
+                     const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     TRY(check_heads(n_heads, n_kv_heads, head_dim));
     attention_kernel<<<blocks_for((int64_t)n_q * n_heads, BLOCK / 32), BLOCK, 0, st>>>(
-        out, q, k, v, n_q, q_orig, seq_start, kv_row, n_heads, n_kv_heads, head_dim);
+        out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
     LAUNCH_CHECK();
     return 0;
 }
@@ -1004,7 +1026,8 @@ static int attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, c
 /* Flash attention: the same causal attention on tensor cores, FlashAttention-2 in structure, for head_dim 128 (every
  * Qwen3 model; any other head_dim runs the naive kernel above). It takes the batch as varlen query and key layouts:
  *   q, out [cu_q[S], n_heads*head_dim]   query i of sequence s is row cu_q[s] + i
- *   k, v   [*, n_kv*head_dim]            key t of sequence s is row kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t
+ *   k, v, kv_stride, kv_row              key t of sequence s is row kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t,
+ *                                        rows kv_stride elements apart (GpuKvView)
  * with Lq_s = cu_q[s+1] - cu_q[s] queries and Lk_s = cu_k[s+1] - cu_k[s] keys. The queries are the *last* Lq_s
  * positions of the sequence: query i sits at key position (Lk_s - Lq_s) + i and sees keys 0 .. that position.
  *   baseline  cu_q = cu_k = cu_seqlens, kv_row = NULL           (N rows)
@@ -1012,6 +1035,8 @@ static int attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, c
  *   compact   cu_k = cu_seqlens, kv_row = I_scatter, and cu_q from radix_compact_cu_q: the compact rows of s are its
  *             positions p_s .. L_s-1 (the first p_s an earlier sequence already holds), so Lq_s = L_s - p_s and the
  *             whole (token, position) history of every query is read through I_scatter, with no copy.
+ *   Part II   cu_k spans each sequence's cached + new positions, kv_row their pool slots, kv_stride the pool's
+ *             slot stride; cu_q the new positions (or their compact rows): queries are the last positions there too.
  *
  * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
  * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
@@ -1152,8 +1177,9 @@ static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_
 /* One CTA: query tile tiles[blockIdx.x / n_heads] of head blockIdx.x % n_heads. */
 template <int D>
 static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
-                                           const int32_t *cu_q, const int32_t *cu_k, const int32_t *kv_row,
-                                           const int32_t *tiles, int n_heads, int n_kv_heads, float scale_log2) {
+                                           int64_t kv_stride, const int32_t *kv_row, const int32_t *cu_q,
+                                           const int32_t *cu_k, const int32_t *tiles, int n_heads, int n_kv_heads,
+                                           float scale_log2) {
     enum { SROW = D + 8, DT = D / 8 };
     bf16 *sQ = smem, *sK = sQ + FLASH_BM * SROW, *sV = sK + 2 * FLASH_BN * SROW;   /* [BM][SROW], [2][BN][SROW] x 2 */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -1162,7 +1188,7 @@ static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q,
     const int q0 = cu_q[s], Lq = cu_q[s + 1] - q0, k0 = cu_k[s], Lk = cu_k[s + 1] - k0, off = Lk - Lq;
     const int key_end = min(Lk, off + min(m0 + FLASH_BM, Lq));   /* keys 0 .. the last query's position */
     const int n_kt = (key_end + FLASH_BN - 1) / FLASH_BN;
-    const int64_t q_stride = (int64_t)n_heads * D, kv_stride = (int64_t)n_kv_heads * D;
+    const int64_t q_stride = (int64_t)n_heads * D;
 
     for (int c = threadIdx.x; c < FLASH_BM * (D / 8); c += blockDim.x) {   /* the Q tile, with key tile 0 */
         int r = c / (D / 8), col = c % (D / 8) * 8, ok = m0 + r < Lq;
@@ -1211,11 +1237,12 @@ static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q,
 }
 /* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
-flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, const int32_t *cu_q,
-                            const int32_t *cu_k, const int32_t *kv_row, const int32_t *tiles, int n_heads,
-                            int n_kv_heads, float scale_log2) {
+flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
+                            const int32_t *kv_row, const int32_t *cu_q, const int32_t *cu_k, const int32_t *tiles,
+                            int n_heads, int n_kv_heads, float scale_log2) {
     extern __shared__ __align__(16) bf16 smem[];
-    flash_attention_cta<FLASH_D>(smem, out, q, k, v, cu_q, cu_k, kv_row, tiles, n_heads, n_kv_heads, scale_log2);
+    flash_attention_cta<FLASH_D>(smem, out, q, k, v, kv_stride, kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads,
+                                 scale_log2);
 }
 
 /* The flash kernel's work list, tiles [2 * n_tiles] = (sequence, query tile) pairs, malloc'd: every query tile of
@@ -1251,15 +1278,15 @@ static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, int
 }
 
 static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
-static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
-                           const int32_t *cu_q, const int32_t *cu_k, const int32_t *kv_row, const int32_t *tiles,
-                           int n_tiles, int n_heads, int n_kv_heads, int head_dim) {
+static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
+                           const int32_t *cu_k, const int32_t *tiles, int n_tiles, int n_heads, int n_kv_heads,
+                           int head_dim) {
     TRY(check_heads(n_heads, n_kv_heads, head_dim));
     if (!flash_supported(head_dim))
         return rx_fail("the flash attention kernel is built for head_dim %d, not %d: use the naive kernel", FLASH_D,
                        head_dim);
-    if (((uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16)
-        return rx_fail("internal error: flash attention needs 16-byte aligned q, k, v and out");
+    if (((uintptr_t)out | (uintptr_t)q | (uintptr_t)kv.k | (uintptr_t)kv.v) % 16 || kv.row_stride % 8)
+        return rx_fail("internal error: flash attention needs 16-byte aligned q, k, v, out and key rows");
     if ((int64_t)n_tiles * n_heads > INT32_MAX)
         return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
     if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
@@ -1272,30 +1299,31 @@ static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16
     }
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
     flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem, st>>>(
-        out, q, k, v, cu_q, cu_k, kv_row, tiles, n_heads, n_kv_heads, scale_log2);
+        out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
     LAUNCH_CHECK();
     return 0;
 }
 
 /* One attention call, by either kernel (device pointers). They read the same key index: the naive kernel's kv_row is
- * indexed by original position t, the flash kernel's by cu_k[s] + t, and that is t, because cu_k = cu_seqlens. */
+ * indexed by the token t of attention's space, the flash kernel's by cu_k[s] + t', t' the key's position in its
+ * sequence, and that is t, because cu_k holds the sequences' starts in that space. */
 typedef struct {
     int flash;                            /* 1: flash_attention, 0: the naive kernel                         */
     bf16 *out;                            /* [n_q, n_heads*head_dim]                                         */
-    const bf16 *q, *k, *v;                /* [n_q, n_heads*head_dim], [*, n_kv*head_dim] x 2                 */
+    const bf16 *q;                        /* [n_q, n_heads*head_dim]                                         */
+    GpuKvView kv;                         /* where the keys are (see above)                                  */
     int n_q;                              /* query rows: N (baseline, radix) or N' (compact)                 */
-    const int32_t *q_orig, *seq_start;    /* naive: [n_q] or NULL (I_gather in compact mode), [N]            */
-    const int32_t *cu_q, *cu_k, *tiles;   /* flash: [S+1], [S+1] (cu_seqlens), [2 n_tiles] (flash_tiles)     */
+    const int32_t *q_orig, *seq_start;    /* naive: [n_q] or NULL (I_gather in compact mode), [T] (see below)  */
+    const int32_t *cu_q, *cu_k, *tiles;   /* flash: [S+1], [S+1] (cu_seqlens in Part I), [2 n_tiles]         */
     int n_tiles;
-    const int32_t *kv_row;                /* [N] or NULL (I_scatter in compact mode)                         */
     int n_heads, n_kv_heads, head_dim;
 } AttnCall;
 static int attention_run(cudaStream_t st, const AttnCall *a) {
     if (a->flash)
-        return flash_attention(st, a->out, a->q, a->k, a->v, a->cu_q, a->cu_k, a->kv_row, a->tiles, a->n_tiles,
-                               a->n_heads, a->n_kv_heads, a->head_dim);
-    return attention(st, a->out, a->q, a->k, a->v, a->n_q, a->q_orig, a->seq_start, a->kv_row, a->n_heads,
-                     a->n_kv_heads, a->head_dim);
+        return flash_attention(st, a->out, a->q, a->kv, a->cu_q, a->cu_k, a->tiles, a->n_tiles, a->n_heads,
+                               a->n_kv_heads, a->head_dim);
+    return attention(st, a->out, a->q, a->kv, a->n_q, a->q_orig, a->seq_start, a->n_heads, a->n_kv_heads,
+                     a->head_dim);
 }
 
 /* --------------------------------------------------------------------------------------------------------- cublas */
@@ -1526,178 +1554,238 @@ static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what
     return cuda_copy(*dst, src, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice);
 }
 
-typedef struct {             /* everything one forward allocates; rows = N (baseline) or N' (radix, compact)      */
-    RadixIndex ix;           /* I_gather [N'], I_scatter [N] on the host                                         */
+/* out[dst ? dst[i] : i] = in[src ? src[i] : i] for the N new tokens, rows of `width` bf16, out's rows out_stride
+ * apart: where a layer puts its new K/V before attention reads them through a GpuKvView.
+ *   Part I, radix   out = K (or V) in original space [N, .], src = I_scatter: Algorithm 1's scatter of K/V, line 21
+ *   Part II         out = layer l's slice of the KV pool, dst [N] = each new token's pool slot, src = I_scatter (N'
+ *                   rows) or NULL (baseline, N rows) */
+static int kv_store(cudaStream_t st, bf16 *out, int64_t out_stride, const int32_t *dst, const bf16 *in,
+                    const int32_t *src, int n, int width) {
+    return rows_copy_gpu(st, out, (size_t)out_stride * sizeof(bf16), dst, in, src, n, (size_t)width * sizeof(bf16));
+}
+
+/* One forward's indices and activations, made by work_rows, a layout and work_alloc, freed by work_free.
+ * Token spaces: N the batch's tokens, R the rows computed on (N in baseline, N' in radix and compact), T attention's
+ * token space: the batch itself in Part I (T = N), every cached and new position of its sequences in Part II (M). */
+typedef struct {
+    RxMode mode;             /* as run: RX_AUTO resolved                                                         */
+    int N, R, S, T, flash;
+    RadixIndex ix;           /* I_gather [N'], I_scatter [N] on the host (not built in baseline)                  */
     int have_ix;
-    int32_t *h_ids, *h_pos;  /* host [rows]: token id and position of each row                                   */
-    int32_t *h_seq_start;    /* host [N] original space: first position of each token's sequence                */
-    int32_t *h_last;         /* host [n_seqs]: the row holding each sequence's last token                        */
-    int32_t *ids, *pos;      /* [rows]                                                                            */
-    int32_t *gather;         /* [N']  I_gather:  compact row -> first original position                          */
-    int32_t *scatter;        /* [N]   I_scatter: original position -> compact row                                */
-    int32_t *seq_start;      /* [N]   original space                                                              */
-    int32_t *last;           /* [n_seqs] rows space                                                               */
-    int32_t *h_cu_q;         /* flash attention, host [n_seqs+1]: the query rows of each sequence (see attention) */
-    int32_t *h_tiles;        /* flash attention, host [2 n_tiles]: its work list                                  */
+    int32_t *h_ids, *h_pos;  /* host [R]: token id and position of each row                                       */
+    int32_t *h_last;         /* host [S]: the row holding each sequence's last token                             */
+    int32_t *h_seq_start;    /* host [T]: first token of each token's sequence, in attention's space             */
+    int32_t *h_q_orig;       /* host [n_q] or NULL: the token of attention's space each query row stands for     */
+    int32_t *h_kv_row;       /* host [T] or NULL: each token's key row (compact: I_scatter; Part II: pool slot)   */
+    int32_t *h_kv_dst;       /* host [N] Part II: the pool slot each new token's K/V are written to              */
+    int32_t *h_cu_q, *h_cu_k;/* host [S+1], flash: each sequence's query rows and its keys in attention's space   */
+    int32_t *h_tiles;        /* host [2 n_tiles], flash: the work list                                           */
     int n_tiles;
-    int32_t *cu_q, *cu_k;    /* flash attention: [n_seqs+1] query rows space; cu_seqlens                          */
-    int32_t *tiles;          /* flash attention: [2 n_tiles]                                                      */
-    bf16 *x, *xn;            /* [rows, hidden] residual stream; norm output, reused for o_proj and down_proj out  */
-    bf16 *q, *att;           /* [rows, n_heads*head_dim]                                                          */
-    bf16 *k, *v;             /* [rows, n_kv*head_dim]                                                             */
-    bf16 *gate, *up;         /* [rows, intermediate]                                                              */
-    bf16 *q_n, *att_n;       /* radix only: [N, n_heads*head_dim] original space                                  */
-    bf16 *k_n, *v_n;         /* radix only: [N, n_kv*head_dim] original space                                     */
-    bf16 *x_last;            /* last_only: [n_seqs, hidden]                                                       */
-    bf16 *logits;            /* [rows or n_seqs, vocab] as computed                                               */
-    bf16 *logits_n;          /* compact modes, every token: [N, vocab] scattered back to original order          */
+    int32_t *ids, *pos, *last, *gather, *scatter;               /* device copies of the above: [R] [R] [S] [N'] [N] */
+    int32_t *seq_start, *q_orig, *kv_row, *kv_dst, *cu_q, *cu_k, *tiles;  /* [T] [n_q] [T] [N] [S+1] [S+1] [2 n_tiles] */
+    bf16 *x, *xn;            /* [R, hidden] residual stream; norm output, reused for o_proj and down_proj out     */
+    bf16 *q, *att;           /* [R, n_heads*head_dim]                                                            */
+    bf16 *k, *v;             /* [R, n_kv*head_dim]                                                               */
+    bf16 *gate, *up;         /* [R, intermediate]                                                                */
+    bf16 *q_n, *att_n;       /* radix only: [N, n_heads*head_dim] original space                                 */
+    bf16 *k_n, *v_n;         /* radix, Part I only: [N, n_kv*head_dim] original space (Part II: the pool)        */
+    bf16 *x_last;            /* last_only: [S, hidden]                                                           */
+    bf16 *logits;            /* [R or S, vocab] as computed                                                      */
+    bf16 *logits_n;          /* compact modes, every token: [N, vocab] scattered back to original order         */
     cudaEvent_t t0, t1;
 } GpuWork;
 
 static void work_free(GpuWork *w) {
-    void *dev[] = {w->ids,  w->pos, w->gather, w->scatter, w->seq_start, w->last,   w->x,      w->xn,
-                   w->q,    w->att, w->k,      w->v,       w->gate,      w->up,     w->q_n,    w->att_n,
-                   w->k_n,  w->v_n, w->x_last, w->logits,  w->logits_n,  w->cu_q,   w->cu_k,   w->tiles};
+    void *dev[] = {w->ids,    w->pos,    w->last, w->gather, w->scatter, w->seq_start, w->q_orig, w->kv_row,
+                   w->kv_dst, w->cu_q,   w->cu_k, w->tiles,  w->x,       w->xn,        w->q,      w->att,
+                   w->k,      w->v,      w->gate, w->up,     w->q_n,     w->att_n,     w->k_n,    w->v_n,
+                   w->x_last, w->logits, w->logits_n};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     if (w->t0) cudaEventDestroy(w->t0);
     if (w->t1) cudaEventDestroy(w->t1);
     if (w->have_ix) radix_index_free(&w->ix);
-    free(w->h_ids), free(w->h_pos), free(w->h_seq_start), free(w->h_last), free(w->h_cu_q), free(w->h_tiles);
+    free(w->h_ids), free(w->h_pos), free(w->h_last), free(w->h_seq_start), free(w->h_q_orig), free(w->h_kv_row);
+    free(w->h_kv_dst), free(w->h_cu_q), free(w->h_cu_k), free(w->h_tiles);
 }
 
-/* embed != NULL (with last_only): the last tokens' normed states instead of logits, no LM head (gpu_embed). */
-static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
-                       float *logits, float *embed, GpuRunInfo *info, GpuWork *w) {
-    const Qwen3Config *c = &g->cfg;
-    const int N = b->n_tokens, S = b->n_seqs, H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
-    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
-    const float eps = (float)c->rms_norm_eps;
-    const int32_t *cu = b->cu_seqlens;
-    cudaStream_t st = g->stream;
-    TRY(rx_batch_check(b, c));                /* on the host, before any device work */
+static int32_t *host_i32(int32_t **p, int64_t n, const char *what) {   /* a host int32 [n] array of w */
+    return *p = (int32_t *)rx_alloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t), what);
+}
 
-    /* lines 1-5: the trie and its indices, on the CPU (baseline needs none: it reports N' = N) */
-    info->n_tokens = info->n_compact = N;
+/* Algorithm 1, lines 1-8, on the host: the trie (keyed by each sequence's cached prefix in Part II, prefix_key [S];
+ * NULL in Part I), the mode, and each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]. */
+static int work_rows(GpuWork *w, const RxBatch *b, const int32_t *prefix_key, RxMode mode, double auto_threshold,
+                     int flash, GpuRunInfo *info) {
+    const int N = b->n_tokens, S = b->n_seqs;
+    const int32_t *cu = b->cu_seqlens;
+    w->N = N, w->S = S, w->flash = flash;
+    info->n_tokens = info->n_compact = N;   /* baseline needs no trie: it reports N' = N */
     if (mode != RX_BASELINE) {
         double t = rx_now_ms();
-        TRY(radix_index_build(&w->ix, b->input_ids, b->position_ids, cu, S));
+        TRY(radix_index_build_keyed(&w->ix, b->input_ids, b->position_ids, cu, S, prefix_key));
         w->have_ix = 1;
         info->index_ms = rx_now_ms() - t;
         info->n_compact = w->ix.n_compact;
         if (mode == RX_AUTO) mode = rx_auto_mode(w->ix.n_compact, N, auto_threshold);
     }
-    info->mode = mode;
-    /* rows: what every position-wise op runs on, N' compact rows in radix and compact mode, else the N originals */
-    const int compact = mode != RX_BASELINE, rows = compact ? w->ix.n_compact : N, n_logits = last_only ? S : rows;
-    const char *sp = compact ? "N'" : "N";
-
-    /* lines 6 and 8: the token id and position of every row: x~ = x[I_gather], p~ = p[I_gather] in compact space */
-    w->h_ids = (int32_t *)rx_alloc(rows * sizeof(int32_t), "the token ids of the rows");
-    w->h_pos = (int32_t *)rx_alloc(rows * sizeof(int32_t), "the positions of the rows");
-    w->h_seq_start = (int32_t *)rx_alloc(N * sizeof(int32_t), "the sequence starts");
-    w->h_last = (int32_t *)rx_alloc(S * sizeof(int32_t), "the last-token rows");
-    if (!w->h_ids || !w->h_pos || !w->h_seq_start || !w->h_last) return -1;
-    for (int r = 0; r < rows; r++) {
+    info->mode = w->mode = mode;
+    const int compact = mode != RX_BASELINE;
+    w->R = compact ? w->ix.n_compact : N;   /* what every position-wise op runs on */
+    if (!host_i32(&w->h_ids, w->R, "the token ids of the rows") || !host_i32(&w->h_pos, w->R, "the positions") ||
+        !host_i32(&w->h_last, S, "the last-token rows"))
+        return -1;
+    for (int r = 0; r < w->R; r++) {
         int t = compact ? w->ix.gather[r] : r;
         w->h_ids[r] = b->input_ids[t], w->h_pos[r] = b->position_ids[t];
     }
-    for (int s = 0; s < S; s++) {
+    for (int s = 0; s < S; s++) w->h_last[s] = compact ? w->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
+    return 0;
+}
+
+/* Part I's attention layout: the batch is attention's whole token space (T = N). Baseline and radix attend on N rows
+ * in batch order; compact on the N' rows, queries standing for I_gather and keys read through I_scatter. The flash
+ * kernel takes each sequence's query rows (cu_q: all its positions, or in compact mode the block of compact rows of
+ * its unshared suffix) and its keys (cu_k = cu_seqlens). */
+static int layout_batch(GpuWork *w, const RxBatch *b) {
+    const int S = b->n_seqs, compact = w->mode == RX_COMPACT;
+    const int32_t *cu = b->cu_seqlens;
+    w->T = w->N;
+    if (!host_i32(&w->h_seq_start, w->N, "the sequence starts") || !host_i32(&w->h_cu_q, S + 1, "cu_q") ||
+        !host_i32(&w->h_cu_k, S + 1, "cu_k"))
+        return -1;
+    for (int s = 0; s < S; s++)
         for (int t = cu[s]; t < cu[s + 1]; t++) w->h_seq_start[t] = cu[s];
-        w->h_last[s] = compact ? w->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
+    memcpy(w->h_cu_k, cu, (S + 1) * sizeof(int32_t));
+    if (!compact) {
+        memcpy(w->h_cu_q, cu, (S + 1) * sizeof(int32_t));
+        return 0;
     }
+    if (!host_i32(&w->h_q_orig, w->R, "I_gather") || !host_i32(&w->h_kv_row, w->N, "I_scatter")) return -1;
+    memcpy(w->h_q_orig, w->ix.gather, w->R * sizeof(int32_t));
+    memcpy(w->h_kv_row, w->ix.scatter, w->N * sizeof(int32_t));
+    return radix_compact_cu_q(&w->ix, cu, S, w->h_cu_q);
+}
 
-    /* attention's layout: the flash kernel takes each sequence's query rows (cu_q: all its positions, or in compact
-     * mode the block of compact rows of its unshared suffix) and its key rows (cu_k = cu_seqlens), and a work list */
-    const int flash = g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim);
-    if (flash) {
-        if (!(w->h_cu_q = (int32_t *)rx_alloc((S + 1) * sizeof(int32_t), "the query layout"))) return -1;
-        if (mode == RX_COMPACT) TRY(radix_compact_cu_q(&w->ix, cu, S, w->h_cu_q));
-        else memcpy(w->h_cu_q, cu, (S + 1) * sizeof(int32_t));
-        TRY(flash_tiles(w->h_cu_q, cu, S, &w->h_tiles, &w->n_tiles));
-    }
-
-    /* every buffer before the timed region: cudaMalloc stalls the host and would be counted as GPU time */
-    TRY(upload_i32(&w->ids, w->h_ids, rows, "the token ids"));
-    TRY(upload_i32(&w->pos, w->h_pos, rows, "the positions"));
-    TRY(upload_i32(&w->seq_start, w->h_seq_start, N, "the sequence starts"));
+/* Uploads the indices, sizes the flash work list, and allocates every activation, before the timed region: cudaMalloc
+ * stalls the host and would be counted as GPU time. n_out: rows of the logits (R, or S with last_only). */
+static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits) {
+    const Qwen3Config *c = &g->cfg;
+    const int N = w->N, R = w->R, S = w->S, H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim, compact = w->mode != RX_BASELINE;
+    const int n_q = w->mode == RX_COMPACT ? R : N, n_out = last_only ? S : R;
+    const char *sp = compact ? "N'" : "N";
+    if (w->flash) TRY(flash_tiles(w->h_cu_q, w->h_cu_k, S, &w->h_tiles, &w->n_tiles));
+    TRY(upload_i32(&w->ids, w->h_ids, R, "the token ids"));
+    TRY(upload_i32(&w->pos, w->h_pos, R, "the positions"));
     TRY(upload_i32(&w->last, w->h_last, S, "the last-token rows"));
-    if (compact) TRY(upload_i32(&w->gather, w->ix.gather, rows, "I_gather"));
+    TRY(upload_i32(&w->seq_start, w->h_seq_start, w->T, "the sequence starts"));
+    if (compact) TRY(upload_i32(&w->gather, w->ix.gather, R, "I_gather"));
     if (compact) TRY(upload_i32(&w->scatter, w->ix.scatter, N, "I_scatter"));
-    if (flash) TRY(upload_i32(&w->cu_q, w->h_cu_q, S + 1, "the query layout cu_q"));
-    if (flash) TRY(upload_i32(&w->cu_k, cu, S + 1, "cu_seqlens"));
-    if (flash) TRY(upload_i32(&w->tiles, w->h_tiles, 2 * w->n_tiles, "the flash attention work list"));
-    DEV_ALLOC(w->x, (size_t)rows * H, "the residual stream [%s=%d, hidden=%d]", sp, rows, H);
-    DEV_ALLOC(w->xn, (size_t)rows * H, "the normed activations [%s=%d, hidden=%d]", sp, rows, H);
-    DEV_ALLOC(w->q, (size_t)rows * QD, "the queries [%s=%d, n_heads*head_dim=%d]", sp, rows, QD);
-    DEV_ALLOC(w->att, (size_t)rows * QD, "the attention output [%s=%d, n_heads*head_dim=%d]", sp, rows, QD);
-    DEV_ALLOC(w->k, (size_t)rows * KVD, "the keys [%s=%d, n_kv*head_dim=%d]", sp, rows, KVD);
-    DEV_ALLOC(w->v, (size_t)rows * KVD, "the values [%s=%d, n_kv*head_dim=%d]", sp, rows, KVD);
-    DEV_ALLOC(w->gate, (size_t)rows * I, "the MLP gate [%s=%d, intermediate=%d]", sp, rows, I);
-    DEV_ALLOC(w->up, (size_t)rows * I, "the MLP up projection [%s=%d, intermediate=%d]", sp, rows, I);
-    if (mode == RX_RADIX) {
+    if (w->h_q_orig) TRY(upload_i32(&w->q_orig, w->h_q_orig, n_q, "the query rows' tokens"));
+    if (w->h_kv_row) TRY(upload_i32(&w->kv_row, w->h_kv_row, w->T, "the key rows"));
+    if (w->h_kv_dst) TRY(upload_i32(&w->kv_dst, w->h_kv_dst, N, "the new tokens' pool slots"));
+    if (w->flash) TRY(upload_i32(&w->cu_q, w->h_cu_q, S + 1, "the query layout cu_q"));
+    if (w->flash) TRY(upload_i32(&w->cu_k, w->h_cu_k, S + 1, "the key layout cu_k"));
+    if (w->flash) TRY(upload_i32(&w->tiles, w->h_tiles, 2 * w->n_tiles, "the flash attention work list"));
+    DEV_ALLOC(w->x, (size_t)R * H, "the residual stream [%s=%d, hidden=%d]", sp, R, H);
+    DEV_ALLOC(w->xn, (size_t)R * H, "the normed activations [%s=%d, hidden=%d]", sp, R, H);
+    DEV_ALLOC(w->q, (size_t)R * QD, "the queries [%s=%d, n_heads*head_dim=%d]", sp, R, QD);
+    DEV_ALLOC(w->att, (size_t)R * QD, "the attention output [%s=%d, n_heads*head_dim=%d]", sp, R, QD);
+    DEV_ALLOC(w->k, (size_t)R * KVD, "the keys [%s=%d, n_kv*head_dim=%d]", sp, R, KVD);
+    DEV_ALLOC(w->v, (size_t)R * KVD, "the values [%s=%d, n_kv*head_dim=%d]", sp, R, KVD);
+    DEV_ALLOC(w->gate, (size_t)R * I, "the MLP gate [%s=%d, intermediate=%d]", sp, R, I);
+    DEV_ALLOC(w->up, (size_t)R * I, "the MLP up projection [%s=%d, intermediate=%d]", sp, R, I);
+    if (w->mode == RX_RADIX) {
         DEV_ALLOC(w->q_n, (size_t)N * QD, "the scattered queries [N=%d, n_heads*head_dim=%d]", N, QD);
         DEV_ALLOC(w->att_n, (size_t)N * QD, "the attention output [N=%d, n_heads*head_dim=%d]", N, QD);
+    }
+    if (w->mode == RX_RADIX && !w->h_kv_dst) {
         DEV_ALLOC(w->k_n, (size_t)N * KVD, "the scattered keys [N=%d, n_kv*head_dim=%d]", N, KVD);
         DEV_ALLOC(w->v_n, (size_t)N * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", N, KVD);
     }
     if (last_only) DEV_ALLOC(w->x_last, (size_t)S * H, "the last tokens' states [n_seqs=%d, hidden=%d]", S, H);
-    if (!embed)
-        DEV_ALLOC(w->logits, (size_t)n_logits * V, "the logits [%s=%d, vocab=%d]", last_only ? "n_seqs" : sp, n_logits,
-                  V);
-    if (compact && !last_only) DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
+    if (want_logits)
+        DEV_ALLOC(w->logits, (size_t)n_out * V, "the logits [%s=%d, vocab=%d]", last_only ? "n_seqs" : sp, n_out, V);
+    if (want_logits && compact && !last_only) DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
     CUDA_CHECK(cudaEventCreate(&w->t0));
     CUDA_CHECK(cudaEventCreate(&w->t1));
-    /* every layer's attention call: radix on the N scattered rows; compact on the N' rows, queries I_gather and keys
-     * I_scatter; baseline on the N rows (gather and scatter are NULL there) */
+    return 0;
+}
+
+/* Every layer's attention call but its keys (a.kv, set per forward or per layer): radix on the N scattered rows,
+ * baseline and compact on the R rows. */
+static AttnCall attn_call(const GpuModel *g, const GpuWork *w) {
     AttnCall a = {};
-    a.flash = flash, a.n_heads = c->n_heads, a.n_kv_heads = c->n_kv_heads, a.head_dim = c->head_dim;
-    a.seq_start = w->seq_start, a.cu_q = w->cu_q, a.cu_k = w->cu_k, a.tiles = w->tiles, a.n_tiles = w->n_tiles;
-    if (mode == RX_RADIX) a.out = w->att_n, a.q = w->q_n, a.k = w->k_n, a.v = w->v_n, a.n_q = N;
-    else a.out = w->att, a.q = w->q, a.k = w->k, a.v = w->v, a.n_q = rows, a.q_orig = w->gather, a.kv_row = w->scatter;
+    a.flash = w->flash, a.n_heads = g->cfg.n_heads, a.n_kv_heads = g->cfg.n_kv_heads, a.head_dim = g->cfg.head_dim;
+    a.q_orig = w->q_orig, a.seq_start = w->seq_start, a.cu_q = w->cu_q, a.cu_k = w->cu_k, a.tiles = w->tiles;
+    a.n_tiles = w->n_tiles;
+    if (w->mode == RX_RADIX) a.out = w->att_n, a.q = w->q_n, a.n_q = w->N;
+    else a.out = w->att, a.q = w->q, a.n_q = w->R;
+    return a;
+}
 
-    /* GPU time, embedding to logits (forward_ms) */
-    CUDA_CHECK(cudaEventRecord(w->t0, st));
-    /* line 9: the embedding is a row gather from the table, h0 = E[x~]  [rows, hidden] */
-    TRY(rows_by_index_gpu(st, w->x, g->embed, w->ids, rows, H * sizeof(bf16)));
-    for (int l = 0; l < c->n_layers; l++) {
-        const GpuLayer *L = &g->layers[l];
-        TRY(rmsnorm(st, w->xn, w->x, L->input_norm, rows, H, eps));   /* xn = input_layernorm(x) [rows, hidden] */
-        TRY(gemm(g->blas, w->q, w->xn, L->q_proj, rows, H, QD));      /* q = xn @ Wq^T     [rows, n_heads*head_dim] */
-        TRY(gemm(g->blas, w->k, w->xn, L->k_proj, rows, H, KVD));     /* k = xn @ Wk^T     [rows, n_kv*head_dim]    */
-        TRY(gemm(g->blas, w->v, w->xn, L->v_proj, rows, H, KVD));     /* v = xn @ Wv^T     [rows, n_kv*head_dim]    */
-        TRY(qk_norm_rope(st, w->q, L->q_norm, w->pos, g->inv_freq, rows, c->n_heads, c->head_dim, eps));
-        TRY(qk_norm_rope(st, w->k, L->k_norm, w->pos, g->inv_freq, rows, c->n_kv_heads, c->head_dim, eps));
-        if (mode == RX_RADIX) {   /* lines 20-23: scatter q, k, v to the N original rows, attend, gather back */
-            TRY(rows_by_index_gpu(st, w->q_n, w->q, w->scatter, N, QD * sizeof(bf16)));
-            TRY(rows_by_index_gpu(st, w->k_n, w->k, w->scatter, N, KVD * sizeof(bf16)));
-            TRY(rows_by_index_gpu(st, w->v_n, w->v, w->scatter, N, KVD * sizeof(bf16)));
-            TRY(attention_run(st, &a));
-            TRY(rows_by_index_gpu(st, w->att, w->att_n, w->gather, rows, QD * sizeof(bf16)));
-        } else {   /* baseline: gather, scatter are NULL; compact: N' query rows, keys read through I_scatter */
-            TRY(attention_run(st, &a));
-        }
-        TRY(gemm(g->blas, w->xn, w->att, L->o_proj, rows, QD, H));    /* xn = att @ Wo^T   [rows, hidden]           */
-        TRY(add_inplace(st, w->x, w->xn, (int64_t)rows * H));
-        TRY(rmsnorm(st, w->xn, w->x, L->post_norm, rows, H, eps));
-        TRY(gemm(g->blas, w->gate, w->xn, L->gate_proj, rows, H, I)); /* gate = xn @ Wg^T  [rows, intermediate]     */
-        TRY(gemm(g->blas, w->up, w->xn, L->up_proj, rows, H, I));     /* up = xn @ Wu^T    [rows, intermediate]     */
-        TRY(silu_mul(st, w->gate, w->gate, w->up, (int64_t)rows * I));
-        TRY(gemm(g->blas, w->xn, w->gate, L->down_proj, rows, I, H)); /* xn = (silu(gate)*up) @ Wd^T [rows, hidden] */
-        TRY(add_inplace(st, w->x, w->xn, (int64_t)rows * H));
+/* One decoder layer on the R rows of w, Algorithm 1 lines 10-30. a->kv: where attention reads the keys. new_k, new_v
+ * (the view's own buffers, or NULL): where this layer first writes its new K/V, the row of new token i being
+ * w->kv_dst[i] (Part II: its pool slot) or i (Part I radix: the scatter to original space). NULL: attention reads the
+ * layer's own k and v rows (baseline; compact through I_scatter). */
+static int gpu_layer(GpuModel *g, int l, const GpuWork *w, const AttnCall *a, bf16 *new_k, bf16 *new_v) {
+    const Qwen3Config *c = &g->cfg;
+    const GpuLayer *L = &g->layers[l];
+    const int R = w->R, N = w->N, H = c->hidden_size, I = c->intermediate_size;
+    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    const float eps = (float)c->rms_norm_eps;
+    const int32_t *src = w->mode == RX_BASELINE ? NULL : w->scatter;   /* new token i's row: i, or I_scatter[i] */
+    cudaStream_t st = g->stream;
+    TRY(rmsnorm(st, w->xn, w->x, L->input_norm, R, H, eps));   /* xn = input_layernorm(x) [R, hidden]              */
+    TRY(gemm(g->blas, w->q, w->xn, L->q_proj, R, H, QD));      /* q = xn @ Wq^T     [R, n_heads*head_dim]          */
+    TRY(gemm(g->blas, w->k, w->xn, L->k_proj, R, H, KVD));     /* k = xn @ Wk^T     [R, n_kv*head_dim]             */
+    TRY(gemm(g->blas, w->v, w->xn, L->v_proj, R, H, KVD));     /* v = xn @ Wv^T     [R, n_kv*head_dim]             */
+    TRY(qk_norm_rope(st, w->q, L->q_norm, w->pos, g->inv_freq, R, c->n_heads, c->head_dim, eps));
+    TRY(qk_norm_rope(st, w->k, L->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps));
+    if (new_k) {                                                /* [R] rows -> [N] rows of the view */
+        TRY(kv_store(st, new_k, a->kv.row_stride, w->kv_dst, w->k, src, N, KVD));
+        TRY(kv_store(st, new_v, a->kv.row_stride, w->kv_dst, w->v, src, N, KVD));
     }
+    if (w->mode == RX_RADIX) {   /* lines 20-23: scatter q to the N original rows, attend, gather back */
+        TRY(rows_by_index_gpu(st, w->q_n, w->q, w->scatter, N, QD * sizeof(bf16)));
+        TRY(attention_run(st, a));
+        TRY(rows_by_index_gpu(st, w->att, w->att_n, w->gather, R, QD * sizeof(bf16)));
+    } else {                     /* baseline: N rows; compact: N' query rows, keys read through the view's index */
+        TRY(attention_run(st, a));
+    }
+    TRY(gemm(g->blas, w->xn, w->att, L->o_proj, R, QD, H));    /* xn = att @ Wo^T   [R, hidden]                    */
+    TRY(add_inplace(st, w->x, w->xn, (int64_t)R * H));
+    TRY(rmsnorm(st, w->xn, w->x, L->post_norm, R, H, eps));
+    TRY(gemm(g->blas, w->gate, w->xn, L->gate_proj, R, H, I)); /* gate = xn @ Wg^T  [R, intermediate]              */
+    TRY(gemm(g->blas, w->up, w->xn, L->up_proj, R, H, I));     /* up = xn @ Wu^T    [R, intermediate]              */
+    TRY(silu_mul(st, w->gate, w->gate, w->up, (int64_t)R * I));
+    TRY(gemm(g->blas, w->xn, w->gate, L->down_proj, R, I, H)); /* xn = (silu(gate)*up) @ Wd^T [R, hidden]          */
+    return add_inplace(st, w->x, w->xn, (int64_t)R * H);
+}
 
-    /* lines 31-33: the final norm and the LM head, only on the rows whose logits are wanted */
+/* Line 9, started inside the timed region: the embedding is a row gather from the table, h0 = E[x~]  [R, hidden]. */
+static int embed_rows(GpuModel *g, GpuWork *w) {
+    CUDA_CHECK(cudaEventRecord(w->t0, g->stream));
+    return rows_by_index_gpu(g->stream, w->x, g->embed, w->ids, w->R, g->cfg.hidden_size * sizeof(bf16));
+}
+
+/* Lines 31-33: the final norm and the LM head, only on the rows whose logits are wanted; the GPU time; the copy back.
+ * embed != NULL (with last_only): the last tokens' normed states instead of logits, no LM head (gpu_embed). */
+static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, float *embed, GpuRunInfo *info) {
+    const int H = g->cfg.hidden_size, V = g->cfg.vocab_size, S = w->S, n_out = last_only ? S : w->R;
+    const float eps = (float)g->cfg.rms_norm_eps;
+    cudaStream_t st = g->stream;
     const bf16 *h = w->x;
     bf16 *hn = w->xn;
-    if (last_only) {   /* each sequence's last token: its row in the rows space, w->last */
+    if (last_only) {   /* each sequence's last token: its row in the R rows, w->last */
         TRY(rows_by_index_gpu(st, w->x_last, w->x, w->last, S, H * sizeof(bf16)));
         h = hn = w->x_last;
     }
-    TRY(rmsnorm(st, hn, h, g->final_norm, n_logits, H, eps));
-    if (!embed) TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_logits, H, V));   /* logits = hn @ W_lm^T [n_logits, V] */
+    TRY(rmsnorm(st, hn, h, g->final_norm, n_out, H, eps));
+    if (!embed) TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_out, H, V));   /* logits = hn @ W_lm^T [n_out, V] */
     const bf16 *out = w->logits;
-    if (compact && !last_only) {                                     /* y = y_c[I_scatter]  [N, vocab] */
-        TRY(rows_by_index_gpu(st, w->logits_n, w->logits, w->scatter, N, V * sizeof(bf16)));
+    if (w->mode != RX_BASELINE && !last_only && !embed) {                   /* y = y_c[I_scatter]  [N, vocab] */
+        TRY(rows_by_index_gpu(st, w->logits_n, w->logits, w->scatter, w->N, V * sizeof(bf16)));
         out = w->logits_n;
     }
     CUDA_CHECK(cudaEventRecord(w->t1, st));
@@ -1710,7 +1798,26 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
         l2_normalize_rows(embed, embed, S, H);
         return 0;
     }
-    return logits ? download_bf16(logits, out, (size_t)(last_only ? S : N) * V) : 0;
+    return logits ? download_bf16(logits, out, (size_t)(last_only ? S : w->N) * V) : 0;
+}
+
+/* Part I's forward: embed -> layers -> final norm -> LM head, attention reading the batch's own rows (GpuKvView):
+ * baseline the N rows, compact the N' rows through I_scatter, radix the N rows that each layer scatters first. */
+static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
+                       float *logits, float *embed, GpuRunInfo *info, GpuWork *w) {
+    const Qwen3Config *c = &g->cfg;
+    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    TRY(rx_batch_check(b, c));                /* on the host, before any device work */
+    TRY(work_rows(w, b, NULL, mode, auto_threshold, g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim),
+                  info));
+    TRY(layout_batch(w, b));
+    TRY(work_alloc(g, w, last_only, !embed));
+    AttnCall a = attn_call(g, w);
+    const int radix = w->mode == RX_RADIX;
+    a.kv = radix ? GpuKvView{w->k_n, w->v_n, KVD, NULL} : GpuKvView{w->k, w->v, KVD, w->kv_row};
+    TRY(embed_rows(g, w));
+    for (int l = 0; l < c->n_layers; l++) TRY(gpu_layer(g, l, w, &a, radix ? w->k_n : NULL, radix ? w->v_n : NULL));
+    return work_head(g, w, last_only, logits, embed, info);
 }
 
 static int forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
@@ -1741,7 +1848,7 @@ typedef struct {               /* bench --attention: one layout's attention; rad
     AttnCall call;             /* on the N rows (baseline, radix) or the N' rows (compact)                           */
     int radix, n, n_compact;
     const bf16 *qc, *kc, *vc;  /* radix: [N', .] compact rows, scattered into call.q, k, v [N, .] first               */
-    bf16 *qn, *kn, *vn;        /* radix: == call.q, k, v, writable                                                   */
+    bf16 *qn, *kn, *vn;        /* radix: == call.q, kv.k, kv.v, writable                                             */
     bf16 *outc;                /* radix: [N', .] call.out gathered back                                              */
     const int32_t *scatter, *gather;
 } AttnTimed;
@@ -1882,8 +1989,9 @@ static int time_attention(const RxBatch *b, const RadixIndex *ix, RxMode layout,
     a->flash = flash, a->n_q = n_q, a->n_heads = n_heads, a->n_kv_heads = n_kv_heads, a->head_dim = head_dim;
     a->out = (bf16 *)scratch_alloc(sc, n_q * qd * sizeof(bf16), "the attention output");
     a->q = t.qn = (bf16 *)scratch_alloc(sc, n_q * qd * sizeof(bf16), "the queries");
-    a->k = t.kn = (bf16 *)scratch_alloc(sc, n_q * kvd * sizeof(bf16), "the keys");
-    a->v = t.vn = (bf16 *)scratch_alloc(sc, n_q * kvd * sizeof(bf16), "the values");
+    a->kv.k = t.kn = (bf16 *)scratch_alloc(sc, n_q * kvd * sizeof(bf16), "the keys");
+    a->kv.v = t.vn = (bf16 *)scratch_alloc(sc, n_q * kvd * sizeof(bf16), "the values");
+    a->kv.row_stride = (int64_t)kvd;
     a->seq_start = (const int32_t *)scratch_copy(sc, seq_start, N * sizeof(int32_t));
     a->cu_q = (const int32_t *)scratch_copy(sc, cu_q, (S + 1) * sizeof(int32_t));
     a->cu_k = (const int32_t *)scratch_copy(sc, b->cu_seqlens, (S + 1) * sizeof(int32_t));
@@ -1893,7 +2001,7 @@ static int time_attention(const RxBatch *b, const RadixIndex *ix, RxMode layout,
         t.gather = (const int32_t *)scratch_copy(sc, ix->gather, Nc * sizeof(int32_t));
         t.scatter = (const int32_t *)scratch_copy(sc, ix->scatter, N * sizeof(int32_t));
     }
-    if (compact) a->q_orig = t.gather, a->kv_row = t.scatter;
+    if (compact) a->q_orig = t.gather, a->kv.kv_row = t.scatter;
     bf16 *in_q = t.qn, *in_k = t.kn, *in_v = t.vn;   /* what holds the random inputs */
     if (layout == RX_RADIX) {
         t.radix = 1, t.n = N, t.n_compact = Nc;
@@ -2001,8 +2109,9 @@ int gpu_test_attention(const float *q, const float *k, const float *v, float *ou
     int32_t *d_seq_start = (int32_t *)scratch_copy(&s, seq_start, n_orig * sizeof(int32_t));
     int32_t *d_q_orig = q_orig ? (int32_t *)scratch_copy(&s, q_orig, n_q * sizeof(int32_t)) : NULL;
     int32_t *d_kv_row = kv_row ? (int32_t *)scratch_copy(&s, kv_row, n_orig * sizeof(int32_t)) : NULL;
-    int rc = s.failed || attention(0, d_out, d_q, d_k, d_v, n_q, d_q_orig, d_seq_start, d_kv_row, n_heads,
-                                   n_kv_heads, head_dim) || download_bf16(out, d_out, nq);
+    GpuKvView kv = {d_k, d_v, (int64_t)n_kv_heads * head_dim, d_kv_row};
+    int rc = s.failed || attention(0, d_out, d_q, kv, n_q, d_q_orig, d_seq_start, n_heads, n_kv_heads, head_dim) ||
+             download_bf16(out, d_out, nq);
     return scratch_end(&s, rc);
 }
 
@@ -2032,8 +2141,9 @@ int gpu_test_flash_attention(const float *q, const float *k, const float *v, flo
     int32_t *d_kv_row = kv_row ? (int32_t *)scratch_copy(&s, kv_row, cu_k[n_seqs] * sizeof(int32_t)) : NULL;
     int32_t *d_tiles = n_tiles ? (int32_t *)scratch_copy(&s, tiles, 2 * (size_t)n_tiles * sizeof(int32_t)) : NULL;
     free(tiles);
-    int rc = s.failed || flash_attention(0, d_out, d_q, d_k, d_v, d_cu_q, d_cu_k, d_kv_row, d_tiles, n_tiles, n_heads,
-                                         n_kv_heads, head_dim) || download_bf16(out, d_out, nq);
+    GpuKvView kv = {d_k, d_v, (int64_t)n_kv_heads * head_dim, d_kv_row};
+    int rc = s.failed || flash_attention(0, d_out, d_q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads, n_kv_heads,
+                                         head_dim) || download_bf16(out, d_out, nq);
     return scratch_end(&s, rc);
 }
 
@@ -2670,13 +2780,13 @@ void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
  * prefixes are different histories and never merge, even at equal positions. Every row is then computed once, and
  * attention reads every key, cached or new, through one index: the pool slot of each (sequence, position). */
 
-/* Everything the prefill trusts about pf (the batch itself passed rx_batch_check), each failure one sentence. Pages
- * a sequence writes (its own, from cached_len on) must belong to it alone: neither written by another sequence nor
- * read as anyone's cached page. */
-static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf) {
+/* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf (the batch itself passed rx_batch_check),
+ * each failure one sentence. Pages a sequence writes (its own, from cached_len on) must belong to it alone: neither
+ * written by another sequence nor read as anyone's cached page. host_kv: the K/V are in the host pool's arrays (the C reference), not in a GPU pool. */
+static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf, int host_kv) {
     const RxKvPool *p = pf->pool;
-    if (!p) return rx_fail("prefill: no KV pool");                  /* its geometry was checked by rx_kv_pool_init */
-    if (p->n_layers != c->n_layers || p->kv_dim != c->n_kv_heads * c->head_dim)
+    if (!p || (host_kv && (!p->k || !p->v))) return rx_fail("prefill: no KV pool (pool, or its K/V arrays, is NULL)");
+    if (host_kv && (p->n_layers != c->n_layers || p->kv_dim != c->n_kv_heads * c->head_dim))
         return rx_fail("prefill: the KV pool holds %d layers x %d floats per token; the model needs %d x %d",
                        p->n_layers, p->kv_dim, c->n_layers, c->n_kv_heads * c->head_dim);
     if (!pf->cached_len || !pf->pages || !pf->prefix_key)
@@ -2729,7 +2839,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
                       int *n_compact_out) {
     if (!pf) return forward_ref(m, b, mode, 1, last_logits, NULL, n_compact_out);    /* nothing cached: Part I */
     const Qwen3Config *c = &m->cfg;
-    if (rx_batch_check(b, c) || prefill_check(c, b, pf)) return -1;
+    if (rx_batch_check(b, c) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
     RadixIndex ix;
     if (radix_index_build_keyed(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, pf->prefix_key))
@@ -2795,7 +2905,8 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
  * in a queue; each round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm:
  * sorting by matched length visits the tree depth first, so a prefix is reused while it is cached), and stops at the
  * first one that finds no room. The admitted requests' unmatched suffixes form one ragged batch (positions continue
- * after each cached prefix), one qwen3_prefill_ref computes them and writes their K/V into their pages, and each
+ * after each cached prefix), one qwen3_prefill_ref
+ * (gpu_prefill when o->gpu is set) computes them and writes their K/V into their pages, and each
  * request finishes: its whole pages go into the cache, its references and locks are released. At the end the cache
  * is flushed and the pool audited. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
@@ -2869,6 +2980,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
         return rx_fail("rx_serve: %lld pages of %d tokens are too many for one pool", (long long)need, P);
     RxKvPool pool;
     RxPrefixCache *c = NULL;
+    GpuKvPool *gpu_kv = NULL;                              /* o->gpu: the K/V on the device, the bookkeeping here */
     RxBatch sfx = {0, 0, NULL, NULL, NULL};
     RxRequest *req = (RxRequest *)calloc((size_t)n_req + 1, sizeof(RxRequest));
     Waiting *wait = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
@@ -2885,8 +2997,10 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
         rx_fail("out of host memory for serving %d requests", n_req);
         goto done;
     }
-    if (rx_kv_pool_init(&pool, o->n_pages ? o->n_pages : (int)need, P, m->cfg.n_layers,
-                        m->cfg.n_kv_heads * m->cfg.head_dim) || rx_cache_create(&c, o->cache, &pool)) goto done;
+    if (rx_kv_pool_init(&pool, o->n_pages ? o->n_pages : (int)need, P, o->gpu ? 0 : m->cfg.n_layers,
+                        o->gpu ? 0 : m->cfg.n_kv_heads * m->cfg.head_dim) ||
+        (o->gpu && gpu_kv_pool_create(&gpu_kv, o->gpu, pool.n_pages, P)) || rx_cache_create(&c, o->cache, &pool))
+        goto done;
     for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
     t0 = rx_now_ms();
     for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
@@ -2895,11 +3009,15 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
         for (int s = 0; s < n; s++)
             cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
         RxPrefill pf = {&pool, cached_len, tables, prefix_key};
-        if (suffix_batch(&sfx, adm, n, seqs, sfx_lens) || qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows) ||
+        GpuRunInfo gi = {};
+        if (suffix_batch(&sfx, adm, n, seqs, sfx_lens) ||
+            (o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
+                    : qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows)) ||
             (o->trace && (fprintf(o->trace, "batch %d: ", st->n_batches), rx_prefill_print(o->trace, &sfx, &pf, rows))))
             goto done;
         rx_batch_free(&sfx);
         st->rows_computed += rows;
+        st->gpu_ms += gi.forward_ms;
         for (int s = 0; s < n; s++) {
             int i = (int)(adm[s] - req);
             if (last_logits) memcpy(last_logits + (size_t)i * V, blogits + (size_t)s * V, (size_t)V * sizeof(float));
@@ -2924,10 +3042,155 @@ done:
     for (int s = 0; req && s < n_req; s++) rx_request_abort(c, &req[s]);
     rx_cache_free(c);
     rx_kv_pool_free(&pool);
+    gpu_kv_pool_free(gpu_kv);
     free(req); free(wait); free(adm); free(cached_len); free(prefix_key); free(tables); free(seqs); free(sfx_lens);
     free(pages_tmp); free(blogits);
     return rc;
 }
+
+#ifndef RADIXMLP_HOST_ONLY
+/* ------------------------------------------------------------------------------------ part ii: prefill on the gpu */
+/* The GPU twin of qwen3_prefill_ref. The cache's bookkeeping (the tree, locks, LRU, hash chains, the page refs and
+ * free list of RxKvPool) stays on the host; only the K/V live on the device, in a pool laid out as the C pool is,
+ * bf16 [slot, n_layers, n_kv*head_dim], slot = page * page_size + i. The host cache hands out page ids; the same ids
+ * index this pool. Attention reads every key, cached or new, through one index, as compact mode reads its keys
+ * through I_scatter:
+ *
+ *   attention's token space M (sequence by sequence, cached then new positions)
+ *       seq 0: | pos 0  pos 1  pos 2  pos 3 | pos 4  pos 5 |     cached_len 4, page size 2, pages [7 2 | 5]
+ *   kv_row  [M]:  14     15     4      5       10     11         slot = pages[pos / 2] * 2 + pos % 2
+ *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride): the flash kernel's
+ *   cu_k spans all 6 positions, its cu_q only the 2 new ones (or their compact rows), the last positions of the 6.
+ *
+ * Each layer first writes its new K/V into their slots (kv_store: compact row I_scatter[i] -> the slot of new token
+ * i), then attends: the same gpu_layer as Part I, with another view. */
+struct GpuKvPool {
+    int n_pages, page_size, n_layers, kv_dim;
+    bf16 *k, *v;                     /* [n_pages * page_size, n_layers, kv_dim] bf16, slot-major, as RxKvPool */
+};
+
+int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, int n_pages, int page_size) {
+    *out = NULL;
+    if (!g) return rx_fail("gpu_kv_pool_create needs a GPU model");
+    if (n_pages < 1 || page_size < 1 || (int64_t)n_pages * page_size > INT32_MAX)
+        return rx_fail("KV pool of %d pages x %d tokens: both must be >= 1 and their product fit in 32 bits", n_pages,
+                       page_size);
+    GpuKvPool *p = (GpuKvPool *)calloc(1, sizeof *p);
+    if (!p) return rx_fail("out of host memory for a GPU KV pool");
+    p->n_pages = n_pages, p->page_size = page_size, p->n_layers = g->cfg.n_layers;
+    p->kv_dim = g->cfg.n_kv_heads * g->cfg.head_dim;
+    const size_t n = (size_t)n_pages * page_size * p->n_layers * p->kv_dim;
+    int rc = dev_alloc((void **)&p->k, n * sizeof(bf16), "the KV pool's K [%d slots, %d layers, %d]", n_pages * page_size,
+                       p->n_layers, p->kv_dim) ||
+             dev_alloc((void **)&p->v, n * sizeof(bf16), "the KV pool's V [%d slots, %d layers, %d]",
+                       n_pages * page_size, p->n_layers, p->kv_dim);
+    /* every byte 0xff, a bf16 NaN: a slot read before a forward wrote it poisons the logits instead of hiding */
+    if (!rc && (cudaMemset(p->k, 0xff, n * sizeof(bf16)) != cudaSuccess ||
+                cudaMemset(p->v, 0xff, n * sizeof(bf16)) != cudaSuccess))
+        rc = rx_fail("CUDA error filling the KV pool: %s", cudaGetErrorString(cudaGetLastError()));
+    if (rc) { gpu_kv_pool_free(p); return -1; }
+    *out = p;
+    return 0;
+}
+
+void gpu_kv_pool_free(GpuKvPool *p) {
+    if (!p) return;
+    cudaFree(p->k), cudaFree(p->v);
+    free(p);
+}
+
+int gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v) {
+    const size_t n = (size_t)p->n_pages * p->page_size * p->n_layers * p->kv_dim;
+    TRY(download_bf16(k, p->k, n));
+    return download_bf16(v, p->v, n);
+}
+
+/* Part II's attention layout, on the host: attention's token space is M = sum(cached_len + L) positions, sequence by
+ * sequence. seq_start [M]; kv_row [M] each position's pool slot; q_orig the position of each query row (the N new
+ * tokens in baseline and radix, the N' compact rows in compact mode); kv_dst [N] the slot each new token's K/V go
+ * to; cu_k [S+1] each sequence's M positions, cu_q [S+1] its query rows. */
+static int layout_pool(GpuWork *w, const RxBatch *b, const RxPrefill *pf) {
+    const int S = b->n_seqs, N = w->N, P = pf->pool->page_size, compact = w->mode == RX_COMPACT;
+    const int32_t *cu = b->cu_seqlens;
+    int64_t M = N;
+    for (int s = 0; s < S; s++) M += pf->cached_len[s];
+    if (M > INT32_MAX) return rx_fail("prefill: %lld cached + new tokens are too many for one batch", (long long)M);
+    w->T = (int)M;
+    int32_t *at = NULL;   /* [N] new token -> its position in M */
+    if (!host_i32(&w->h_seq_start, M, "the sequence starts [M]") || !host_i32(&w->h_kv_row, M, "the pool slots [M]") ||
+        !host_i32(&w->h_kv_dst, N, "the new tokens' slots [N]") || !host_i32(&w->h_cu_q, S + 1, "cu_q") ||
+        !host_i32(&w->h_cu_k, S + 1, "cu_k") || !host_i32(&w->h_q_orig, compact ? w->R : N, "the query positions") ||
+        !host_i32(&at, N, "the new tokens' positions [N]")) {
+        free(at);
+        return -1;
+    }
+    w->h_cu_k[0] = 0;
+    for (int s = 0, t = 0; s < S; s++) {
+        const int cached = pf->cached_len[s], t0 = t;
+        for (int p = 0; p < cached + cu[s + 1] - cu[s]; p++, t++) {
+            w->h_seq_start[t] = t0;
+            w->h_kv_row[t] = pf->pages[s][p / P] * P + p % P;   /* position p lives in its page table's slot */
+        }
+        w->h_cu_k[s + 1] = t;
+        for (int i = cu[s]; i < cu[s + 1]; i++) at[i] = t0 + cached + i - cu[s];
+    }
+    for (int i = 0; i < N; i++) w->h_kv_dst[i] = w->h_kv_row[at[i]];
+    for (int r = 0; r < (compact ? w->R : N); r++) w->h_q_orig[r] = at[compact ? w->ix.gather[r] : r];
+    free(at);
+    if (compact) return radix_compact_cu_q(&w->ix, cu, S, w->h_cu_q);
+    memcpy(w->h_cu_q, cu, (S + 1) * sizeof(int32_t));
+    return 0;
+}
+
+/* Part II's prefill: the trie keyed by cached prefix, the pool's slots laid out, then the same layers as Part I,
+ * each writing its new K/V into their slots and attending through them, and last-token logits. */
+static int prefill_run(GpuModel *g, GpuKvPool *kv, const RxBatch *b, const RxPrefill *pf, RxMode mode,
+                       float *last_logits, GpuRunInfo *info, GpuWork *w) {
+    const Qwen3Config *c = &g->cfg;
+    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim, stride = c->n_layers * KVD;   /* a slot: every layer */
+    TRY(work_rows(w, b, pf->prefix_key, mode, RX_AUTO_THRESHOLD,
+                  g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim), info));
+    TRY(layout_pool(w, b, pf));
+    TRY(work_alloc(g, w, 1, 1));
+    AttnCall a = attn_call(g, w);
+    TRY(embed_rows(g, w));
+    for (int l = 0; l < c->n_layers; l++) {
+        bf16 *k = kv->k + l * KVD, *v = kv->v + l * KVD;        /* layer l's slice of every slot */
+        a.kv = GpuKvView{k, v, stride, w->kv_row};
+        TRY(gpu_layer(g, l, w, &a, k, v));
+    }
+    return work_head(g, w, 1, last_logits, NULL, info);
+}
+
+int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
+                float *last_logits, int *rows_out, GpuRunInfo *info) {
+    GpuRunInfo unused;
+    if (!info) info = &unused;
+    memset(info, 0, sizeof *info);
+    if (!g || !kv || !suffixes || !pf) return rx_fail("gpu_prefill needs a GPU model, its KV pool, a batch and pf");
+    if (!g->lm_head) return no_lm_head();
+    const RxKvPool *p = pf->pool;
+    if (!p || p->n_pages != kv->n_pages || p->page_size != kv->page_size)
+        return rx_fail("gpu_prefill: the host pool (%d pages of %d) and the GPU pool (%d pages of %d) must be one",
+                       p ? p->n_pages : 0, p ? p->page_size : 0, kv->n_pages, kv->page_size);
+    if (kv->n_layers != g->cfg.n_layers || kv->kv_dim != g->cfg.n_kv_heads * g->cfg.head_dim)
+        return rx_fail("gpu_prefill: the GPU KV pool was made for another model");
+    if (rx_batch_check(suffixes, &g->cfg) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
+    GpuWork w;
+    memset(&w, 0, sizeof w);
+    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, info, &w);
+    if (rc == 0 && rows_out) *rows_out = w.R;
+    work_free(&w);
+    return rc;
+}
+#else /* RADIXMLP_HOST_ONLY */
+int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *, int, int) { *out = NULL; return no_gpu(); }
+void gpu_kv_pool_free(GpuKvPool *) {}
+int gpu_kv_pool_read(const GpuKvPool *, float *, float *) { return no_gpu(); }
+int gpu_prefill(GpuModel *, GpuKvPool *, const RxBatch *, const RxPrefill *, RxMode, float *, int *, GpuRunInfo *) {
+    return no_gpu();
+}
+#endif /* RADIXMLP_HOST_ONLY */
 
 /* --------------------------------------------------------------------------------------------------------- errors */
 /* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */
@@ -3973,8 +4236,8 @@ static const char *usage =
     "                float32 [n_requests, vocab], last-token logits in file order; --stats a CSV row per request;\n"
     "                --show-batches a line per forward: N tokens = cached + new, N' new histories, rows computed;\n"
     "                --show-cache the cache after each forward (the radix tree's edges and their pages).\n"
-    "       A flag that does not apply to the chosen action is an error.\n"
-    "                Runs on the C reference (CPU) only: the GPU path of Part II is not written yet.\n";
+    "                On the GPU when there is one (gpu_prefill, K/V in device memory); --cpu: the C reference.\n"
+    "       A flag that does not apply to the chosen action is an error.\n";
 
 static double cpu_ms(void) {   /* CPU time of this process, in ms */
     struct timespec t;
@@ -4226,9 +4489,11 @@ static int write_stats(const char *path, const int *lens, const int32_t *batch_o
     return 0;
 }
 
-static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump) {
+static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump,
+                        int force_cpu) {
     Qwen3Model m;
     RxBatch file;
+    GpuModel *g = NULL;
     if (qwen3_load(&m, dir)) return -1;
     if (rx_batch_read(&file, path)) { qwen3_free(&m); return -1; }
     int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1;
@@ -4246,11 +4511,14 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
     o->model_id = rx_model_id(dir);
     if (check_lines(&file, path, &m.cfg, o->page_size, o->n_pages)) goto done;
+    if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
+    o->gpu = g;
     if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
     printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
-           " the C reference on the CPU (Part II has no GPU path yet), mode %s: %.1f ms\n", n, st.prompt_tokens,
-           rx_cache_kind_name(o->cache), o->page_size, st.pool_pages, o->n_pages ? "" : " (enough for the whole file)",
-           o->batch, o->lpm ? "lpm" : "fcfs", rx_mode_name(o->mode), st.ms);
+           " %s%s, mode %s: %.1f ms\n", n, st.prompt_tokens, rx_cache_kind_name(o->cache), o->page_size, st.pool_pages,
+           o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
+           g ? "the GPU, bf16: " : "the C reference on the CPU", g ? gpu_device_name() : "", rx_mode_name(o->mode),
+           st.ms);
     if (stats) {
         if (write_stats(stats, lens, batch_of, cached_of, n)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
@@ -4271,7 +4539,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     rc = 0;
 done:
     free(seqs); free(lens); free(batch_of); free(cached_of); free(logits);
-    rx_batch_free(&file); qwen3_free(&m);
+    rx_batch_free(&file); gpu_model_free(g); qwen3_free(&m);
     return rc;
 }
 
@@ -4360,7 +4628,7 @@ int main(int argc, char **argv) {
     if (embed && (dump || last_only))
         return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
     RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
-    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0, NULL, NULL};
+    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0, NULL, NULL, NULL};
     if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
         (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))
         return usage_error("%s", radix_error());
@@ -4378,7 +4646,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 3 && !rc; k++)
         if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1]);
     if (!rc) {
-        if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump);
+        if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump, force_cpu);
         else if (action == CHECK) rc = check_model(model);
         else if (action == SHOW_INDEX) rc = show_index(tokens);
         else if (action == RUN) rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);

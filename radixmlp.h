@@ -367,13 +367,29 @@ typedef struct {
 int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
                       float *last_logits, int *n_compact_out);
 
+/* Part II on the GPU. The K/V live in device memory, bf16, laid out as RxKvPool's [slot, n_layers, kv_dim]; the
+ * bookkeeping (page refs, free list, the cache) stays in a host RxKvPool of the same n_pages and page_size, whose
+ * page ids index both. That host pool needs no K/V arrays: make it with n_layers = kv_dim = 0.                   */
+typedef struct GpuKvPool GpuKvPool;
+/* A pool for g's shape, every value NaN (bf16 0xffff) until a prefill writes it. */
+int  gpu_kv_pool_create(GpuKvPool **p, const GpuModel *g, int n_pages, int page_size);
+void gpu_kv_pool_free(GpuKvPool *p);
+/* The whole pool copied back as fp32, k and v [n_pages * page_size, n_layers, kv_dim] each (tests). */
+int  gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v);
+/* The GPU twin of qwen3_prefill_ref: the same pf (pf->pool the host pool of kv's pages), the new K/V written into
+ * kv's slots, attention (flash or naive, as gpu_set_attention says) reading every key through the pool slots,
+ * last-token logits [n_seqs, vocab] (may be NULL). rows_out (may be NULL): rows computed, N' or N. info: as
+ * gpu_forward's (forward_ms: the GPU time of the prefill), may be NULL.                                          */
+int  gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
+                 float *last_logits, int *rows_out, GpuRunInfo *info);
+
 /* One line that puts the token spaces of a prefill side by side, e.g.
  *   "prefill: 4 sequences, 160 tokens = 128 cached + 32 new (N); 9 distinct new histories (N'); 9 rows computed"
  * rows_computed: what qwen3_prefill_ref returned in n_compact_out. pf may be NULL (nothing cached).            */
 int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed);
 /* Serves requests through a prefix cache on the C reference (a serving engine's scheduler loop): each round admits up
  * to `batch` waiting requests, in arrival order (fcfs) or longest cached prefix first (lpm), runs one
- * qwen3_prefill_ref on their unmatched suffixes, and finishes them. At the end it audits the pool and flushes the
+ * qwen3_prefill_ref (gpu_prefill when o->gpu is set) on their unmatched suffixes, and finishes them. At the end it audits the pool and flushes the
  * cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL) are in request order.          */
 typedef struct {
     RxCacheKind cache;
@@ -385,6 +401,7 @@ typedef struct {
     uint64_t model_id;
     FILE *trace;                     /* each batch's rx_prefill_print line (N, N', cached, computed); NULL: none  */
     FILE *show_cache;                /* the cache after each batch: counts and rx_cache_draw; NULL: none          */
+    GpuModel *gpu;                   /* non-NULL: prefill with gpu_prefill on this model (K/V in a GpuKvPool)     */
 } RxServeOptions;
 typedef struct {
     int n_requests, n_batches;
@@ -395,6 +412,7 @@ typedef struct {
     int request_pages;                   /* pages held by requests at the end: 0 unless something leaked          */
     int held_after_flush;                /* pages not free after the cache's flush: 0 unless something leaked     */
     double ms;                           /* wall time of the scheduling loop, forwards included                   */
+    double gpu_ms;                       /* with o->gpu: the prefills' GPU time (CUDA events); 0 on the CPU       */
 } RxServeStats;
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st);

@@ -2547,8 +2547,8 @@ static void test_bench_rejects_bad_arguments(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
     char out[4096];
     const char *bad[] = {"./bench --table 9", "./bench --reps 0", "./bench --frobnicate", "./bench --table",
-                         "./bench --attention --table 4"};
-    for (int i = 0; i < 5; i++) {
+                         "./bench --attention --table 4", "./bench --table 5 --gpu"};
+    for (int i = 0; i < 6; i++) {
         int rc = run_cmd(bad[i], out, sizeof out);
         expect(rc == 2 && strstr(out, "bench: "), "'%s': exit %d, expected 2 with a message:\n%s", bad[i], rc, out);
     }
@@ -2561,6 +2561,9 @@ static void test_bench_rejects_bad_arguments(void) {
         expect(rc == 1 && strstr(out, "--attention needs a CUDA device") && nl && !nl[1],
                "--attention without a GPU: exit %d, expected 1 and one line\n%s", rc, out);
         note("without a GPU: %s", out);
+        rc = run_cmd("./bench --prefix-cache --gpu", out, sizeof out);
+        expect(rc == 1 && strstr(out, "--prefix-cache --gpu needs a CUDA device"),
+               "--prefix-cache --gpu without a GPU: exit %d\n%s", rc, out);
     }
 }
 
@@ -3455,7 +3458,7 @@ static void test_cache_serve_random_traces_equal_full_recomputation(void) {
             if (lens[s] > longest) longest = lens[s];
         }
         RxServeOptions o = {(RxCacheKind)rng_int(&rng, 3), 1 + rng_int(&rng, 8), 0, 1 + rng_int(&rng, 4),
-                            rng_int(&rng, 2), (RxMode)rng_int(&rng, 4), 42, NULL, NULL};
+                            rng_int(&rng, 2), (RxMode)rng_int(&rng, 4), 42, NULL, NULL, NULL};
         if (t % 2) o.n_pages = (longest + o.page_size - 1) / o.page_size * o.batch + rng_int(&rng, 4);  /* pressure */
         float *got = (float *)malloc((size_t)N * V * sizeof(float));
         int32_t cached_of[N];
@@ -3538,25 +3541,44 @@ static int expected_cached(int32_t seqs[][40], const int *lens, int s, int B, in
     return best;
 }
 
-static void test_cli_requests_match_full_recomputation(void) {
-    if (!have_cli()) return;
-    char dir[] = "/tmp/radixmlp-req-XXXXXX", cmd[1024], out[16384], path[512];
-    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
-    int32_t seqs[14][40];
-    int lens[14], n = write_requests(dir, seqs, lens);
-    Qwen3Model m;
-    snprintf(path, sizeof path, "%s/tiny-bf16", fixtures());
-    if (qwen3_load(&m, path)) { expect(0, "load: %s", radix_error()); remove_dir(dir); return; }
-    int V = m.cfg.vocab_size;
-    float *want = (float *)malloc((size_t)n * V * sizeof(float)), *all = (float *)malloc((size_t)40 * V * sizeof(float));
-    for (int s = 0; s < n; s++) {                          /* the oracle: each request alone, from scratch */
-        const int32_t *p = seqs[s];
+/* What the --requests tests share: write_requests' file in a fresh directory, tiny-bf16 loaded, and the oracle,
+ * each request alone from scratch on the C reference: last-token logits want [n, vocab]. */
+typedef struct { char dir[32], path[512]; int32_t seqs[14][40]; int lens[14], n; Qwen3Model m; float *want; } ReqCase;
+
+static int requests_case(ReqCase *r) {
+    snprintf(r->dir, sizeof r->dir, "/tmp/radixmlp-req-XXXXXX");
+    if (!mkdtemp(r->dir)) { expect(0, "mkdtemp"); return -1; }
+    r->n = write_requests(r->dir, r->seqs, r->lens);
+    snprintf(r->path, sizeof r->path, "%s/tiny-bf16", fixtures());
+    if (qwen3_load(&r->m, r->path)) { expect(0, "load: %s", radix_error()); remove_dir(r->dir); return -1; }
+    int V = r->m.cfg.vocab_size;
+    float *all = floats((size_t)40 * V);
+    r->want = floats((size_t)r->n * V);
+    for (int s = 0; s < r->n; s++) {
+        const int32_t *p = r->seqs[s];
         RxBatch b;
-        rx_batch_make(&b, &p, &lens[s], 1);
-        expect(qwen3_forward_ref(&m, &b, RX_BASELINE, all) == 0, "full forward: %s", radix_error());
-        memcpy(want + (size_t)s * V, all + (size_t)(lens[s] - 1) * V, (size_t)V * sizeof(float));
+        rx_batch_make(&b, &p, &r->lens[s], 1);
+        expect(qwen3_forward_ref(&r->m, &b, RX_BASELINE, all) == 0, "full forward: %s", radix_error());
+        memcpy(r->want + (size_t)s * V, all + (size_t)(r->lens[s] - 1) * V, (size_t)V * sizeof(float));
         rx_batch_free(&b);
     }
+    free(all);
+    return 0;
+}
+static void requests_case_free(ReqCase *r) {
+    free(r->want);
+    qwen3_free(&r->m);
+    remove_dir(r->dir);
+}
+
+static void test_cli_requests_match_full_recomputation(void) {
+    ReqCase rq;
+    if (!have_cli() || requests_case(&rq)) return;
+    char cmd[1024], out[16384];
+    const char *dir = rq.dir, *path = rq.path;
+    const float *want = rq.want;
+    int32_t (*seqs)[40] = rq.seqs;
+    const int *lens = rq.lens, n = rq.n, V = rq.m.cfg.vocab_size;
     const struct { const char *flags; int B, P, exact_cache; } runs[] = {
         {"", 1, 16, 1},                                    /* the defaults: radix, page 16, batch 1, fcfs */
         {"--prefix-cache radix --page-size 4 --batch 3 --mode compact --show-batches", 3, 4, 1},
@@ -3626,9 +3648,7 @@ static void test_cli_requests_match_full_recomputation(void) {
              d, rows, cached_sum);
         free(got); free(csv);
     }
-    free(want); free(all);
-    qwen3_free(&m);
-    remove_dir(dir);
+    requests_case_free(&rq);
 }
 
 static void test_cli_requests_rejects_bad_input(void) {
@@ -3749,6 +3769,217 @@ static void test_bench_prefix_cache_csv(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------------- main */
+/* ------------------------------------------------------------------------------------- gpu: part ii, gpu_prefill */
+/* gpu_prefill against qwen3_prefill_ref on random request traces through a real cache. One host RxKvPool holds the
+ * bookkeeping and, for the C reference, fp32 K/V (NaN at the start); a GPU pool of the same pages holds gpu_prefill's
+ * bf16 K/V (NaN at the start, checked). Each batch is prefilled by the C reference and by the GPU in all three modes,
+ * in an order that rotates so that every mode is the last to write the pages in some batches. Checked per batch:
+ *   - each GPU mode's last-token logits vs the C reference's within FORWARD_TOL (bf16, tutorial section 11);
+ *   - radix and compact vs the GPU baseline within FORWARD_TOL, compact == radix bit for bit (same rows, same keys);
+ *   - the K/V of every position of every admitted request, cached by an earlier batch or written by this one, in
+ *     the GPU pool vs the host pool, within FORWARD_TOL of their max (a slot never written is NaN and fails).
+ * Then each request finishes (its pages go into the cache) or, one in four, aborts; the pool is small, so admitting
+ * evicts. */
+typedef struct { double logits, modes, kv; long batches, shared, cached, evicted, requests; } GpuPfStats;
+
+static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, RxKvPool *pool, RxRequest **adm,
+                              int n, int turn, GpuPfStats *st, const char *what) {
+    const int V = m->cfg.vocab_size, W = m->cfg.n_layers * m->cfg.n_kv_heads * m->cfg.head_dim, P = pool->page_size;
+    const int32_t *seqs[16], *tables[16];
+    int lens[16];
+    int32_t cached[16], key[16];
+    long positions = 0;
+    for (int s = 0; s < n; s++) {
+        seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
+        cached[s] = adm[s]->cached_len, key[s] = adm[s]->prefix_key, tables[s] = adm[s]->pages;
+        positions += adm[s]->len;
+    }
+    RxBatch b;
+    if (rx_batch_make(&b, seqs, lens, n)) { expect(0, "rx_batch_make: %s", radix_error()); return; }
+    for (int s = 0; s < n; s++)
+        for (int i = b.cu_seqlens[s]; i < b.cu_seqlens[s + 1]; i++) b.position_ids[i] += cached[s];
+    RxPrefill pf = {pool, cached, tables, key};
+    size_t nl = (size_t)n * V, slots = (size_t)pool->n_pages * P * W;
+    float *ref = floats(nl), *out[3] = {floats(nl), floats(nl), floats(nl)};
+    float *gk_k = floats(slots), *gk_v = floats(slots), *got = floats(2 * positions * W), *want = floats(2 * positions * W);
+    int rc = qwen3_prefill_ref(m, &b, &pf, RX_BASELINE, ref, NULL), rows[3] = {0, 0, 0};
+    expect(rc == 0, "%s: qwen3_prefill_ref: %s", what, radix_error());
+    for (int k = 0; k < 3 && rc == 0; k++) {            /* mode (turn + 1 + k) % 3 last: it leaves its K/V */
+        int mode = (turn + 1 + k) % 3;
+        rc = gpu_prefill(g, gk, &b, &pf, (RxMode)mode, out[mode], &rows[mode], NULL);
+        expect(rc == 0, "%s: gpu_prefill %s: %s", what, rx_mode_name((RxMode)mode), radix_error());
+    }
+    if (rc == 0) {
+        char why[WHY];
+        double d, tol;
+        for (int k = 0; k < 3; k++) {
+            expect(close_verdict(out[k], ref, nl, FORWARD_TOL, &d, &tol, why), "%s: GPU %s vs the C reference: %s",
+                   what, rx_mode_name((RxMode)k), why);
+            st->logits = fmax(st->logits, d / max_abs(ref, nl));
+        }
+        for (int k = 1; k < 3; k++) {
+            expect(close_verdict(out[k], out[0], nl, FORWARD_TOL, &d, &tol, why), "%s: GPU %s vs GPU baseline: %s", what,
+                   rx_mode_name((RxMode)k), why);
+            st->modes = fmax(st->modes, d / max_abs(out[0], nl));
+        }
+        char both[128];
+        snprintf(both, sizeof both, "%s: GPU compact vs GPU radix", what);
+        expect_identical(both, out[2], out[1], nl);
+        expect(rows[0] == b.n_tokens && rows[1] == rows[2] && rows[2] <= b.n_tokens, "%s: rows %d %d %d of N = %d",
+               what, rows[0], rows[1], rows[2], b.n_tokens);
+        /* the pages: every position of every request, K then V, GPU pool vs host pool */
+        rc = gpu_kv_pool_read(gk, gk_k, gk_v);
+        expect(rc == 0, "%s: gpu_kv_pool_read: %s", what, radix_error());
+        size_t at = 0;
+        for (int s = 0; s < n && rc == 0; s++)
+            for (int p = 0; p < adm[s]->len; p++, at += 2 * (size_t)W) {
+                size_t slot = ((size_t)adm[s]->pages[p / P] * P + p % P) * W;
+                memcpy(got + at, gk_k + slot, W * sizeof(float)), memcpy(got + at + W, gk_v + slot, W * sizeof(float));
+                memcpy(want + at, pool->k + slot, W * sizeof(float));
+                memcpy(want + at + W, pool->v + slot, W * sizeof(float));
+            }
+        if (rc == 0) {
+            expect(close_verdict(got, want, at, FORWARD_TOL, &d, &tol, why), "%s: K/V of the pages, GPU vs C: %s", what,
+                   why);
+            st->kv = fmax(st->kv, d / max_abs(want, at));
+        }
+        st->batches++;
+        st->shared += rows[2] < b.n_tokens;
+    }
+    free(ref); free(out[0]); free(out[1]); free(out[2]); free(gk_k); free(gk_v); free(got); free(want);
+    rx_batch_free(&b);
+}
+
+/* One trace: 12 requests of up to 40 tokens on 2 random stems (each request a stem's first 0 .. 32 tokens, then its
+ * own; one in three repeats an earlier request, so that batches hold equal prefixes and equal suffixes), page size
+ * P, batches of up to B, a pool of B requests' pages plus 2: admitting evicts. */
+static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind, int P, int B, uint64_t seed,
+                              GpuPfStats *st) {
+    enum { NREQ = 12, LEN = 40 };
+    const Qwen3Config *c = &m->cfg;
+    const int V = c->vocab_size, W = c->n_layers * c->n_kv_heads * c->head_dim, n_pages = B * ((LEN + P - 1) / P) + 2;
+    uint64_t rng = seed;
+    int32_t tok[NREQ][LEN], stem[2][LEN];
+    int len[NREQ];
+    for (int j = 0; j < 2; j++) for (int i = 0; i < LEN; i++) stem[j][i] = 1 + rng_int(&rng, V - 1);
+    for (int s = 0; s < NREQ; s++) {
+        if (s > 0 && rng_int(&rng, 3) == 0) {
+            int from = rng_int(&rng, s);
+            memcpy(tok[s], tok[from], sizeof tok[s]), len[s] = len[from];
+            continue;
+        }
+        int j = rng_int(&rng, 2), shared = rng_int(&rng, 33);
+        len[s] = 1 + rng_int(&rng, LEN);
+        for (int i = 0; i < len[s]; i++) tok[s][i] = i < shared ? stem[j][i] : 1 + rng_int(&rng, V - 1);
+    }
+    char what[96] = "trace";
+    RxKvPool pool;
+    RxPrefixCache *cache = NULL;
+    GpuKvPool *gk = NULL;
+    if (rx_kv_pool_init(&pool, n_pages, P, c->n_layers, W / c->n_layers) || rx_cache_create(&cache, kind, &pool) ||
+        gpu_kv_pool_create(&gk, g, n_pages, P)) {
+        expect(0, "the pools: %s", radix_error());
+        rx_cache_free(cache); rx_kv_pool_free(&pool);
+        return;
+    }
+    size_t slots = (size_t)n_pages * P * W;
+    for (size_t i = 0; i < slots; i++) pool.k[i] = pool.v[i] = NAN;
+    float *k0 = floats(slots), *v0 = floats(slots);
+    int nan = gpu_kv_pool_read(gk, k0, v0) == 0;
+    for (size_t i = 0; nan && i < slots; i++) nan = isnan(k0[i]) && isnan(v0[i]);
+    expect(nan, "a new GPU KV pool must read back as NaN everywhere");
+    free(k0); free(v0);
+    RxRequest req[NREQ];
+    for (int s = 0; s < NREQ; s++) rx_request_init(&req[s], tok[s], len[s], 9);
+    for (int next = 0, turn = 0; next < NREQ && !test_failed; turn++) {
+        RxRequest *adm[16];
+        int n = 0, rc = 0;
+        while (n < B && next < NREQ && (rc = rx_request_admit(cache, &req[next])) == 0) adm[n++] = &req[next++];
+        expect(rc >= 0 && n > 0, "admit: %s (%d admitted)", radix_error(), n);
+        if (rc < 0 || n == 0) break;
+        snprintf(what, sizeof what, "%s P=%d B=%d batch %d", rx_cache_kind_name(kind), P, B, turn);
+        gpu_prefill_batch(m, g, gk, &pool, adm, n, turn, st, what);
+        for (int s = 0; s < n; s++) {
+            st->cached += adm[s]->cached_len, st->requests++;
+            if (rng_int(&rng, 4) == 0) rx_request_abort(cache, adm[s]);
+            else expect(rx_request_finish(cache, adm[s]) == 0, "finish: %s", radix_error());
+        }
+    }
+    RxCacheStats cs = audit(cache, what);
+    st->evicted += cs.evicted_pages;
+    for (int s = 0; s < NREQ; s++) rx_request_abort(cache, &req[s]);
+    rx_cache_free(cache);
+    expect(pool.n_free == pool.n_pages, "%s: %d of %d pages free after the flush", what, pool.n_free, pool.n_pages);
+    gpu_kv_pool_free(gk);
+    rx_kv_pool_free(&pool);
+}
+
+static void gpu_prefill_traces(const Qwen3Config *cfg, RxAttention attention, const int *pages, int n_pages,
+                               uint64_t seed) {
+    Qwen3Model m;
+    GpuModel *g = NULL;
+    if (qwen3_random(&m, cfg, seed)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    if (gpu_model_upload(&g, &m) || gpu_set_attention(g, attention)) {
+        expect(0, "gpu_model_upload: %s", radix_error());
+        gpu_model_free(g); qwen3_free(&m);
+        return;
+    }
+    GpuPfStats st = {0};
+    for (int i = 0; i < n_pages && !test_failed; i++)
+        gpu_prefill_trace(&m, g, i % 2 ? RX_CACHE_HASH : RX_CACHE_RADIX, pages[i], 1 + (i + 2) % 4, seed + 10 * i, &st);
+    expect(st.cached > 0 && st.evicted > 0 && st.shared > 0, "the traces must hit the cache (%ld), evict (%ld) and "
+           "share rows inside a batch (%ld batches)", st.cached, st.evicted, st.shared);
+    summary("head_dim %d, %s attention, page sizes 1, 4, 16: %ld requests in %ld batches (%ld with rows shared), %ld "
+            "tokens cached, %ld pages evicted; max|diff|/max|ref|: logits vs C %.3g, radix/compact vs baseline %.3g, "
+            "K/V %.3g (tol %g each)", cfg->head_dim, attention == RX_ATTN_FLASH ? "flash" : "naive", st.requests, st.batches, st.shared, st.cached, st.evicted, st.logits, st.modes, st.kv,
+            FORWARD_TOL);
+    gpu_model_free(g);
+    qwen3_free(&m);
+}
+
+static void test_gpu_prefill_matches_c_reference_on_random_traces(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const int pages[] = {1, 4, 16, 4};
+    Qwen3Config small = tiny_config(), big = flash_config();
+    gpu_prefill_traces(&small, RX_ATTN_NAIVE, pages, 4, 900);     /* head_dim 32: the naive kernel */
+    gpu_prefill_traces(&big, RX_ATTN_FLASH, pages, 3, 950);       /* head_dim 128: the flash kernel, pool stride */
+}
+
+/* --requests on the GPU: without --cpu the CLI serves with gpu_prefill and says so; the last-token logits within the
+ * bf16 budget of each request's full recomputation on the C reference; the same leak audit. --cpu says the C
+ * reference ran. */
+static void test_gpu_cli_requests_runs_on_the_gpu(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    ReqCase rq;
+    if (!have_cli() || requests_case(&rq)) return;
+    char cmd[2048], out[16384], dump[64];
+    const int n = rq.n, V = rq.m.cfg.vocab_size;
+    snprintf(dump, sizeof dump, "%s/d.f32", rq.dir);
+    const char *flags[] = {"--page-size 4 --batch 3", "--page-size 4 --cache-pages 12 --batch 2 --mode radix",
+                           "--prefix-cache hash --page-size 1 --batch 4 --mode baseline"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(cmd, sizeof cmd, "%s --model %s --requests %s/requests.txt --dump-logits %s %s", cli(), rq.path, rq.dir,
+                 dump, flags[k]);
+        int rc = run_cmd(cmd, out, sizeof out);
+        size_t len = 0;
+        float *got = rc == 0 ? (float *)read_file(dump, &len) : NULL;
+        expect(rc == 0 && got && len == (size_t)n * V * sizeof(float), "'%s': exit %d\n%s", cmd, rc, out);
+        expect(strstr(out, "the GPU, bf16") && strstr(out, "after the final flush: 0 pages held by requests"),
+               "%s: the summary does not say the GPU ran, or no leak audit\n%s", flags[k], out);
+        if (got && len == (size_t)n * V * sizeof(float)) {
+            char what[128];
+            snprintf(what, sizeof what, "--requests %s vs full recomputation", flags[k]);
+            expect_close(what, 0, got, rq.want, (size_t)n * V, FORWARD_TOL);
+        }
+        free(got);
+    }
+    snprintf(cmd, sizeof cmd, "%s --model %s --requests %s/requests.txt --cpu", cli(), rq.path, rq.dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    expect(rc == 0 && strstr(out, "the C reference on the CPU") && !strstr(out, "the GPU"), "--cpu: exit %d\n%s", rc,
+           out);
+    requests_case_free(&rq);
+}
+
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
     {"trie", "toy_example_matches_paper", test_toy_example_matches_paper},
@@ -3802,6 +4033,8 @@ static const Test tests[] = {
     {"gpu", "attention_auto_takes_flash_only_for_head_dim_128", test_gpu_attention_choice},
     {"gpu", "forward_flash_matches_reference_table7", test_gpu_forward_flash_table7},
     {"gpu", "attention_timer_runs_every_layout", test_gpu_attention_timer},
+    {"gpu", "prefill_matches_c_reference_on_random_traces", test_gpu_prefill_matches_c_reference_on_random_traces},
+    {"gpu", "cli_requests_runs_on_the_gpu", test_gpu_cli_requests_runs_on_the_gpu},
     {"cli", "cli", test_cli},
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
     {"cli", "last_only_and_embed", test_cli_last_only_and_embed},
