@@ -1224,12 +1224,9 @@ static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, const bf16
         return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
     if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
     const int shmem = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * (int)sizeof(bf16);   /* 85 KiB: Q, 2 x (K, V) */
-    static int smem_allowed;                       /* above 48 KiB must be asked for, once per process (one device) */
-    if (!smem_allowed) {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        shmem));
-        smem_allowed = 1;
-    }
+    /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
+     * it is made before every launch (a host-side call, cheap beside the kernel), never cached in a static. */
+    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
     flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem, st>>>(
         out, q, k, v, cu_q, cu_k, kv_row, tiles, n_heads, n_kv_heads, scale_log2);
@@ -1997,6 +1994,14 @@ int gpu_test_flash_attention(const float *q, const float *k, const float *v, flo
     return scratch_end(&s, rc);
 }
 
+/* A cudaDeviceReset(): every allocation, stream and cudaFuncSetAttribute setting of this process on the device is
+ * gone; a GpuModel made after it must still run (the flash launch sets its shared-memory attribute every time). */
+int gpu_test_device_reset(void) {
+    if (!gpu_available()) return -1;
+    CUDA_CHECK(cudaDeviceReset());
+    return 0;
+}
+
 #else /* RADIXMLP_HOST_ONLY */
 /* Built by a plain C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
  * function reports that there is no device. (Unnamed parameters: this file is always compiled as C++.) */
@@ -2022,6 +2027,7 @@ int gpu_test_attention(const float *, const float *, const float *, float *, int
                        const int32_t *, int, int, int, int, int) { return no_gpu(); }
 int gpu_test_flash_attention(const float *, const float *, const float *, float *, const int32_t *, const int32_t *,
                              const int32_t *, int, int, int, int, int) { return no_gpu(); }
+int gpu_test_device_reset(void) { return no_gpu(); }
 #endif /* RADIXMLP_HOST_ONLY */
 
 /* --------------------------------------------------------------------------------------- part ii: a paged kv pool */

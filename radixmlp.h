@@ -257,6 +257,8 @@ int gpu_test_attention(const float *q, const float *k, const float *v, float *ou
 int gpu_test_flash_attention(const float *q, const float *k, const float *v, float *out, const int32_t *cu_q,
                              const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_kv_rows, int n_heads,
                              int n_kv_heads, int head_dim);
+/* cudaDeviceReset(): frees everything of this process on the device and drops per-device settings. */
+int gpu_test_device_reset(void);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Part II: across requests, a paged KV prefix cache
