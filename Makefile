@@ -1,5 +1,6 @@
 # radixmlp: `make` builds radixmlp, test_radixmlp and bench; `make run` runs the demo; `make test` builds all three,
 # runs the resource gate (`make resource-gate`: registers, spills, shared memory per kernel; no GPU) and the tests.
+# `make gpu-check`, on a machine with a GPU: every check that needs one, into docs/gpu-report-<device>-<date>.md.
 # `make test-asan`, `make test-valgrind` and `make fuzz` (FUZZ_SECONDS=60 per target) check the host half with clang.
 # Needs the CUDA toolkit (nvcc, cuBLAS) to build; a GPU only to run the CUDA path (everything else runs on the CPU).
 CUDA_HOME ?= /usr/local/cuda
@@ -57,6 +58,11 @@ build/gate/table.txt: radixmlp.cu radixmlp.h .ci/resource-gate
 	@NVCC="$(NVCC)" NVFLAGS="$(filter-out $(GENCODE),$(NVFLAGS))" LDLIBS="$(LDLIBS)" CC="$(CC)" CFLAGS="$(CFLAGS)" \
 	    .ci/resource-gate > build/gate/run.txt || { cat build/gate/run.txt; exit 1; }
 	@mv build/gate/run.txt $@
+
+# The checks that need a GPU, in one command, on a machine with one (.ci/gpu-check says which): writes
+# docs/gpu-report-<device>-<date>.md. Without a GPU it says so in one line and fails.
+gpu-check: all
+	CUDA_HOME=$(CUDA_HOME) .ci/gpu-check
 
 # ---- host-only checks with clang, no CUDA needed: sanitizers, valgrind, libFuzzer (see docs/fuzzing.md)
 # radixmlp.cu is compiled as C++ with -DRADIXMLP_HOST_ONLY: the host half alone, the GPU entry points fail cleanly
@@ -124,4 +130,4 @@ clean:
 	rm -f radixmlp test_radixmlp bench *.o
 	rm -rf build
 
-.PHONY: all run test resource-gate test-asan test-valgrind fuzz clean
+.PHONY: all run test resource-gate gpu-check test-asan test-valgrind fuzz clean
