@@ -1,5 +1,6 @@
-# radixmlp: `make` builds radixmlp, test_radixmlp and bench; `make run` runs the demo; `make test` builds all three
-# and runs the tests.
+# radixmlp: `make` builds radixmlp, test_radixmlp and bench; `make run` runs the demo; `make test` builds all three,
+# runs the resource gate (`make resource-gate`: registers, spills, shared memory per kernel; no GPU) and the tests.
+# `make gpu-check`, on a machine with a GPU: every check that needs one, into docs/gpu-report-<device>-<date>.md.
 # `make test-asan`, `make test-valgrind` and `make fuzz` (FUZZ_SECONDS=60 per target) check the host half with clang.
 # Needs the CUDA toolkit (nvcc, cuBLAS) to build; a GPU only to run the CUDA path (everything else runs on the CPU).
 CUDA_HOME ?= /usr/local/cuda
@@ -44,8 +45,24 @@ bench: bench.o radixmlp_lib.o
 run: radixmlp
 	./radixmlp
 
-test: all                          # the tests also run ./radixmlp (cli group) and ./bench (bench group)
+test: all resource-gate            # the tests also run ./radixmlp (cli group) and ./bench (bench group)
 	./test_radixmlp
+
+# Registers, spills, local and shared memory and CTAs per SM of every kernel for sm_80 and sm_90, from one compile with
+# ptxas's report (no GPU needed); fails on any warning, spill, local memory or launch/kernel shared-memory mismatch.
+# Reruns only when radixmlp.cu, radixmlp.h or the script change; otherwise prints its last (passing) table.
+resource-gate: build/gate/table.txt
+	@cat build/gate/table.txt
+build/gate/table.txt: radixmlp.cu radixmlp.h .ci/resource-gate
+	@mkdir -p build/gate
+	@NVCC="$(NVCC)" NVFLAGS="$(filter-out $(GENCODE),$(NVFLAGS))" LDLIBS="$(LDLIBS)" CC="$(CC)" CFLAGS="$(CFLAGS)" \
+	    .ci/resource-gate > build/gate/run.txt || { cat build/gate/run.txt; exit 1; }
+	@mv build/gate/run.txt $@
+
+# The checks that need a GPU, in one command, on a machine with one (.ci/gpu-check says which): writes
+# docs/gpu-report-<device>-<date>.md. Without a GPU it says so in one line and fails.
+gpu-check: all
+	CUDA_HOME=$(CUDA_HOME) .ci/gpu-check
 
 # ---- host-only checks with clang, no CUDA needed: sanitizers, valgrind, libFuzzer (see docs/fuzzing.md)
 # radixmlp.cu is compiled as C++ with -DRADIXMLP_HOST_ONLY: the host half alone, the GPU entry points fail cleanly
@@ -113,4 +130,4 @@ clean:
 	rm -f radixmlp test_radixmlp bench *.o
 	rm -rf build
 
-.PHONY: all run test test-asan test-valgrind fuzz clean
+.PHONY: all run test resource-gate gpu-check test-asan test-valgrind fuzz clean

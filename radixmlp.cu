@@ -792,6 +792,7 @@ static int scratch_end(Scratch *s, int rc) {
 /* Every kernel below except attention is position-wise: row r of the output depends on row r of the input only. So
  * each runs unchanged on N original rows (baseline) or on N' compact rows (radix, compact): that is the paper. */
 #define BLOCK 256            /* threads per block of the row and element-wise kernels */
+#define INDEX_BLOCK 128      /* threads per block of rows_by_index_kernel (one output row per block) */
 #define MAX_HEAD_DIM 256     /* the attention kernel keeps MAX_HEAD_DIM/32 values of a head per lane in registers */
 
 static unsigned blocks_for(int64_t n, int per_block) { return (unsigned)((n + per_block - 1) / per_block); }
@@ -831,10 +832,10 @@ static int rows_copy_gpu(cudaStream_t st, void *out, size_t out_stride_bytes, co
                          const int32_t *idx, int n_rows, size_t row_bytes) {
     if (n_rows == 0) return 0;
     if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0)
-        rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
-                                                     (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
-    else rows_by_index_kernel<<<n_rows, 128, 0, st>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
-                                                      (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
+        rows_by_index_kernel<<<n_rows, INDEX_BLOCK, 0, st>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
+                                                             (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
+    else rows_by_index_kernel<<<n_rows, INDEX_BLOCK, 0, st>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
+                                                              (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
     LAUNCH_CHECK();                                                    /* whichever of the two ran */
     return 0;
 }
@@ -1071,6 +1072,13 @@ static int attention(cudaStream_t st, bf16 *out, const bf16 *q, GpuKvView kv, in
  * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
 enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
 static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
+/* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
+ * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes FLASH_SMEM_BYTES, its own
+ * constant: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
+template <int D> struct FlashSmem {
+    enum { SROW = D + 8, Q = 0, K = Q + FLASH_BM * SROW, V = K + 2 * FLASH_BN * SROW, END = V + 2 * FLASH_BN * SROW };
+};
+enum { FLASH_SMEM_BYTES = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * 2 };   /* 85 KiB: Q, 2 x (K, V), bf16 */
 
 static __device__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 /* 16 bytes global -> shared, asynchronously; with ok == 0 nothing is read and the 16 bytes become zeros. */
@@ -1181,7 +1189,7 @@ static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q,
                                            const int32_t *cu_k, const int32_t *tiles, int n_heads, int n_kv_heads,
                                            float scale_log2) {
     enum { SROW = D + 8, DT = D / 8 };
-    bf16 *sQ = smem, *sK = sQ + FLASH_BM * SROW, *sV = sK + 2 * FLASH_BN * SROW;   /* [BM][SROW], [2][BN][SROW] x 2 */
+    bf16 *sQ = smem + FlashSmem<D>::Q, *sK = smem + FlashSmem<D>::K, *sV = smem + FlashSmem<D>::V;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
     const int s = tiles[2 * tile], m0 = tiles[2 * tile + 1] * FLASH_BM;   /* sequence, first query of the tile */
@@ -1290,13 +1298,10 @@ static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, GpuKvView 
     if ((int64_t)n_tiles * n_heads > INT32_MAX)
         return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
     if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
-    const int shmem = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * (int)sizeof(bf16);   /* 85 KiB: Q, 2 x (K, V) */
-    static int smem_allowed;                       /* above 48 KiB must be asked for, once per process (one device) */
-    if (!smem_allowed) {
-        CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        shmem));
-        smem_allowed = 1;
-    }
+    const int shmem = FLASH_SMEM_BYTES;
+    /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
+     * it is made before every launch (a host-side call, cheap beside the kernel), never cached in a static. */
+    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
     flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem, st>>>(
         out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
@@ -2147,6 +2152,31 @@ int gpu_test_flash_attention(const float *q, const float *k, const float *v, flo
     return scratch_end(&s, rc);
 }
 
+/* A cudaDeviceReset(): every allocation, stream and cudaFuncSetAttribute setting of this process on the device is
+ * gone; a GpuModel made after it must still run (the flash launch sets its shared-memory attribute every time). */
+int gpu_test_device_reset(void) {
+    if (!gpu_available()) return -1;
+    CUDA_CHECK(cudaDeviceReset());
+    return 0;
+}
+
+/* Every kernel's launch as its launcher above makes it, for the resource gate (`make resource-gate`, no device):
+ * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
+static const GpuLaunchShape launch_shapes[] = {
+    {"rows_by_index_kernel", INDEX_BLOCK, 0, 0},
+    {"rmsnorm_kernel", BLOCK, 0, 0},
+    {"qk_norm_rope_kernel", BLOCK, 0, 0},
+    {"silu_mul_kernel", BLOCK, 0, 0},
+    {"add_kernel", BLOCK, 0, 0},
+    {"fill_uniform_kernel", BLOCK, 0, 0},
+    {"attention_kernel", BLOCK, 0, 0},
+    {"flash_attention_d128_kernel", FLASH_WARPS * 32, FLASH_SMEM_BYTES, FlashSmem<FLASH_D>::END * (int)sizeof(bf16)},
+};
+int gpu_launch_shapes(const GpuLaunchShape **shapes) {
+    *shapes = launch_shapes;
+    return (int)(sizeof launch_shapes / sizeof launch_shapes[0]);
+}
+
 #else /* RADIXMLP_HOST_ONLY */
 /* Built by a plain C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
  * function reports that there is no device. (Unnamed parameters: this file is always compiled as C++.) */
@@ -2172,6 +2202,8 @@ int gpu_test_attention(const float *, const float *, const float *, float *, int
                        const int32_t *, int, int, int, int, int) { return no_gpu(); }
 int gpu_test_flash_attention(const float *, const float *, const float *, float *, const int32_t *, const int32_t *,
                              const int32_t *, int, int, int, int, int) { return no_gpu(); }
+int gpu_test_device_reset(void) { return no_gpu(); }
+int gpu_launch_shapes(const GpuLaunchShape **shapes) { *shapes = NULL; return 0; }
 #endif /* RADIXMLP_HOST_ONLY */
 
 /* --------------------------------------------------------------------------------------- part ii: a paged kv pool */

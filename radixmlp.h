@@ -257,6 +257,13 @@ int gpu_test_attention(const float *q, const float *k, const float *v, float *ou
 int gpu_test_flash_attention(const float *q, const float *k, const float *v, float *out, const int32_t *cu_q,
                              const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_kv_rows, int n_heads,
                              int n_kv_heads, int head_dim);
+/* cudaDeviceReset(): frees everything of this process on the device and drops per-device settings. */
+int gpu_test_device_reset(void);
+/* Each kernel's launch (for the resource gate, `make resource-gate`; no device): the kernel's name, threads per block,
+ * the dynamic shared memory its launch passes, and the bytes the kernel's own carve-up of that memory spans.
+ * Returns the number of kernels; *shapes points to a static table (NULL, 0 in a host-only build). */
+typedef struct { const char *kernel; int threads, launch_smem, kernel_smem; } GpuLaunchShape;
+int gpu_launch_shapes(const GpuLaunchShape **shapes);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Part II: across requests, a paged KV prefix cache

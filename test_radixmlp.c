@@ -1960,6 +1960,30 @@ static void test_gpu_forward_flash_table7(void) {
     qwen3_free(&m);
 }
 
+/* The flash launch asks for its 85 KiB of shared memory through cudaFuncSetAttribute, a per-device setting that
+ * cudaDeviceReset() drops (as cudaSetDevice to another GPU would not have it). Two GpuModels of a head_dim-128 config,
+ * one forward each, with a device reset between: both must run, and give the same logits (same weights, same batch). */
+static void test_gpu_flash_forward_survives_device_reset(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    Qwen3Config cfg = flash_config();
+    RxBatch b = pattern_batch(&table7a[5], cfg.vocab_size, 131);
+    size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+    float *out[2] = {floats(n), floats(n)};
+    int rc[2] = {-1, -1};
+    for (int i = 0; i < 2; i++) {
+        GpuModel *g = NULL;
+        if (i == 1 && gpu_test_device_reset()) { expect(0, "cudaDeviceReset: %s", radix_error()); break; }
+        rc[i] = gpu_model_random(&g, &cfg, 132) || gpu_set_attention(g, RX_ATTN_FLASH) ||
+                gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, out[i], NULL);
+        expect(rc[i] == 0, "model %d (%s the device reset): %s", i + 1, i ? "after" : "before", radix_error());
+        gpu_model_free(g);
+    }
+    note("flash forward before and after cudaDeviceReset(): %s, %s", rc[0] ? "failed" : "ran",
+         rc[1] ? "failed" : "ran");
+    if (rc[0] == 0 && rc[1] == 0) expect_identical("logits after the reset vs before", out[1], out[0], n);
+    free(out[0]); free(out[1]);
+    rx_batch_free(&b);
+}
 
 static void test_config_default_head_dim_checked(void) {
     /* Found by fuzzing (make fuzz, target config): without "head_dim", a default of hidden/heads could be 0 (hidden 1,
@@ -4035,6 +4059,7 @@ static const Test tests[] = {
     {"gpu", "attention_timer_runs_every_layout", test_gpu_attention_timer},
     {"gpu", "prefill_matches_c_reference_on_random_traces", test_gpu_prefill_matches_c_reference_on_random_traces},
     {"gpu", "cli_requests_runs_on_the_gpu", test_gpu_cli_requests_runs_on_the_gpu},
+    {"gpu", "flash_forward_survives_device_reset", test_gpu_flash_forward_survives_device_reset},
     {"cli", "cli", test_cli},
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
     {"cli", "last_only_and_embed", test_cli_last_only_and_embed},
