@@ -59,6 +59,9 @@
 #include <unistd.h>
 
 #include "radixmlp.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #ifndef RADIXMLP_HOST_ONLY
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -70,6 +73,7 @@ static int rx_fail(const char *fmt, ...);
 static void *rx_alloc(size_t bytes, const char *what);
 static inline double rx_now_ms(void);
 static int64_t rx_numel(const RxTensor *t);
+static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i as fp32, exactly */
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c);   /* tokens, positions, cu_seqlens in range */
 static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
 
@@ -311,19 +315,49 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 }
 
 /* ---------------------------------------------------------------------------------- the plain-c reference forward */
-/* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
- * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
- * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). */
+/* fp32 throughout, every sum in a fixed order. Because each row is computed with the same arithmetic whatever rows
+ * surround it, a compact row equals the original rows it stands for bit for bit, and the radix and compact modes
+ * reproduce the baseline's logits exactly (the paper's Table 7a zeros).
+ *
+ * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
+ * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
+ * the compiler vectorizes them without reordering any sum (no -ffast-math). A thread or a SIMD lane computes exactly
+ * what the plain loop would: mul, round, add, round, in increasing i. The Makefile builds with -ffp-contract=off,
+ * so that no compiler fuses a mul and an add into one FMA in one place and not in another (a tile's unrolled body
+ * vs a plain loop); without -fopenmp (the emulator's build) the pragmas vanish and one thread runs the same code. */
+#ifdef _OPENMP
+#define RX_OMP(directive) _Pragma(#directive)
+static int rx_thread(void) { return omp_get_thread_num(); }
+#else
+#define RX_OMP(directive)
+static int rx_thread(void) { return 0; }
+#endif
 
-void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
-    for (int r = 0; r < rows; r++, x += dim, out += dim) {
-        float ss = 0.0f;
-        for (int i = 0; i < dim; i++) ss += x[i] * x[i];
-        float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-        for (int i = 0; i < dim; i++) out[i] = w[i] * (x[i] * inv);   /* HF order: weight * (x * rsqrt(...)) */
-    }
+int rx_threads(int n) {
+#ifdef _OPENMP
+    if (n > 0) omp_set_num_threads(n);
+    return omp_get_max_threads();
+#else
+    (void)n;
+    return 1;
+#endif
 }
 
+static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < dim; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = 0; i < dim; i++) out[i] = w[i] * (x[i] * inv);       /* HF order: weight * (x * rsqrt(...)) */
+}
+
+void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
+    RX_OMP(omp parallel for schedule(static))
+    for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
+}
+
+/* The definition: y [rows, out] = x [rows, in] @ w^T, w [out, in]; each y[r][o] sums x[r][i] * w[o][i] over
+ * i = 0, 1, ..., in-1 in that order. Slow (one output at a time, a serial chain of adds): the forward uses
+ * rx_matmul_wt_ref, which computes the same sums, bit for bit. */
 void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out) {
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
@@ -334,65 +368,132 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
         }
 }
 
+/* The same sums, fast: y [rows, out] = x [rows, in] @ wt, wt = w^T [in, out] (the weight transposed, so that the
+ * outputs of one input i lie side by side). A tile of MM_ROWS rows x MM_COLS outputs keeps its MM_ROWS*MM_COLS sums
+ * in registers; each step i adds x[r][i] * wt[i][o0..o0+MM_COLS) to them, one SIMD lane per output: every sum still
+ * runs over i in increasing order, and the tile reads each weight once for MM_ROWS rows.
+ *
+ *            o0 ... o0+15              every lane of every row of the tile does the same thing:
+ *     r0   [ acc acc ... acc ]            acc = acc + x[r][i] * wt[i][o]   (two roundings, i = 0, 1, ...)
+ *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ wt[i][o0] ... wt[i][o0+15] ]
+ *
+ * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
+ * last row (and stores nothing for it); the last column tile shifts left to stay inside wt, and stores only the
+ * columns no other tile wrote. Threads share out the tiles, column strip by column strip (a strip of wt, in x 16
+ * floats, stays in cache while every row tile passes over it). Only a matrix narrower than one tile (tiny test
+ * models) takes the plain loop, for every row alike. */
+enum { MM_ROWS = 4, MM_COLS = 16 };
+void rx_matmul_wt_ref(float *y, const float *x, const float *wt, int rows, int in, int out) {
+    if (out < MM_COLS) {
+        RX_OMP(omp parallel for schedule(static))
+        for (int r = 0; r < rows; r++)
+            for (int o = 0; o < out; o++) {
+                float acc = 0.0f;
+                for (int i = 0; i < in; i++) acc += x[(size_t)r * in + i] * wt[(size_t)i * out + o];
+                y[(size_t)r * out + o] = acc;
+            }
+        return;
+    }
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_ct = (out + MM_COLS - 1) / MM_COLS;
+    RX_OMP(omp parallel for schedule(static))
+    for (long t = 0; t < (long)n_rt * n_ct; t++) {
+        int r0 = (int)(t % n_rt) * MM_ROWS, c_lo = (int)(t / n_rt) * MM_COLS;   /* column strip major */
+        int c0 = c_lo + MM_COLS <= out ? c_lo : out - MM_COLS;                  /* the last tile shifts left */
+        const float *xr[MM_ROWS];
+        for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
+        float acc[MM_ROWS][MM_COLS] = {{0.0f}};
+        for (int i = 0; i < in; i++) {
+            const float *wi = wt + (size_t)i * out + c0;                         /* [MM_COLS] of row i of wt */
+#pragma GCC unroll 4
+            for (int j = 0; j < MM_ROWS; j++) {          /* unrolled, so that acc lives in registers */
+                float xv = xr[j][i];
+#pragma GCC unroll 16
+                for (int c = 0; c < MM_COLS; c++) acc[j][c] += xv * wi[c];
+            }
+        }
+        for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
+            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j] + (c_lo - c0), sizeof(float) * (size_t)(c0 + MM_COLS - c_lo));
+    }
+}
+
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta) {
     int half = head_dim / 2;
-    for (int r = 0; r < rows; r++)
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)r * n_heads + h) * head_dim;
-            rx_rmsnorm_ref(v, v, w, 1, head_dim, eps);                 /* q_norm / k_norm: before RoPE */
-            for (int i = 0; i < half; i++) {                           /* rotate-half: i pairs with i + d/2 */
-                float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
-                float angle = (float)pos[r] * inv_freq, c = cosf(angle), s = sinf(angle);
-                float a = v[i], b = v[i + half];
+    RX_OMP(omp parallel for schedule(static))
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * n_heads * head_dim;                 /* [n_heads, head_dim] of row r */
+        for (int h = 0; h < n_heads; h++)                               /* q_norm / k_norm: before RoPE */
+            rmsnorm_row(xr + (size_t)h * head_dim, xr + (size_t)h * head_dim, w, head_dim, eps);
+        for (int i = 0; i < half; i++) {                                /* rotate-half: i pairs with i + d/2 */
+            float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
+            float angle = (float)pos[r] * inv_freq, c = cosf(angle), s = sinf(angle);   /* once per row, all heads */
+            for (int h = 0; h < n_heads; h++) {
+                float *v = xr + (size_t)h * head_dim, a = v[i], b = v[i + half];
                 v[i] = a * c - b * s;
                 v[i + half] = b * c + a * s;
             }
         }
+    }
 }
 
 void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
+    RX_OMP(omp parallel for schedule(static))
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
 /* rx_attention_ref with k and v rows kv_stride floats apart: n_kv_heads*head_dim for a plain [rows, kv] buffer, more
- * for one layer's slice of the paged KV pool of Part II, [slot, n_layers, kv]. */
+ * for one layer's slice of the paged KV pool of Part II, [slot, n_layers, kv]. One (query row, head) pair at a time,
+ * the pairs shared out across threads. The keys are first copied transposed, kt [n_kv_heads, head_dim, n_t], so that
+ * a query's scores s_t = q . k_t are summed over i in increasing order (exactly the dot product's arithmetic) with
+ * the loop running across keys t, side by side in memory: that loop vectorizes, a dot product's serial sum would
+ * not. */
 static int attention_ref(const float *q, const float *k, const float *v, size_t kv_stride, float *out, int n_q,
                          const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
                          int n_heads, int n_kv_heads, int head_dim) {
-    int longest = 1;
+    int longest = 1, n_t = 0;                        /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r;
         if (g - seq_start[g] + 1 > longest) longest = g - seq_start[g] + 1;
+        if (g + 1 > n_t) n_t = g + 1;
     }
-    float *p = (float *)malloc((size_t)longest * sizeof(float));       /* softmax weights of one query head */
-    if (!p) return rx_fail("out of host memory for attention scores (%d keys)", longest);
+    int n_threads = rx_threads(0);
+    float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float)), /* [threads, longest] softmax weights */
+          *kt = (float *)malloc((size_t)n_kv_heads * head_dim * n_t * sizeof(float) + 1);   /* [kv, head_dim, n_t] */
+    if (!p_all || !kt) {
+        free(p_all); free(kt);
+        return rx_fail("out of host memory for attention scores (%d keys)", n_t);
+    }
+    RX_OMP(omp parallel for schedule(static))
+    for (int t = 0; t < n_t; t++) {
+        const float *kr = k + (size_t)(kv_row ? kv_row[t] : t) * kv_stride;
+        for (int d = 0; d < n_kv_heads * head_dim; d++) kt[(size_t)d * n_t + t] = kr[d];
+    }
     int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
-    for (int r = 0; r < n_q; r++) {
-        int g = q_orig ? q_orig[r] : r, t0 = seq_start[g];            /* keys: positions t0..g of g's sequence */
-        for (int h = 0; h < n_heads; h++) {
-            const float *qh = q + (size_t)r * qd + h * head_dim;
-            int kvh = h / group;                                       /* GQA */
-            float mx = -INFINITY, z = 0.0f;
-            for (int t = t0; t <= g; t++) {
-                const float *kt = k + (size_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
-                float s = 0.0f;
-                for (int i = 0; i < head_dim; i++) s += qh[i] * kt[i];
-                p[t - t0] = s * scale;
-                mx = fmaxf(mx, p[t - t0]);
-            }
-            for (int t = t0; t <= g; t++) z += (p[t - t0] = expf(p[t - t0] - mx));
-            float *o = out + (size_t)r * qd + h * head_dim;
-            for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
-            for (int t = t0; t <= g; t++) {
-                const float *vt = v + (size_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
-                float pt = p[t - t0] / z;
-                for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
-            }
+    RX_OMP(omp parallel for schedule(dynamic))
+    for (long rh = 0; rh < (long)n_q * n_heads; rh++) {
+        int r = (int)(rh / n_heads), h = (int)(rh % n_heads), kvh = h / group;   /* GQA */
+        int g = q_orig ? q_orig[r] : r, t0 = seq_start[g], len = g - t0 + 1;   /* keys: positions t0..g of g's sequence */
+        const float *qh = q + (size_t)r * qd + h * head_dim;
+        float *p = p_all + (size_t)rx_thread() * longest, mx = -INFINITY, z = 0.0f;
+        for (int j = 0; j < len; j++) p[j] = 0.0f;
+        for (int i = 0; i < head_dim; i++) {                           /* p[j] += q[i] * k_{t0+j}[i], all j at once */
+            const float *kti = kt + ((size_t)kvh * head_dim + i) * n_t + t0, qi = qh[i];
+            RX_OMP(omp simd)
+            for (int j = 0; j < len; j++) p[j] += qi * kti[j];
+        }
+        for (int j = 0; j < len; j++) mx = fmaxf(mx, p[j] *= scale);
+        for (int j = 0; j < len; j++) z += (p[j] = expf(p[j] - mx));
+        float *o = out + (size_t)r * qd + h * head_dim;
+        for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
+        for (int j = 0; j < len; j++) {
+            const float *vt = v + (size_t)(kv_row ? kv_row[t0 + j] : t0 + j) * kv_stride + kvh * head_dim;
+            float pt = p[j] / z;
+            RX_OMP(omp simd)
+            for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
         }
     }
-    free(p);
+    free(p_all); free(kt);
     return 0;
 }
 
@@ -410,10 +511,15 @@ static void rows_by_index(float *out, const float *in, const int32_t *idx, int n
     for (int r = 0; r < n_rows; r++) memcpy(out + (size_t)r * dim, in + (size_t)idx[r] * dim, dim * sizeof(float));
 }
 
-/* y = x @ W^T with W converted to fp32 into the scratch buffer w32. */
+/* y [rows, out] = x [rows, in] @ W^T, W [out, in] of any dtype, transposed and converted to fp32 into the scratch
+ * buffer w32 (as many floats as W has elements). */
 static void linear_ref(float *y, const float *x, const RxTensor *W, float *w32, int rows) {
-    rx_tensor_to_f32(W, w32);
-    rx_matmul_ref(y, x, w32, rows, (int)W->shape[1], (int)W->shape[0]);
+    int out = (int)W->shape[0], in = (int)W->shape[1];
+    RX_OMP(omp parallel for schedule(static))           /* w32 = W^T [in, out], converted to fp32, 16 columns */
+    for (int i0 = 0; i0 < in; i0 += 16)                 /* of W at a time: a row's 16 reads share a cache line */
+        for (int o = 0; o < out; o++)
+            for (int i = i0; i < i0 + 16 && i < in; i++) w32[(size_t)i * out + o] = rx_tensor_at(W, (int64_t)o * in + i);
+    rx_matmul_wt_ref(y, x, w32, rows, in, out);
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -3688,6 +3794,15 @@ static float f16_to_f32(uint16_t h) {
 
 /* Converts a tensor of any supported dtype to fp32 (exactly: F16 and BF16 are subsets of F32). memcpy because the
  * data inside a mmap need not be aligned. */
+static float rx_tensor_at(const RxTensor *t, int64_t i) {
+    const uint8_t *s = (const uint8_t *)t->data;
+    float f;
+    uint16_t h;
+    if (t->dtype == RX_F32) { memcpy(&f, s + 4 * i, 4); return f; }
+    memcpy(&h, s + 2 * i, 2);
+    return t->dtype == RX_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
 void rx_tensor_to_f32(const RxTensor *t, float *dst) {
     int64_t n = rx_numel(t);
     const uint8_t *s = (const uint8_t *)t->data;
