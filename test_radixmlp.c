@@ -1021,6 +1021,71 @@ static void test_reference_radix_equals_baseline_table7a(void) {
     qwen3_free(&m);
 }
 
+/* The forward's matmul (tiled, vectorized across outputs, threaded) against the definition rx_matmul_ref, bit for
+ * bit: every sum over i in the same increasing order. At edge shapes (one row, rows past a 4-row tile, outputs below,
+ * at and past a 16-wide tile), each row also alone (rows = 1): a row's result must not depend on the rows around it
+ * or on its place in a tile; with 1 and 2 threads. */
+static void test_matmul_wt_equals_definition_bit_for_bit(void) {
+    static const int shapes[][3] = {{1, 64, 16}, {3, 7, 17}, {4, 33, 5}, {5, 64, 48}, {9, 100, 33}, {13, 1, 100}};
+    int threads0 = rx_threads(0), cases = 0;
+    uint64_t rng = 18;
+    for (int c = 0; c < 6; c++) {
+        int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
+        float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng), *w = rand_floats((size_t)out * in, -1.0f, 1.0f, &rng);
+        float *wt = floats((size_t)in * out), *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
+        for (int o = 0; o < out; o++)
+            for (int i = 0; i < in; i++) wt[(size_t)i * out + o] = w[(size_t)o * in + i];
+        rx_matmul_ref(ref, x, w, rows, in, out);
+        for (int t = 1; t <= 2; t++) {
+            char what[96];
+            rx_threads(t);
+            rx_matmul_wt_ref(got, x, wt, rows, in, out);
+            snprintf(what, sizeof what, "[%d, %d] @ [%d, %d]^T, %d thread%s", rows, in, out, in, t, t > 1 ? "s" : "");
+            expect_identical(what, got, ref, (size_t)rows * out);
+            for (int r = 0; r < rows; r++) rx_matmul_wt_ref(got + (size_t)r * out, x + (size_t)r * in, wt, 1, in, out);
+            snprintf(what, sizeof what, "[%d, %d] @ [%d, %d]^T, row by row, %d thread%s", rows, in, out, in, t,
+                     t > 1 ? "s" : "");
+            expect_identical(what, got, ref, (size_t)rows * out);
+            cases++;
+        }
+        free(x); free(w); free(wt); free(ref); free(got);
+    }
+    rx_threads(threads0);
+    summary("%d shapes x {1, 2} threads, whole and row by row: rx_matmul_wt_ref == rx_matmul_ref bit for bit", cases / 2);
+}
+
+/* The thread count changes who computes a row, never how: the logits of every mode with 2 threads equal the
+ * baseline's with 1 thread bit for bit, on the Table 7a patterns (a build without OpenMP runs 1 thread twice). */
+static void test_logits_identical_for_1_and_2_threads_every_mode(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 12)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    int threads0 = rx_threads(0), two = (rx_threads(2), rx_threads(0)), cases = 0;
+    for (size_t p = 0; p < sizeof table7a / sizeof table7a[0]; p++) {
+        RxBatch b = pattern_batch(&table7a[p], cfg.vocab_size, 200 + p);
+        size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+        float *one = floats(n), *got = floats(n);
+        rx_threads(1);
+        int ok = one && got && !qwen3_forward_ref(&m, &b, RX_BASELINE, one);
+        expect(ok, "%s: 1 thread: %s", table7a[p].name, radix_error());
+        rx_threads(2);
+        for (int mode = RX_BASELINE; ok && mode <= RX_COMPACT; mode++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s: %s, %d threads vs baseline, 1 thread", table7a[p].name,
+                     rx_mode_name((RxMode)mode), two);
+            ok = !qwen3_forward_ref(&m, &b, (RxMode)mode, got);
+            expect(ok, "%s: %s", what, radix_error());
+            if (ok) cases += expect_identical(what, got, one, n);
+        }
+        free(one); free(got);
+        rx_batch_free(&b);
+    }
+    rx_threads(threads0);
+    qwen3_free(&m);
+    if (two < 2) note("built without OpenMP: only 1 thread to compare with");
+    summary("%d patterns x 3 modes with %d threads: logits bit-identical to the baseline with 1 thread", cases / 3, two);
+}
+
 /* Batches a C API caller could build by hand, each inconsistent in one field; both forwards must refuse each with its
  * one line before reading anything out of bounds (the arrays are exactly n_tokens long: AddressSanitizer watches).
  * The base batch: [1,2,3] and [1,2,4], cu_seqlens [0,3,6]. */
@@ -3510,6 +3575,8 @@ static const Test tests[] = {
     {"reference", "comparisons_fail_on_nan_and_inf", test_comparisons_fail_on_nan_and_inf},
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
+    {"reference", "matmul_wt_equals_definition_bit_for_bit", test_matmul_wt_equals_definition_bit_for_bit},
+    {"reference", "logits_identical_for_1_and_2_threads_every_mode", test_logits_identical_for_1_and_2_threads_every_mode},
     {"reference", "last_token_logits_and_embeddings", test_last_token_logits_and_embeddings},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
     {"reference", "auto_mode_compacts_only_below_threshold", test_auto_mode_compacts_only_below_threshold},
