@@ -2319,6 +2319,76 @@ static char *bench_csv(const char *args, char *out, size_t n, int *rc) {
     return csv;
 }
 
+/* bench --table 4 --cpu --quick: the C reference's Table 4 needs no GPU. Each CSV row must hold the batch's shape
+ * (N = B(P+S), N' = P + B*S), positive times, speedups that are base / mode, the nearest paper row's gamma; the run
+ * prints the matmul's GFLOP/s, and --svg draws this run's two series and the paper's 15 points. */
+static void test_bench_cpu_table4_quick(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[16384], svg[] = "/tmp/radixmlp-svg-XXXXXX", args[128];
+    int rc, fd = mkstemp(svg), rows = 0;
+    if (fd < 0) { expect(0, "mkstemp"); return; }
+    close(fd);
+    snprintf(args, sizeof args, "--table 4 --cpu --quick --reps 1 --svg %s", svg);
+    char *csv = bench_csv(args, out, sizeof out, &rc);
+    expect(rc == 0, "'bench %s' exited %d:\n%s", args, rc, out);
+    expect(strstr(out, "GFLOP/s") != NULL, "no matmul GFLOP/s line in:\n%s", out);
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int B, P, S, N, Nc, pP, pS;
+        double g, base, radix, compact, rx, cx, pg;
+        char *f = strchr(line, ',');                    /* model,device,B,P,S,N,N_compact,gamma,base_ms,... */
+        f = f ? strchr(f + 1, ',') : NULL;
+        if (!f || sscanf(f + 1, "%d,%d,%d,%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%d,%d,%lf", &B, &P, &S, &N, &Nc, &g, &base,
+                         &radix, &compact, &rx, &cx, &pP, &pS, &pg) != 14) continue;
+        rows++;
+        expect(N == B * (P + S) && Nc == P + B * S, "P %d S %d: N %d N' %d, expected %d %d", P, S, N, Nc, B * (P + S),
+               P + B * S);
+        expect(base > 0 && radix > 0 && compact > 0 && fabs(rx - base / radix) < 0.02 * rx + 0.01 &&
+               fabs(cx - base / compact) < 0.02 * cx + 0.01, "P %d S %d: times %g %g %g, speedups %g %g", P, S, base,
+               radix, compact, rx, cx);
+        expect(fabs(pg - (pP + 32.0 * pS) / (32.0 * (pP + pS))) < 1e-3 && fabs(g - (double)Nc / N) < 1e-3,
+               "P %d S %d: gamma %g, paper row P %d S %d gamma %g", P, S, g, pP, pS, pg);
+    }
+    expect(rows == 2, "%d data rows in the CSV, expected 2", rows);
+    size_t len = 0;
+    char *s = (char *)read_file(svg, &len);
+    int circles = 0, diamonds = 0;
+    for (char *c = s; c && (c = strstr(c, "<circle")); c++) circles++;
+    for (char *c = s; c && (c = strstr(c, "<path")); c++) diamonds++;
+    expect(circles == 2 + 1 && diamonds == 15 + 1, "the SVG has %d circles and %d diamonds, expected 3 and 16 "
+           "(the legend's included)", circles, diamonds);
+    unlink(svg);
+    summary("bench --table 4 --cpu --quick: %d rows with N = B(P+S), N' = P + B*S, speedup = base/mode; SVG with "
+            "the paper's 15 points", rows);
+    free(s);
+    free(csv);
+}
+
+/* bench --table 2 --cpu --quick: one width; f_c from FLOPs and from time both in (0, 1], both predictions between 1
+ * and r, the observed speedups positive. */
+static void test_bench_cpu_table2_quick(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[16384];
+    int rc, rows = 0;
+    char *csv = bench_csv("--table 2 --cpu --quick --reps 1", out, sizeof out, &rc);
+    expect(rc == 0, "'bench --table 2 --cpu --quick' exited %d:\n%s", rc, out);
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int N, Nc;
+        double r, fc, pc, ft, pt, rx, cx;
+        char *f = strchr(line, ',');                    /* device,model,N,N_compact,r,f_c_flops,... */
+        f = f ? strchr(f + 1, ',') : NULL;
+        if (!f || sscanf(f + 1, "%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &N, &Nc, &r, &fc, &pc, &ft, &pt, &rx, &cx) != 9)
+            continue;
+        rows++;
+        expect(fc > 0 && fc <= 1 && ft > 0 && ft <= 1 && pc >= 1 && pc <= r + 0.01 && pt >= 1 && pt <= r + 0.01 &&
+               rx > 0 && cx > 0, "f_c %g %g, predicted %g %g (r %g), observed %g %g", fc, ft, pc, pt, r, rx, cx);
+        note("N %d, N' %d: f_c %.3f (FLOPs) %.3f (time), predicted %.2f %.2f, observed radix %.2f compact %.2f",
+             N, Nc, fc, ft, pc, pt, rx, cx);
+    }
+    expect(rows == 1, "%d data rows in the CSV, expected 1", rows);
+    summary("bench --table 2 --cpu --quick: both f_c in (0, 1], both predictions in [1, r]");
+    free(csv);
+}
+
 static void test_bench_table5_csv(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
     char out[8192];
@@ -3627,6 +3697,8 @@ static const Test tests[] = {
     {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
     {"bench", "prefix_cache_csv_and_errors", test_bench_prefix_cache_csv},
+    {"bench", "cpu_table4_quick_rows_and_plot", test_bench_cpu_table4_quick},
+    {"bench", "cpu_table2_quick_amdahl_both_ways", test_bench_cpu_table2_quick},
 };
 
 #ifndef RADIXMLP_FUZZ
