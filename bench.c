@@ -1071,17 +1071,24 @@ static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, doubl
     return rc;
 }
 
-/* GFLOP/s of the forward's matmul (rx_matmul_wt_ref) at one of Qwen3-0.6B's shapes, [rows, 1024] @ [1024, 3072]
+/* GFLOP/s of the forward's matmul (rx_matmul_packed_ref) at one of Qwen3-0.6B's shapes, [rows, 1024] @ [1024, 3072]
  * (gate_proj), on 1 thread and on all of them, beside the plain loop it equals bit for bit (rx_matmul_ref). */
 static int cpu_matmul_rate(int quick)
 {
     const int rows = quick ? 64 : 256, in = 1024, out = 3072, threads = rx_threads(0);
     uint64_t rng = SEED;
     float *x = malloc((size_t)rows * in * sizeof *x), *w = malloc((size_t)in * out * sizeof *w),
-          *y = malloc((size_t)rows * out * sizeof *y);
-    if (!x || !w || !y) { fprintf(stderr, "bench: out of host memory for the matmul\n"); free(x); free(w); free(y); return 1; }
+          *wp = malloc((size_t)in * out * sizeof *wp), *y = malloc((size_t)rows * out * sizeof *y);
+    RxTensor W = {.dtype = RX_F32, .rank = 2, .shape = {out, in}, .nbytes = (size_t)out * in * sizeof *w};
+    if (!x || !w || !wp || !y) {
+        fprintf(stderr, "bench: out of host memory for the matmul\n");
+        free(x); free(w); free(wp); free(y);
+        return 1;
+    }
     for (size_t i = 0; i < (size_t)rows * in; i++) x[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
     for (size_t i = 0; i < (size_t)in * out; i++) w[i] = (float)(splitmix(&rng) % 2001) / 32000.0f - 0.03f;
+    W.data = w;                                             /* w [out, in], as a weight in a checkpoint */
+    rx_pack_weight(wp, &W);
     printf("matmul [%d, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), GFLOP/s, median of 5:\n", rows, in, in, out);
     for (int v = 0; v < 3; v++) {   /* 0: the plain loop, 1 thread; 1: the tiled matmul, 1 thread; 2: all threads */
         int n_rows = v == 0 ? 16 : rows;                     /* the plain loop is slow: 16 rows give its rate */
@@ -1090,16 +1097,16 @@ static int cpu_matmul_rate(int quick)
         for (int r = 0; r < 5; r++) {
             double t0 = now_s();
             if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
-            else rx_matmul_wt_ref(y, x, w, n_rows, in, out);
+            else rx_matmul_packed_ref(y, x, wp, n_rows, in, out);
             t[r] = now_s() - t0;
         }
-        printf("  %-44s %2d thread%s  %6.1f GFLOP/s\n", v ? "tiled, the forward's (rx_matmul_wt_ref)" :
+        printf("  %-44s %2d thread%s  %6.1f GFLOP/s\n", v ? "tiled, the forward's (rx_matmul_packed_ref)" :
                "plain loop, the definition (rx_matmul_ref)", v == 2 ? threads : 1, v == 2 && threads > 1 ? "s" : " ",
                2.0 * n_rows * in * out / median(t, 5) * 1e-9);
     }
     printf("\n");
     rx_threads(threads);
-    free(x); free(w); free(y);
+    free(x); free(w); free(wp); free(y);
     return 0;
 }
 
@@ -1131,8 +1138,8 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
     cpu_name(name, sizeof name);
     snprintf(lead, sizeof lead, "Qwen3-0.6B width %d layer%s,CPU %s %d threads", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "",
              name, rx_threads(0));
-    snprintf(title, sizeof title, "Table 4 on the CPU: C reference, Qwen3-0.6B width (%d layers, random fp32 "
-             "weights), B = %d, shared prefix P + unique suffix S", CPU_LAYERS, B);
+    snprintf(title, sizeof title, "Table 4 on the CPU: C reference, Qwen3-0.6B width (%d layer%s, random fp32 "
+             "weights), B = %d, shared prefix P + unique suffix S", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "", B);
     table_begin(title, cols, 17, "model,device");
     *n_pts = 0;
     for (int si = 0; si < n_suffix; si++)
@@ -1182,8 +1189,8 @@ static int cpu_table2(const ModelSpec *only, int reps, int quick)
     if (cpu_prefix_batch(&b, B, P, S)) return 1;
     cpu_name(name, sizeof name);
     snprintf(lead, sizeof lead, "CPU %s %d threads", name, rx_threads(0));
-    snprintf(title, sizeof title, "Table 2 on the CPU: Amdahl model vs observed, C reference, %d layers, P = %d, "
-             "S = %d, B = %d", CPU_LAYERS, P, S, B);
+    snprintf(title, sizeof title, "Table 2 on the CPU: Amdahl model vs observed, C reference, %d layer%s, P = %d, "
+             "S = %d, B = %d", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "", P, S, B);
     table_begin(title, cols, 17, "device");
     for (int mi = 0; mi < 3; mi++) {
         const ModelSpec *ms_ = &MODELS[mi];

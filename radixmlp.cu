@@ -332,6 +332,13 @@ static int rx_thread(void) { return omp_get_thread_num(); }
 #define RX_OMP(directive)
 static int rx_thread(void) { return 0; }
 #endif
+/* A loop over independent lanes of unknown length: gcc -O2 vectorizes it only when told; clang does at -O2 on its
+ * own, and at -O1 (the sanitizer builds) would warn that it cannot. */
+#if defined(_OPENMP) && !defined(__clang__)
+#define RX_SIMD _Pragma("omp simd")
+#else
+#define RX_SIMD
+#endif
 
 int rx_threads(int n) {
 #ifdef _OPENMP
@@ -357,7 +364,7 @@ void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int di
 
 /* The definition: y [rows, out] = x [rows, in] @ w^T, w [out, in]; each y[r][o] sums x[r][i] * w[o][i] over
  * i = 0, 1, ..., in-1 in that order. Slow (one output at a time, a serial chain of adds): the forward uses
- * rx_matmul_wt_ref, which computes the same sums, bit for bit. */
+ * rx_matmul_packed_ref, which computes the same sums, bit for bit. */
 void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out) {
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
@@ -368,42 +375,72 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
         }
 }
 
-/* The same sums, fast: y [rows, out] = x [rows, in] @ wt, wt = w^T [in, out] (the weight transposed, so that the
- * outputs of one input i lie side by side). A tile of MM_ROWS rows x MM_COLS outputs keeps its MM_ROWS*MM_COLS sums
- * in registers; each step i adds x[r][i] * wt[i][o0..o0+MM_COLS) to them, one SIMD lane per output: every sum still
- * runs over i in increasing order, and the tile reads each weight once for MM_ROWS rows.
+/* The same sums, fast. The weight is first packed into panels of MM_COLS outputs: wp holds W^T strip by strip,
+ * [out / MM_COLS][in][MM_COLS], then the out % MM_COLS outputs left over as one narrow strip [in][out % MM_COLS],
+ * out * in floats in all (rx_pack_weight). So the MM_COLS weights that step i of a strip needs lie side by side, and
+ * a strip's panel is one contiguous block that stays in cache. (A plain transpose W^T [in][out] would do the same
+ * with rows out * 4 bytes apart; at out = 3072 that is a multiple of 4 KiB, and every row of a strip would fall into
+ * the same cache set.)
+ *
+ * A tile of MM_ROWS rows x MM_COLS outputs keeps its MM_ROWS*MM_COLS sums in registers; each step i adds
+ * x[r][i] * W[o][i] to them, one SIMD lane per output: every sum still runs over i in increasing order, and the
+ * tile reads each weight once for MM_ROWS rows.
  *
  *            o0 ... o0+15              every lane of every row of the tile does the same thing:
- *     r0   [ acc acc ... acc ]            acc = acc + x[r][i] * wt[i][o]   (two roundings, i = 0, 1, ...)
- *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ wt[i][o0] ... wt[i][o0+15] ]
+ *     r0   [ acc acc ... acc ]            acc = acc + x[r][i] * W[o][i]   (two roundings, i = 0, 1, ...)
+ *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the strip's panel)
  *
  * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
- * last row (and stores nothing for it); the last column tile shifts left to stay inside wt, and stores only the
- * columns no other tile wrote. Threads share out the tiles, column strip by column strip (a strip of wt, in x 16
- * floats, stays in cache while every row tile passes over it). Only a matrix narrower than one tile (tiny test
- * models) takes the plain loop, for every row alike. */
+ * last row (and stores nothing for it); the narrow strip is computed as the last MM_COLS outputs, its step-i
+ * weights gathered from the two panels they lie in, and stores only its own columns. Threads share out the tiles,
+ * strip by strip. Only a matrix narrower than one tile (tiny test models) takes the plain loop, every row alike. */
 enum { MM_ROWS = 4, MM_COLS = 16 };
-void rx_matmul_wt_ref(float *y, const float *x, const float *wt, int rows, int in, int out) {
-    if (out < MM_COLS) {
+
+void rx_pack_weight(float *wp, const RxTensor *W) {
+    int out = (int)W->shape[0], in = (int)W->shape[1], n_strips = (out + MM_COLS - 1) / MM_COLS;
+    const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
+    RX_OMP(omp parallel for schedule(static))
+    for (int s = 0; s < n_strips; s++) {
+        int o0 = s * MM_COLS, width = out - o0 < MM_COLS ? out - o0 : MM_COLS;
+        float *panel = wp + (size_t)o0 * in;                                  /* [in][width] */
+        for (int i0 = 0; i0 < in; i0 += 16)            /* 16 inputs at a time: each read of W is one cache line */
+            for (int c = 0; c < width; c++)
+                for (int i = i0; i < i0 + 16 && i < in; i++) {
+                    size_t at = (size_t)(o0 + c) * in + i;
+                    panel[(size_t)i * width + c] = wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
+                }
+    }
+}
+
+void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out) {
+    if (out < MM_COLS) {                                                      /* wp is one narrow strip [in][out] */
         RX_OMP(omp parallel for schedule(static))
         for (int r = 0; r < rows; r++)
             for (int o = 0; o < out; o++) {
                 float acc = 0.0f;
-                for (int i = 0; i < in; i++) acc += x[(size_t)r * in + i] * wt[(size_t)i * out + o];
+                for (int i = 0; i < in; i++) acc += x[(size_t)r * in + i] * wp[(size_t)i * out + o];
                 y[(size_t)r * out + o] = acc;
             }
         return;
     }
-    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_ct = (out + MM_COLS - 1) / MM_COLS;
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_full = out / MM_COLS, rem = out % MM_COLS;
+    int n_ct = n_full + (rem > 0);
     RX_OMP(omp parallel for schedule(static))
     for (long t = 0; t < (long)n_rt * n_ct; t++) {
-        int r0 = (int)(t % n_rt) * MM_ROWS, c_lo = (int)(t / n_rt) * MM_COLS;   /* column strip major */
-        int c0 = c_lo + MM_COLS <= out ? c_lo : out - MM_COLS;                  /* the last tile shifts left */
+        int r0 = (int)(t % n_rt) * MM_ROWS, s = (int)(t / n_rt), c_lo = s * MM_COLS;   /* strip major */
+        int narrow = s == n_full, skip = narrow ? MM_COLS - rem : 0;    /* the narrow strip: outputs out-16.. */
+        const float *panel = wp + (size_t)c_lo * in;                    /* [in][MM_COLS], or [in][rem]       */
+        const float *prev = panel - (size_t)MM_COLS * in;               /* narrow: the full panel before it  */
         const float *xr[MM_ROWS];
         for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
-        float acc[MM_ROWS][MM_COLS] = {{0.0f}};
+        float acc[MM_ROWS][MM_COLS] = {{0.0f}}, wl[MM_COLS];
         for (int i = 0; i < in; i++) {
-            const float *wi = wt + (size_t)i * out + c0;                         /* [MM_COLS] of row i of wt */
+            const float *wi = panel + (size_t)i * MM_COLS;             /* W[c_lo .. c_lo+15][i] */
+            if (narrow) {                                               /* W[out-16 .. out-1][i] */
+                memcpy(wl, prev + (size_t)i * MM_COLS + rem, sizeof(float) * (size_t)skip);
+                memcpy(wl + skip, panel + (size_t)i * rem, sizeof(float) * (size_t)rem);
+                wi = wl;
+            }
 #pragma GCC unroll 4
             for (int j = 0; j < MM_ROWS; j++) {          /* unrolled, so that acc lives in registers */
                 float xv = xr[j][i];
@@ -412,7 +449,7 @@ void rx_matmul_wt_ref(float *y, const float *x, const float *wt, int rows, int i
             }
         }
         for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
-            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j] + (c_lo - c0), sizeof(float) * (size_t)(c0 + MM_COLS - c_lo));
+            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j] + skip, sizeof(float) * (size_t)(MM_COLS - skip));
     }
 }
 
@@ -479,7 +516,7 @@ static int attention_ref(const float *q, const float *k, const float *v, size_t 
         for (int j = 0; j < len; j++) p[j] = 0.0f;
         for (int i = 0; i < head_dim; i++) {                           /* p[j] += q[i] * k_{t0+j}[i], all j at once */
             const float *kti = kt + ((size_t)kvh * head_dim + i) * n_t + t0, qi = qh[i];
-            RX_OMP(omp simd)
+            RX_SIMD
             for (int j = 0; j < len; j++) p[j] += qi * kti[j];
         }
         for (int j = 0; j < len; j++) mx = fmaxf(mx, p[j] *= scale);
@@ -489,7 +526,7 @@ static int attention_ref(const float *q, const float *k, const float *v, size_t 
         for (int j = 0; j < len; j++) {
             const float *vt = v + (size_t)(kv_row ? kv_row[t0 + j] : t0 + j) * kv_stride + kvh * head_dim;
             float pt = p[j] / z;
-            RX_OMP(omp simd)
+            RX_SIMD
             for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
         }
     }
@@ -511,15 +548,11 @@ static void rows_by_index(float *out, const float *in, const int32_t *idx, int n
     for (int r = 0; r < n_rows; r++) memcpy(out + (size_t)r * dim, in + (size_t)idx[r] * dim, dim * sizeof(float));
 }
 
-/* y [rows, out] = x [rows, in] @ W^T, W [out, in] of any dtype, transposed and converted to fp32 into the scratch
- * buffer w32 (as many floats as W has elements). */
+/* y [rows, out] = x [rows, in] @ W^T, W [out, in] of any dtype, packed into fp32 panels in the scratch buffer w32
+ * (as many floats as W has elements). */
 static void linear_ref(float *y, const float *x, const RxTensor *W, float *w32, int rows) {
-    int out = (int)W->shape[0], in = (int)W->shape[1];
-    RX_OMP(omp parallel for schedule(static))           /* w32 = W^T [in, out], converted to fp32, 16 columns */
-    for (int i0 = 0; i0 < in; i0 += 16)                 /* of W at a time: a row's 16 reads share a cache line */
-        for (int o = 0; o < out; o++)
-            for (int i = i0; i < i0 + 16 && i < in; i++) w32[(size_t)i * out + o] = rx_tensor_at(W, (int64_t)o * in + i);
-    rx_matmul_wt_ref(y, x, w32, rows, in, out);
+    rx_pack_weight(w32, W);
+    rx_matmul_packed_ref(y, x, w32, rows, (int)W->shape[1], (int)W->shape[0]);
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -4108,11 +4141,13 @@ static int demo(void) {
     float *ref = (float *)malloc(n * sizeof(float)), *logits = (float *)malloc(n * sizeof(float));
     enum { DEMO_REPS = 5 };
     double ms[3][DEMO_REPS], diff[3] = {0, 0, 0};      /* per mode: milliseconds of each run, max|mode - baseline| */
-    int rc = -1;
+    int rc = -1, threads = rx_threads(0);
     if (!ref || !logits) { rx_fail("out of host memory for the logits"); goto done; }
     /* Single wall-clock runs varied by 20-25% on a shared machine, enough to show radix beating r = N/N'. So: the
-     * process's CPU time (the forward is one thread; time spent waiting for a busy CPU does not count), DEMO_REPS
-     * rounds of baseline, radix, compact in turn, and each mode's median. Every round recomputes the same logits. */
+     * process's CPU time on one thread (time spent waiting for a busy CPU does not count, nor threads spinning at
+     * a barrier), DEMO_REPS rounds of baseline, radix, compact in turn, and each mode's median. Every round
+     * recomputes the same logits. */
+    rx_threads(1);
     for (int rep = 0; rep < DEMO_REPS; rep++)
         for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
             double t0 = cpu_ms();
@@ -4123,8 +4158,9 @@ static int demo(void) {
                         &rel)) goto done;
             if (mode != RX_BASELINE) diff[mode] = fmax(diff[mode], d);
         }
-    printf("\nC reference forward (fp32, CPU), logits for all %d tokens; CPU time, median of %d runs:\n", b.n_tokens,
-           DEMO_REPS);
+    rx_threads(threads);
+    printf("\nC reference forward (fp32, CPU, 1 thread), logits for all %d tokens; CPU time, median of %d runs:\n",
+           b.n_tokens, DEMO_REPS);
     for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
         qsort(ms[mode], DEMO_REPS, sizeof(double), cmp_double);
         double med = ms[mode][DEMO_REPS / 2];
