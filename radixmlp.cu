@@ -430,7 +430,7 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
         int r0 = (int)(t % n_rt) * MM_ROWS, s = (int)(t / n_rt), c_lo = s * MM_COLS;   /* strip major */
         int narrow = s == n_full, skip = narrow ? MM_COLS - rem : 0;    /* the narrow strip: outputs out-16.. */
         const float *panel = wp + (size_t)c_lo * in;                    /* [in][MM_COLS], or [in][rem]       */
-        const float *prev = panel - (size_t)MM_COLS * in;               /* narrow: the full panel before it  */
+        const float *prev = narrow ? panel - (size_t)MM_COLS * in : panel;   /* narrow: the panel before it */
         const float *xr[MM_ROWS];
         for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
         float acc[MM_ROWS][MM_COLS] = {{0.0f}}, wl[MM_COLS];
@@ -3825,8 +3825,7 @@ static float f16_to_f32(uint16_t h) {
     float f; memcpy(&f, &u, 4); return f;
 }
 
-/* Converts a tensor of any supported dtype to fp32 (exactly: F16 and BF16 are subsets of F32). memcpy because the
- * data inside a mmap need not be aligned. */
+/* Element i of a tensor as fp32 (rx_pack_weight reads weights one by one, to lay them out anew). */
 static float rx_tensor_at(const RxTensor *t, int64_t i) {
     const uint8_t *s = (const uint8_t *)t->data;
     float f;
@@ -3836,6 +3835,8 @@ static float rx_tensor_at(const RxTensor *t, int64_t i) {
     return t->dtype == RX_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
+/* Converts a tensor of any supported dtype to fp32 (exactly: F16 and BF16 are subsets of F32). memcpy because the
+ * data inside a mmap need not be aligned. */
 void rx_tensor_to_f32(const RxTensor *t, float *dst) {
     int64_t n = rx_numel(t);
     const uint8_t *s = (const uint8_t *)t->data;
