@@ -94,6 +94,12 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
+static double cpu_s(void)   /* CPU time of this process, all its threads, in seconds */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 static double amdahl(double f, double r) { return 1.0 / ((1.0 - f) + f / r); }
 
 /* radixmlp.h does not expose cudaDeviceProp, so the clocks come from nvidia-smi where it is installed. */
@@ -1089,20 +1095,23 @@ static int cpu_matmul_rate(int quick)
     for (size_t i = 0; i < (size_t)in * out; i++) w[i] = (float)(splitmix(&rng) % 2001) / 32000.0f - 0.03f;
     W.data = w;                                             /* w [out, in], as a weight in a checkpoint */
     rx_pack_weight(wp, &W);
-    printf("matmul [%d, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), GFLOP/s, median of 5:\n", rows, in, in, out);
+    printf("matmul [%d, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of 5: GFLOP/s of wall time, and per\n"
+           "core: FLOPs / the process's CPU time (what one core delivers while it runs, even on a busy machine)\n",
+           rows, in, in, out);
     for (int v = 0; v < 3; v++) {   /* 0: the plain loop, 1 thread; 1: the tiled matmul, 1 thread; 2: all threads */
         int n_rows = v == 0 ? 16 : rows;                     /* the plain loop is slow: 16 rows give its rate */
-        double t[5];
+        double t[5], c[5], flops = 2.0 * n_rows * in * out;
         rx_threads(v == 2 ? threads : 1);
         for (int r = 0; r < 5; r++) {
-            double t0 = now_s();
+            double t0 = now_s(), c0 = cpu_s();
             if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
             else rx_matmul_packed_ref(y, x, wp, n_rows, in, out);
-            t[r] = now_s() - t0;
+            t[r] = now_s() - t0, c[r] = cpu_s() - c0;
         }
-        printf("  %-44s %2d thread%s  %6.1f GFLOP/s\n", v ? "tiled, the forward's (rx_matmul_packed_ref)" :
-               "plain loop, the definition (rx_matmul_ref)", v == 2 ? threads : 1, v == 2 && threads > 1 ? "s" : " ",
-               2.0 * n_rows * in * out / median(t, 5) * 1e-9);
+        printf("  %-44s %2d thread%s  %6.1f GFLOP/s  %6.1f GFLOP/s per core\n",
+               v ? "tiled, the forward's (rx_matmul_packed_ref)" : "plain loop, the definition (rx_matmul_ref)",
+               v == 2 ? threads : 1, v == 2 && threads > 1 ? "s" : " ", flops / median(t, 5) * 1e-9,
+               flops / median(c, 5) * 1e-9);
     }
     printf("\n");
     rx_threads(threads);
