@@ -1257,7 +1257,7 @@ static int cpu_table2(const ModelSpec *only, int reps, int quick)
  * H100 and Qwen3-4B). x is recomputed from each Point's P and S at batch size B. */
 static int write_cpu_svg(const char *path, const Point *pt, int n, int B, const char *title)
 {
-    const double W = 760, H = 480, X0 = 70, X1 = 560, Y0 = 60, Y1 = 410;
+    const double W = 800, H = 480, X0 = 70, X1 = 560, Y0 = 60, Y1 = 410;
     double xmax = 8, ymax = 5;
     FILE *f = fopen(path, "w");
     if (!f) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
