@@ -3,6 +3,9 @@
  *   ./bench --table 4 [--model 4b] [--quick] [--reps N] [--csv t4.csv] [--svg t4.svg]
  *                       Table 4: forward latency, B=32 sequences of a shared prefix P + a unique suffix S
  *   ./bench --table 2   Table 2: the Amdahl model (f_c, r = N/N') vs the observed speedup, three models
+ *   ./bench --table 4 --cpu [--quick] [--csv F] [--svg F]   Table 4 on the CPU: the C reference at Qwen3-0.6B's
+ *                       width, 1 layer, B = 8 (first the matmul's GFLOP/s); needs no GPU
+ *   ./bench --table 2 --cpu [--quick]   Table 2 on the CPU: f_c from FLOPs and from time, the three widths
  *   ./bench --table 5   Table 5: CPU index construction (radix_index_build); needs no GPU
  *   ./bench --table 6   Table 6: the gather/scatter (index_select) kernel vs a device-to-device copy
  *   ./bench --attention [--model 4b] [--quick]   attention alone at the Table 4 shapes: the flash and the naive
@@ -18,6 +21,8 @@
  *               One warm-up call per mode, then `reps` rounds of baseline, radix, compact in turn; medians.
  *   index       radix_index_build on one CPU thread, CLOCK_MONOTONIC, median and mean over >= 0.2 s.
  *   kernels     gpu_time_index_select, gpu_time_copy, gpu_time_gemm: CUDA events, median after a warm-up.
+ *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) per forward, median of rounds of the three
+ *               modes in turn; the first round's logits checked (finite; radix and compact == baseline bit for bit).
  * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random), never zero.
  * Every number taken from the paper sits in a column whose name starts with "paper".
  * Results go to stdout as markdown (and --csv FILE), progress to stderr.                                    */
