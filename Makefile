@@ -22,8 +22,14 @@ GENCODE   := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
              -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
 CFLAGS    ?= -O2
 CFLAGS    += -std=c99 -Wall -Wextra -Werror=implicit-function-declaration -D_DEFAULT_SOURCE
-NVFLAGS   := -std=c++17 -O2 $(GENCODE) -Xcompiler -Wall,-Wextra -Wno-deprecated-gpu-targets
-LDLIBS    := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lm
+# The C reference runs its loops on every core with OpenMP (OMP_NUM_THREADS=n to choose) and must give the same bits
+# on any build: -ffp-contract=off on every line, so that no compiler fuses a * b + c into an FMA in one loop and not
+# in another (radixmlp.cu, "the plain-c reference forward"). nvcc passes the matmul's `#pragma GCC unroll` on to
+# gcc but warns that it does not know it itself (1675): silenced.
+OMP       := -fopenmp
+NVFLAGS   := -std=c++17 -O2 $(GENCODE) -Xcompiler -Wall,-Wextra,-ffp-contract=off,$(OMP) -Wno-deprecated-gpu-targets \
+             -diag-suppress 1675
+LDLIBS    := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -Xcompiler $(OMP) -lcublas -lm
 
 all: radixmlp test_radixmlp bench
 
@@ -71,7 +77,7 @@ gpu-check: all
 CLANG        ?= clang
 CLANGXX      ?= clang++
 SAN          := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
-HOST_CU      := -x c++ -std=c++17 -Wall -Wextra -Wno-unused-function -DRADIXMLP_HOST_ONLY
+HOST_CU      := -x c++ -std=c++17 -Wall -Wextra -Wno-unused-function -ffp-contract=off -DRADIXMLP_HOST_ONLY
 HOST_C       := -x c -std=c99 -Wall -Wextra -D_DEFAULT_SOURCE
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := safetensors config shard_index radix_index
@@ -79,12 +85,12 @@ FUZZ_FLAGS   := -timeout=10 -print_final_stats=1 -artifact_prefix=build/
 
 build/radixmlp_asan: radixmlp.cu radixmlp.h
 	@mkdir -p build
-	$(CLANGXX) $(HOST_CU) $(SAN) -o $@ radixmlp.cu -lm
+	$(CLANGXX) $(HOST_CU) $(OMP) $(SAN) -o $@ radixmlp.cu -lm
 
 build/test_radixmlp_asan: test_radixmlp.c radixmlp.cu radixmlp.h
 	@mkdir -p build
-	$(CLANGXX) $(HOST_CU) $(SAN) -DRADIXMLP_NO_MAIN -c -o build/radixmlp_lib_asan.o radixmlp.cu
-	$(CLANGXX) $(HOST_C) $(SAN) -o $@ test_radixmlp.c -x none build/radixmlp_lib_asan.o -lm
+	$(CLANGXX) $(HOST_CU) $(OMP) $(SAN) -DRADIXMLP_NO_MAIN -c -o build/radixmlp_lib_asan.o radixmlp.cu
+	$(CLANGXX) $(HOST_C) $(OMP) $(SAN) -o $@ test_radixmlp.c -x none build/radixmlp_lib_asan.o -lm
 
 # Every host test under AddressSanitizer + UndefinedBehaviorSanitizer (leaks included); the CLI tests run the
 # sanitized host-only CLI.
@@ -93,7 +99,8 @@ test-asan: build/test_radixmlp_asan build/radixmlp_asan
 
 # The loader tests, the broken-checkpoint corpus among them, under valgrind memcheck: no invalid access, no leak.
 # On the host-only build, without sanitizers (DWARF 4: valgrind 3.19 cannot read clang 14's DWARF 5): the CUDA
-# runtime's own dlopen of the driver is not what we check.
+# runtime's own dlopen of the driver is not what we check. Without OpenMP (its thread pool is not what we check
+# either): this is also the build that proves the reference compiles and runs single-threaded, as the emulator's.
 build/test_radixmlp_host: test_radixmlp.c radixmlp.cu radixmlp.h
 	@mkdir -p build
 	$(CLANGXX) $(HOST_CU) -gdwarf-4 -O1 -DRADIXMLP_NO_MAIN -c -o build/radixmlp_lib_host.o radixmlp.cu
@@ -109,9 +116,9 @@ build/fuzz_shard_index: FUZZ_ID := 3
 build/fuzz_radix_index: FUZZ_ID := 4
 build/radixmlp_lib_fuzz.o: radixmlp.cu radixmlp.h
 	@mkdir -p build
-	$(CLANGXX) $(HOST_CU) $(SAN) -fsanitize=fuzzer-no-link -DRADIXMLP_NO_MAIN -c -o $@ radixmlp.cu
+	$(CLANGXX) $(HOST_CU) $(OMP) $(SAN) -fsanitize=fuzzer-no-link -DRADIXMLP_NO_MAIN -c -o $@ radixmlp.cu
 build/fuzz_%: test_radixmlp.c radixmlp.h build/radixmlp_lib_fuzz.o     # the test table goes unused without main()
-	$(CLANGXX) $(HOST_C) -Wno-unused-const-variable $(SAN) -fsanitize=fuzzer -DRADIXMLP_FUZZ=$(FUZZ_ID) \
+	$(CLANGXX) $(HOST_C) -Wno-unused-const-variable $(OMP) $(SAN) -fsanitize=fuzzer -DRADIXMLP_FUZZ=$(FUZZ_ID) \
 	    -o $@ test_radixmlp.c -x none build/radixmlp_lib_fuzz.o -lm
 
 # Each target for FUZZ_SECONDS, from the committed seeds (fixtures/fuzz/<target>, read-only) into a working corpus

@@ -3,6 +3,9 @@
  *   ./bench --table 4 [--model 4b] [--quick] [--reps N] [--csv t4.csv] [--svg t4.svg]
  *                       Table 4: forward latency, B=32 sequences of a shared prefix P + a unique suffix S
  *   ./bench --table 2   Table 2: the Amdahl model (f_c, r = N/N') vs the observed speedup, three models
+ *   ./bench --table 4 --cpu [--quick] [--csv F] [--svg F]   Table 4 on the CPU: the C reference at Qwen3-0.6B's
+ *                       width, 1 layer, B = 8 (first the matmul's GFLOP/s); needs no GPU
+ *   ./bench --table 2 --cpu [--quick]   Table 2 on the CPU: f_c from FLOPs and from time, the three widths
  *   ./bench --table 5   Table 5: CPU index construction (radix_index_build); needs no GPU
  *   ./bench --table 6   Table 6: the gather/scatter (index_select) kernel vs a device-to-device copy
  *   ./bench --attention [--model 4b] [--quick]   attention alone at the Table 4 shapes: the flash and the naive
@@ -19,6 +22,8 @@
  *               One warm-up call per mode, then `reps` rounds of baseline, radix, compact in turn; medians.
  *   index       radix_index_build on one CPU thread, CLOCK_MONOTONIC, median and mean over >= 0.2 s.
  *   kernels     gpu_time_index_select, gpu_time_copy, gpu_time_gemm: CUDA events, median after a warm-up.
+ *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) per forward, median of rounds of the three
+ *               modes in turn; the first round's logits checked (finite; radix and compact == baseline bit for bit).
  * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random), never zero.
  * Every number taken from the paper sits in a column whose name starts with "paper".
  * Results go to stdout as markdown (and --csv FILE), progress to stderr.                                    */
@@ -93,6 +98,12 @@ static double now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+static double cpu_s(void)   /* CPU time of this process, all its threads, in seconds */
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 static double amdahl(double f, double r) { return 1.0 / ((1.0 - f) + f / r); }
@@ -1014,6 +1025,317 @@ static int attention_bench(const ModelSpec *m, int reps, int quick)
     return 0;
 }
 
+/* ---- the CPU tables: Tables 4 and 2 on the C reference (--cpu), and the matmul rate ------------------------- */
+/* The same effect on any processor: the position-wise work of the C reference scales with N', its attention with N
+ * (radix) or with the N' queries (compact). Random fp32 weights at a model's width, CPU_LAYERS layers, a small
+ * vocabulary (the LM head runs on the B last tokens only, so its size barely counts; ids are folded into it). Wall
+ * time of qwen3_forward_ref_last per forward (CLOCK_MONOTONIC), the median of `reps` rounds of baseline, radix,
+ * compact in turn; no warm-up is needed on a CPU, the first round's logits are checked instead: finite, and radix
+ * and compact equal to baseline bit for bit. */
+#define CPU_LAYERS 1
+#define CPU_VOCAB 8192
+
+static void print_cpu(void)
+{
+    char name[128], mhz[64] = "?", line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    cpu_name(name, sizeof name);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "cpu MHz", 7) && strchr(line, ':')) { csv_safe(mhz, sizeof mhz, strchr(line, ':') + 2); break; }
+    if (f) fclose(f);
+    printf("device: CPU %s, %s MHz, the C reference on %d thread%s (OMP_NUM_THREADS)\n\n", name, mhz, rx_threads(0),
+           rx_threads(0) > 1 ? "s" : "");
+}
+
+static int cpu_model(Qwen3Model *m, const ModelSpec *spec)
+{
+    Qwen3Config c = spec->cfg;
+    c.n_layers = CPU_LAYERS;
+    c.vocab_size = CPU_VOCAB;
+    if (qwen3_random(m, &c, SEED) == 0) return 0;
+    fprintf(stderr, "bench: qwen3_random(%s width) failed: %s\n", spec->name, radix_error());
+    return 1;
+}
+
+/* B sequences of a shared prefix P and unique suffixes S (as Table 4), ids folded into [1, CPU_VOCAB): the suffixes'
+ * distinct first ids stay distinct, so N' = P + B*S still. */
+static int cpu_prefix_batch(RxBatch *b, int B, int P, int S)
+{
+    if (make_prefix_batch(b, B, P, S, SEED + 1000 * P + S)) return 1;
+    for (int i = 0; i < b->n_tokens; i++) b->input_ids[i] = 1 + (b->input_ids[i] - 1) % (CPU_VOCAB - 1);
+    return 0;
+}
+
+/* ms[k]: median wall ms of MODES[k] over reps rounds; *n_compact: N'. */
+static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, double ms[3], int *n_compact)
+{
+    size_t n = (size_t)b->n_seqs * m->cfg.vocab_size, bad = 0;
+    double *t = malloc(3 * reps * sizeof *t);
+    float *logits = malloc(3 * n * sizeof *logits);
+    RadixIndex ix;
+    int rc = !t || !logits;
+    if (rc) fprintf(stderr, "bench: out of host memory for [%d, %d] logits\n", b->n_seqs, m->cfg.vocab_size);
+    if (!rc && radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs) == 0) {
+        *n_compact = ix.n_compact;
+        radix_index_free(&ix);
+    }
+    for (int r = 0; r < reps && !rc; r++)
+        for (int k = 0; k < 3 && !rc; k++) {
+            double t0 = now_s();
+            rc = qwen3_forward_ref_last(m, b, MODES[k], r ? logits : logits + k * n, NULL) != 0;
+            t[k * reps + r] = 1e3 * (now_s() - t0);
+            if (rc) fprintf(stderr, "bench: qwen3_forward_ref_last (%s) failed: %s\n", rx_mode_name(MODES[k]), radix_error());
+            if (!rc && r == 0 && (rx_max_abs_diff(logits + k * n, NULL, n, &bad), bad < n)) {
+                fprintf(stderr, "bench: the %s forward produced a non-finite logit: not timed\n", rx_mode_name(MODES[k]));
+                rc = 1;
+            }
+            if (!rc && r == 0 && k > 0 && memcmp(logits + k * n, logits, n * sizeof *logits)) {
+                fprintf(stderr, "bench: the %s logits differ from the baseline's: the C reference is broken\n",
+                        rx_mode_name(MODES[k]));
+                rc = 1;
+            }
+        }
+    for (int k = 0; k < 3 && !rc; k++) ms[k] = median(t + k * reps, reps);
+    free(t);
+    free(logits);
+    return rc;
+}
+
+/* GFLOP/s of the forward's matmul (rx_matmul_packed_ref) at one of Qwen3-0.6B's shapes, [rows, 1024] @ [1024, 3072]
+ * (gate_proj), on 1 thread and on all of them, beside the plain loop it equals bit for bit (rx_matmul_ref). */
+static int cpu_matmul_rate(int quick)
+{
+    const int rows = quick ? 64 : 256, in = 1024, out = 3072, threads = rx_threads(0);
+    uint64_t rng = SEED;
+    float *x = malloc((size_t)rows * in * sizeof *x), *w = malloc((size_t)in * out * sizeof *w),
+          *wp = malloc((size_t)in * out * sizeof *wp), *y = malloc((size_t)rows * out * sizeof *y);
+    RxTensor W = {.dtype = RX_F32, .rank = 2, .shape = {out, in}, .nbytes = (size_t)out * in * sizeof *w};
+    if (!x || !w || !wp || !y) {
+        fprintf(stderr, "bench: out of host memory for the matmul\n");
+        free(x); free(w); free(wp); free(y);
+        return 1;
+    }
+    for (size_t i = 0; i < (size_t)rows * in; i++) x[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
+    for (size_t i = 0; i < (size_t)in * out; i++) w[i] = (float)(splitmix(&rng) % 2001) / 32000.0f - 0.03f;
+    W.data = w;                                             /* w [out, in], as a weight in a checkpoint */
+    rx_pack_weight(wp, &W);
+    printf("matmul [%d, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of 5: GFLOP/s of wall time, and per\n"
+           "core: FLOPs / the process's CPU time (what one core delivers while it runs, even on a busy machine)\n",
+           rows, in, in, out);
+    for (int v = 0; v < 3; v++) {   /* 0: the plain loop, 1 thread; 1: the tiled matmul, 1 thread; 2: all threads */
+        int n_rows = v == 0 ? 16 : rows;                     /* the plain loop is slow: 16 rows give its rate */
+        double t[5], c[5], flops = 2.0 * n_rows * in * out;
+        rx_threads(v == 2 ? threads : 1);
+        for (int r = 0; r < 5; r++) {
+            double t0 = now_s(), c0 = cpu_s();
+            if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
+            else rx_matmul_packed_ref(y, x, wp, n_rows, in, out);
+            t[r] = now_s() - t0, c[r] = cpu_s() - c0;
+        }
+        printf("  %-44s %2d thread%s  %6.1f GFLOP/s  %6.1f GFLOP/s per core\n",
+               v ? "tiled, the forward's (rx_matmul_packed_ref)" : "plain loop, the definition (rx_matmul_ref)",
+               v == 2 ? threads : 1, v == 2 && threads > 1 ? "s" : " ", flops / median(t, 5) * 1e-9,
+               flops / median(c, 5) * 1e-9);
+    }
+    printf("\n");
+    rx_threads(threads);
+    free(x); free(w); free(wp); free(y);
+    return 0;
+}
+
+/* The paper's Table 4 row (Qwen3-4B, H100) whose gamma is nearest: gamma = N'/N = (P + 32 S) / (32 (P + S)). */
+static const PaperT4 *paper_t4_nearest(double gamma, double *paper_gamma)
+{
+    const PaperT4 *best = NULL;
+    for (size_t i = 0; i < sizeof PAPER_T4 / sizeof *PAPER_T4; i++) {
+        const PaperT4 *p = &PAPER_T4[i];
+        double g = (p->P + 32.0 * p->S) / (32.0 * (p->P + p->S));
+        if (!best || fabs(g - gamma) < fabs(*paper_gamma - gamma)) best = p, *paper_gamma = g;
+    }
+    return best;
+}
+
+static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
+{
+    static const int PREFIX[] = {16, 64, 256, 512}, QUICK_P[] = {8, 64}, SUFFIX[] = {16, 64}, QUICK_S[] = {8};
+    static const Col cols[] = {
+        {"B", "B"}, {"P", "P"}, {"S", "S"}, {"N", "N"}, {"N'", "N_compact"}, {"gamma", "gamma"},
+        {"base ms", "base_ms"}, {"radix ms", "radix_ms"}, {"compact ms", "compact_ms"}, {"radix x", "radix_x"},
+        {"compact x", "compact_x"}, {"paper P", "paper_P"}, {"paper S", "paper_S"}, {"paper gamma", "paper_gamma"},
+        {"paper base ms", "paper_base_ms"}, {"paper radix ms", "paper_radix_ms"}, {"paper x", "paper_x"}};
+    const int B = quick ? 4 : 8, n_prefix = quick ? 2 : 4, n_suffix = quick ? 1 : 2;
+    const int *prefix = quick ? QUICK_P : PREFIX, *suffix = quick ? QUICK_S : SUFFIX;
+    char title[200], lead[200], name[128];
+    Qwen3Model m;
+    if (cpu_model(&m, &MODELS[0])) return 1;
+    cpu_name(name, sizeof name);
+    snprintf(lead, sizeof lead, "Qwen3-0.6B width %d layer%s,CPU %s %d threads", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "",
+             name, rx_threads(0));
+    snprintf(title, sizeof title, "Table 4 on the CPU: C reference, Qwen3-0.6B width (%d layer%s, random fp32 "
+             "weights), B = %d, shared prefix P + unique suffix S", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "", B);
+    table_begin(title, cols, 17, "model,device");
+    *n_pts = 0;
+    for (int si = 0; si < n_suffix; si++)
+        for (int pi = 0; pi < n_prefix; pi++) {
+            int P = prefix[pi], S = suffix[si], Nc = 0;
+            double ms[3], pg = 0, gamma;
+            RxBatch b;
+            Row r = {0};
+            fprintf(stderr, "bench: table 4 --cpu, P = %d, S = %d, %d reps\n", P, S, reps);
+            if (cpu_prefix_batch(&b, B, P, S)) { qwen3_free(&m); return 1; }
+            if (cpu_time_modes(&m, &b, reps, ms, &Nc)) { rx_batch_free(&b); qwen3_free(&m); return 1; }
+            gamma = (double)Nc / b.n_tokens;
+            const PaperT4 *p = paper_t4_nearest(gamma, &pg);
+            cell(&r, "%d", B); cell(&r, "%d", P); cell(&r, "%d", S); cell(&r, "%d", b.n_tokens); cell(&r, "%d", Nc);
+            cell(&r, "%.3f", gamma);
+            cell(&r, "%.0f", ms[0]); cell(&r, "%.0f", ms[1]); cell(&r, "%.0f", ms[2]);
+            cell(&r, "%.2f", ms[0] / ms[1]); cell(&r, "%.2f", ms[0] / ms[2]);
+            cell(&r, "%d", p->P); cell(&r, "%d", p->S); cell(&r, "%.3f", pg);
+            cell(&r, "%.1f", p->base_ms); cell(&r, "%.1f", p->radix_ms); cell(&r, "%.2f", p->speedup);
+            table_row(&r, lead);
+            pts[(*n_pts)++] = (Point){P, S, ms[0] / ms[1], ms[0] / ms[2], -1};
+            rx_batch_free(&b);
+        }
+    qwen3_free(&m);
+    printf("\nx = baseline ms / mode ms: wall time of one forward (qwen3_forward_ref_last, logits of the B last tokens),"
+           " medians of %d rounds;\nradix and compact logits equal baseline bit for bit (checked). The paper's columns: "
+           "the row of its Table 4 (Qwen3-4B, H100,\nfp16, B = 32) with the nearest gamma = N'/N, the paper's "
+           "numbers, not a measurement of this code.\n\n", reps);
+    return 0;
+}
+
+/* Table 2 on the CPU: the Amdahl model for the three models' widths, f_c twice: the paper's FLOP formula, and
+ * measured time, f_c = 1 - (attention ms / baseline ms) with attention timed alone (rx_attention_ref at the baseline
+ * layout, once per layer). */
+static int cpu_table2(const ModelSpec *only, int reps, int quick)
+{
+    static const Col cols[] = {
+        {"width", "model"}, {"N", "N"}, {"N'", "N_compact"}, {"r", "r"}, {"f_c (FLOPs)", "f_c_flops"},
+        {"predicted x (FLOPs)", "predicted_x_flops"}, {"f_c (time)", "f_c_time"},
+        {"predicted x (time)", "predicted_x_time"}, {"radix x", "radix_x"}, {"compact x", "compact_x"},
+        {"base ms", "base_ms"}, {"attention ms", "attention_ms"}, {"radix ms", "radix_ms"},
+        {"compact ms", "compact_ms"}, {"paper f_c", "paper_f_c"}, {"paper predicted x", "paper_predicted_x"},
+        {"paper observed x", "paper_observed_x"}};
+    const int B = 4, P = quick ? 32 : 256, S = quick ? 8 : 32, L = P + S;
+    char lead[200], name[128], title[200];
+    RxBatch b;
+    if (cpu_prefix_batch(&b, B, P, S)) return 1;
+    cpu_name(name, sizeof name);
+    snprintf(lead, sizeof lead, "CPU %s %d threads", name, rx_threads(0));
+    snprintf(title, sizeof title, "Table 2 on the CPU: Amdahl model vs observed, C reference, %d layer%s, P = %d, "
+             "S = %d, B = %d", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "", P, S, B);
+    table_begin(title, cols, 17, "device");
+    for (int mi = 0; mi < 3; mi++) {
+        const ModelSpec *ms_ = &MODELS[mi];
+        const Qwen3Config *c = &ms_->cfg;
+        double d = c->hidden_size, di = c->intermediate_size, ms[3], att_ms, f_c, f_t, r;
+        int Nc = 0, N = b.n_tokens, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+        Qwen3Model m;
+        Row row = {0};
+        if (only && only != ms_) continue;
+        if (quick && mi > 0) continue;                        /* --quick: Qwen3-0.6B's width only */
+        fprintf(stderr, "bench: table 2 --cpu, %s width, %d reps\n", ms_->name, reps);
+        if (cpu_model(&m, ms_)) { rx_batch_free(&b); return 1; }
+        int rc = cpu_time_modes(&m, &b, reps, ms, &Nc);
+        qwen3_free(&m);
+        if (rc) { rx_batch_free(&b); return 1; }
+        {   /* attention alone at the baseline layout: N query rows, keys t0..i of the same sequence */
+            uint64_t rng = SEED;
+            float *q = malloc((size_t)N * QD * sizeof *q), *kv = malloc((size_t)N * KVD * sizeof *kv),
+                  *o = malloc((size_t)N * QD * sizeof *o);
+            int32_t *start = malloc((size_t)N * sizeof *start);
+            double t[16];
+            if (!q || !kv || !o || !start) { fprintf(stderr, "bench: out of host memory\n"); rx_batch_free(&b); return 1; }
+            for (size_t i = 0; i < (size_t)N * QD; i++) q[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
+            for (size_t i = 0; i < (size_t)N * KVD; i++) kv[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
+            for (int s = 0; s < b.n_seqs; s++)
+                for (int i = b.cu_seqlens[s]; i < b.cu_seqlens[s + 1]; i++) start[i] = b.cu_seqlens[s];
+            for (int k = 0; k < reps && k < 16; k++) {
+                double t0 = now_s();
+                rx_attention_ref(q, kv, kv, o, N, NULL, start, NULL, c->n_heads, c->n_kv_heads, c->head_dim);
+                t[k] = 1e3 * (now_s() - t0);
+            }
+            att_ms = CPU_LAYERS * median(t, reps < 16 ? reps : 16);
+            free(q); free(kv); free(o); free(start);
+        }
+        r = (double)N / Nc;
+        f_c = (8 * d * d + 6 * d * di) / (8 * d * d + 6 * d * di + 4.0 * L * d);
+        f_t = fmax(0.0, 1.0 - att_ms / ms[0]);
+        cell(&row, "%s", ms_->name); cell(&row, "%d", N); cell(&row, "%d", Nc); cell(&row, "%.2f", r);
+        cell(&row, "%.3f", f_c); cell(&row, "%.2f", amdahl(f_c, r)); cell(&row, "%.3f", f_t);
+        cell(&row, "%.2f", amdahl(f_t, r)); cell(&row, "%.2f", ms[0] / ms[1]); cell(&row, "%.2f", ms[0] / ms[2]);
+        cell(&row, "%.0f", ms[0]); cell(&row, "%.0f", att_ms); cell(&row, "%.0f", ms[1]); cell(&row, "%.0f", ms[2]);
+        cell(&row, "%.2f", ms_->t2.f_c); cell(&row, "%.2f", ms_->t2.predicted); cell(&row, "%.2f", ms_->t2.observed);
+        table_row(&row, lead);
+    }
+    rx_batch_free(&b);
+    printf("\nf_c (FLOPs) = (8d^2 + 6 d d_int) / (8d^2 + 6 d d_int + 4 L d), L = %d (the paper's formula); f_c (time) "
+           "= 1 - attention ms / base ms,\nattention timed alone (rx_attention_ref, baseline layout, x %d layers); "
+           "predicted = 1 / ((1 - f_c) + f_c / r). Medians of %d.\nThe paper's columns: its Table 2 (H100, Qwen3 at "
+           "full depth, P = 2048, S = 256, B = 32), not a measurement of this code.\n\n", L, CPU_LAYERS, reps);
+    return 0;
+}
+
+/* The CPU Table 4 as SVG: speedup over baseline against the compression N/N' = 1/gamma (linear axes), this run's
+ * radix (circles) and compact (squares) beside all fifteen rows of the paper's Table 4 (diamonds, the paper's
+ * H100 and Qwen3-4B). x is recomputed from each Point's P and S at batch size B. */
+static int write_cpu_svg(const char *path, const Point *pt, int n, int B, const char *title)
+{
+    const double W = 800, H = 480, X0 = 70, X1 = 560, Y0 = 60, Y1 = 410;
+    double xmax = 8, ymax = 5;
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    for (int i = 0; i < n; i++) {
+        double c = (double)B * (pt[i].P + pt[i].S) / (pt[i].P + B * pt[i].S);
+        xmax = fmax(xmax, ceil(c)), ymax = fmax(ymax, ceil(fmax(pt[i].radix, pt[i].compact)));
+    }
+#define SX(v) (X0 + ((v) - 1.0) / (xmax - 1.0) * (X1 - X0))
+#define SY(v) (Y1 - (v) / ymax * (Y1 - Y0))
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" "
+               "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"13\">\n<rect width=\"100%%\" "
+               "height=\"100%%\" fill=\"white\"/>\n<text x=\"%g\" y=\"30\" text-anchor=\"middle\" font-size=\"15\" "
+               "font-weight=\"bold\">", W, H, W, H, W / 2);
+    xml_text(f, title);
+    fprintf(f, "</text>\n");
+    for (int v = 0; v <= ymax; v++)
+        fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#e3e3e3\"/><text x=\"%g\" y=\"%.1f\" "
+                   "text-anchor=\"end\">%d</text>\n", X0, SY(v), X1, SY(v), X0 - 8, SY(v) + 4, v);
+    for (int v = 1; v <= xmax; v++)
+        fprintf(f, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#e3e3e3\"/><text x=\"%.1f\" y=\"%g\" "
+                   "text-anchor=\"middle\">%d</text>\n", SX(v), Y0, SX(v), Y1, SX(v), Y1 + 20, v);
+    fprintf(f, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#555\" stroke-dasharray=\"2 3\"/>\n"
+               "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" stroke=\"black\"/>\n"
+               "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">compression N/N' = 1/gamma</text>\n"
+               "<text transform=\"translate(26 %g) rotate(-90)\" text-anchor=\"middle\">speedup over baseline (x)"
+               "</text>\n", X0, SY(1.0), SX(fmin(xmax, ymax)), SY(fmin(xmax, ymax)), X0, Y0, X1 - X0, Y1 - Y0,
+            (X0 + X1) / 2, Y1 + 42, (Y0 + Y1) / 2);
+    for (size_t i = 0; i < sizeof PAPER_T4 / sizeof *PAPER_T4; i++) {   /* the paper's points: diamonds */
+        const PaperT4 *p = &PAPER_T4[i];
+        double x = SX(32.0 * (p->P + p->S) / (p->P + 32.0 * p->S)), y = SY(p->speedup);
+        fprintf(f, "<path d=\"M%.1f %.1f l5 5 l-5 5 l-5 -5 z\" fill=\"none\" stroke=\"#888\" stroke-width=\"1.5\"/>\n",
+                x, y - 5);
+    }
+    for (int i = 0; i < n; i++) {
+        double x = SX((double)B * (pt[i].P + pt[i].S) / (pt[i].P + B * pt[i].S));
+        marker(f, 0, x, SY(pt[i].radix), "#1f5fa8");
+        marker(f, 1, x, SY(pt[i].compact), "#f39c12");
+    }
+    fprintf(f, "<circle cx=\"%g\" cy=\"%g\" r=\"4\" fill=\"#1f5fa8\"/><text x=\"%g\" y=\"%g\">radix, this CPU</text>\n"
+               "<rect x=\"%g\" y=\"%g\" width=\"7\" height=\"7\" fill=\"#f39c12\"/><text x=\"%g\" y=\"%g\">compact, "
+               "this CPU</text>\n<path d=\"M%g %g l5 5 l-5 5 l-5 -5 z\" fill=\"none\" stroke=\"#888\" "
+               "stroke-width=\"1.5\"/><text x=\"%g\" y=\"%g\">the paper's Table 4</text>\n<text x=\"%g\" y=\"%g\" "
+               "font-size=\"11\" fill=\"#555\">(radix; Qwen3-4B, H100, fp16,</text>\n<text x=\"%g\" y=\"%g\" "
+               "font-size=\"11\" fill=\"#555\">B = 32: the paper's numbers)</text>\n<text x=\"%g\" y=\"%g\" "
+               "font-size=\"11\" fill=\"#555\">dotted: x = 1 and x = N/N'</text>\n</svg>\n",
+            X1 + 30, Y0 + 10, X1 + 42, Y0 + 14, X1 + 26.5, Y0 + 28.5, X1 + 42, Y0 + 36, X1 + 30, Y0 + 49, X1 + 42,
+            Y0 + 58, X1 + 42, Y0 + 74, X1 + 42, Y0 + 88, X1 + 30, Y0 + 110);
+#undef SX
+#undef SY
+    if (fclose(f)) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    fprintf(stderr, "bench: wrote %s\n", path);
+    return 0;
+}
+
 /* ---- main: arguments, the GPU check, dispatch ---------------------------------------------------------------- */
 static const char *USAGE =
     "usage: bench (--table 2|4|5|6 | --attention | --workload reranker | --prefix-cache | --replot CSV --svg FILE)\n"
@@ -1022,6 +1344,8 @@ static const char *USAGE =
     "  --table 2             Amdahl model vs observed speedup at P = 2048, S = 256, three models (Table 2)\n"
     "  --table 5             CPU index construction, radix_index_build (Table 5); needs no GPU\n"
     "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6)\n"
+    "  --cpu                 with --table 4 or 2: the same table on the CPU, the C reference at Qwen3 widths, 1\n"
+    "                        layer (and first the matmul's GFLOP/s); needs no GPU. OMP_NUM_THREADS sets threads\n"
     "  --attention           attention alone, flash and naive kernels, Table 4 shapes, baseline/radix/compact\n"
     "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped)\n"
     "  --model 0.6b|4b|8b    the model for --table 4 and --attention (default 4b); limits --table 2 and reranker\n"
@@ -1044,7 +1368,7 @@ static int usage_error(const char *msg, const char *arg)
 
 int main(int argc, char **argv)
 {
-    int table = 0, reranker_run = 0, attention_run = 0, prefix_cache = 0, quick = 0, reps = 0, gpu = 0, rc;
+    int table = 0, reranker_run = 0, attention_run = 0, prefix_cache = 0, quick = 0, reps = 0, gpu = 0, cpu = 0, rc;
     const char *csv = NULL, *svg = NULL, *replot = NULL, *what;
     const ModelSpec *model = NULL;
     char *end;
@@ -1055,6 +1379,7 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--prefix-cache")) { prefix_cache = 1; continue; }
         if (!strcmp(a, "--gpu")) { gpu = 1; continue; }
         if (!strcmp(a, "--attention")) { attention_run = 1; continue; }
+        if (!strcmp(a, "--cpu")) { cpu = 1; continue; }
         if (strcmp(a, "--table") && strcmp(a, "--workload") && strcmp(a, "--model") && strcmp(a, "--reps") &&
             strcmp(a, "--csv") && strcmp(a, "--svg") && strcmp(a, "--replot"))
             return usage_error("unknown option", a);
@@ -1085,7 +1410,28 @@ int main(int argc, char **argv)
     if (gpu && !prefix_cache) return usage_error("--gpu goes with --prefix-cache (the other benchmarks need a GPU)", NULL);
     if (svg && !replot && table != 4)
         return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
-    if (!reps) reps = quick ? 2 : prefix_cache ? 15 : 5;   /* the CPU tables are short: more rounds, less noise */
+    if (cpu && table != 4 && table != 2) return usage_error("--cpu runs --table 4 or --table 2 on the CPU", NULL);
+    if (!reps) reps = quick ? 2 : prefix_cache ? 15 : cpu ? 3 : 5;   /* the CPU tables are short: more rounds */
+    if (cpu) {   /* the C reference: no GPU needed */
+        if (csv && !(g_csv = fopen(csv, "w"))) {
+            fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));
+            return 1;
+        }
+        print_cpu();
+        rc = cpu_matmul_rate(quick);
+        if (!rc && table == 4) {
+            Point pts[16];
+            int n = 0;
+            char title[256], name[128];
+            rc = cpu_table4(reps, quick, pts, &n);
+            cpu_name(name, sizeof name);
+            snprintf(title, sizeof title, "RadixMLP on the CPU: Qwen3-0.6B width, B = %d (%s, %d threads)",
+                     quick ? 4 : 8, name, rx_threads(0));
+            if (!rc && svg) rc = write_cpu_svg(svg, pts, n, quick ? 4 : 8, title);
+        } else if (!rc) rc = cpu_table2(model, reps, quick);
+        if (g_csv && fclose(g_csv)) { fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno)); rc = 1; }
+        return rc ? 1 : 0;
+    }
 
     if (replot) {
         Point pts[64];

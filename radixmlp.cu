@@ -62,6 +62,9 @@
 #include <unistd.h>
 
 #include "radixmlp.h"
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #ifndef RADIXMLP_HOST_ONLY
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -73,6 +76,7 @@ static int rx_fail(const char *fmt, ...);
 static void *rx_alloc(size_t bytes, const char *what);
 static inline double rx_now_ms(void);
 static int64_t rx_numel(const RxTensor *t);
+static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i as fp32, exactly */
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c);   /* tokens, positions, cu_seqlens in range */
 static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
 
@@ -331,17 +335,54 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
  * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first;
  * forward_ref(), at the end of the section, is Algorithm 1: embed -> layers -> final norm -> LM head, its activations
- * in one struct (RefActs), one layer in two steps (layer_qkv_ref, layer_attn_mlp_ref) that Part II's prefill reuses. */
+ * in one struct (RefActs), one layer in two steps (layer_qkv_ref, layer_attn_mlp_ref) that Part II's prefill reuses.
+ *
+ * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
+ * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
+ * the compiler vectorizes them without reordering any sum (no -ffast-math). A thread or a SIMD lane computes exactly
+ * what the plain loop would: mul, round, add, round, in increasing i. The Makefile builds with -ffp-contract=off,
+ * so that no compiler fuses a mul and an add into one FMA in one place and not in another (a tile's unrolled body
+ * vs a plain loop); without -fopenmp (the emulator's build) the pragmas vanish and one thread runs the same code. */
+#ifdef _OPENMP
+#define RX_OMP(directive) _Pragma(#directive)
+static int rx_thread(void) { return omp_get_thread_num(); }
+#else
+#define RX_OMP(directive)
+static int rx_thread(void) { return 0; }
+#endif
+/* A loop over independent lanes of unknown length: gcc -O2 vectorizes it only when told; clang does at -O2 on its
+ * own, and at -O1 (the sanitizer builds) would warn that it cannot. */
+#if defined(_OPENMP) && !defined(__clang__)
+#define RX_SIMD _Pragma("omp simd")
+#else
+#define RX_SIMD
+#endif
 
-void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
-    for (int r = 0; r < rows; r++, x += dim, out += dim) {
-        float ss = 0.0f;
-        for (int i = 0; i < dim; i++) ss += x[i] * x[i];
-        float inv = 1.0f / sqrtf(ss / (float)dim + eps);
-        for (int i = 0; i < dim; i++) out[i] = w[i] * (x[i] * inv);   /* HF order: weight * (x * rsqrt(...)) */
-    }
+int rx_threads(int n) {
+#ifdef _OPENMP
+    if (n > 0) omp_set_num_threads(n);
+    return omp_get_max_threads();
+#else
+    (void)n;
+    return 1;
+#endif
 }
 
+static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
+    float ss = 0.0f;
+    for (int i = 0; i < dim; i++) ss += x[i] * x[i];
+    float inv = 1.0f / sqrtf(ss / (float)dim + eps);
+    for (int i = 0; i < dim; i++) out[i] = w[i] * (x[i] * inv);       /* HF order: weight * (x * rsqrt(...)) */
+}
+
+void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
+    RX_OMP(omp parallel for schedule(static))
+    for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
+}
+
+/* The definition: y [rows, out] = x [rows, in] @ w^T, w [out, in]; each y[r][o] sums x[r][i] * w[o][i] over
+ * i = 0, 1, ..., in-1 in that order. Slow (one output at a time, a serial chain of adds): the forward uses
+ * rx_matmul_packed_ref, which computes the same sums, bit for bit. */
 void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out) {
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
@@ -352,24 +393,106 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
         }
 }
 
+/* The same sums, fast. The weight is first packed into panels of MM_COLS outputs: wp holds W^T strip by strip,
+ * [out / MM_COLS][in][MM_COLS], then the out % MM_COLS outputs left over as one narrow strip [in][out % MM_COLS],
+ * out * in floats in all (rx_pack_weight). So the MM_COLS weights that step i of a strip needs lie side by side, and
+ * a strip's panel is one contiguous block that stays in cache. (A plain transpose W^T [in][out] would do the same
+ * with rows out * 4 bytes apart; at out = 3072 that is a multiple of 4 KiB, and every row of a strip would fall into
+ * the same cache set.)
+ *
+ * A tile of MM_ROWS rows x MM_COLS outputs keeps its MM_ROWS*MM_COLS sums in registers; each step i adds
+ * x[r][i] * W[o][i] to them, one SIMD lane per output: every sum still runs over i in increasing order, and the
+ * tile reads each weight once for MM_ROWS rows.
+ *
+ *            o0 ... o0+15              every lane of every row of the tile does the same thing:
+ *     r0   [ acc acc ... acc ]            acc = acc + x[r][i] * W[o][i]   (two roundings, i = 0, 1, ...)
+ *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the strip's panel)
+ *
+ * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
+ * last row (and stores nothing for it); the narrow strip is computed as the last MM_COLS outputs, its step-i
+ * weights gathered from the two panels they lie in, and stores only its own columns. Threads share out the tiles,
+ * strip by strip. Only a matrix narrower than one tile (tiny test models) takes the plain loop, every row alike. */
+enum { MM_ROWS = 4, MM_COLS = 16 };
+
+void rx_pack_weight(float *wp, const RxTensor *W) {
+    int out = (int)W->shape[0], in = (int)W->shape[1], n_strips = (out + MM_COLS - 1) / MM_COLS;
+    const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
+    RX_OMP(omp parallel for schedule(static))
+    for (int s = 0; s < n_strips; s++) {
+        int o0 = s * MM_COLS, width = out - o0 < MM_COLS ? out - o0 : MM_COLS;
+        float *panel = wp + (size_t)o0 * in;                                  /* [in][width] */
+        for (int i0 = 0; i0 < in; i0 += 16)            /* 16 inputs at a time: each read of W is one cache line */
+            for (int c = 0; c < width; c++)
+                for (int i = i0; i < i0 + 16 && i < in; i++) {
+                    size_t at = (size_t)(o0 + c) * in + i;
+                    panel[(size_t)i * width + c] = wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
+                }
+    }
+}
+
+void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out) {
+    if (out < MM_COLS) {                                                      /* wp is one narrow strip [in][out] */
+        RX_OMP(omp parallel for schedule(static))
+        for (int r = 0; r < rows; r++)
+            for (int o = 0; o < out; o++) {
+                float acc = 0.0f;
+                for (int i = 0; i < in; i++) acc += x[(size_t)r * in + i] * wp[(size_t)i * out + o];
+                y[(size_t)r * out + o] = acc;
+            }
+        return;
+    }
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_full = out / MM_COLS, rem = out % MM_COLS;
+    int n_ct = n_full + (rem > 0);
+    RX_OMP(omp parallel for schedule(static))
+    for (long t = 0; t < (long)n_rt * n_ct; t++) {
+        int r0 = (int)(t % n_rt) * MM_ROWS, s = (int)(t / n_rt), c_lo = s * MM_COLS;   /* strip major */
+        int narrow = s == n_full, skip = narrow ? MM_COLS - rem : 0;    /* the narrow strip: outputs out-16.. */
+        const float *panel = wp + (size_t)c_lo * in;                    /* [in][MM_COLS], or [in][rem]       */
+        const float *prev = narrow ? panel - (size_t)MM_COLS * in : panel;   /* narrow: the panel before it */
+        const float *xr[MM_ROWS];
+        for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
+        float acc[MM_ROWS][MM_COLS] = {{0.0f}}, wl[MM_COLS];
+        for (int i = 0; i < in; i++) {
+            const float *wi = panel + (size_t)i * MM_COLS;             /* W[c_lo .. c_lo+15][i] */
+            if (narrow) {                                               /* W[out-16 .. out-1][i] */
+                memcpy(wl, prev + (size_t)i * MM_COLS + rem, sizeof(float) * (size_t)skip);
+                memcpy(wl + skip, panel + (size_t)i * rem, sizeof(float) * (size_t)rem);
+                wi = wl;
+            }
+#pragma GCC unroll 4
+            for (int j = 0; j < MM_ROWS; j++) {          /* unrolled, so that acc lives in registers */
+                float xv = xr[j][i];
+#pragma GCC unroll 16
+                for (int c = 0; c < MM_COLS; c++) acc[j][c] += xv * wi[c];
+            }
+        }
+        for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
+            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j] + skip, sizeof(float) * (size_t)(MM_COLS - skip));
+    }
+}
+
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta) {
     int half = head_dim / 2;
-    for (int r = 0; r < rows; r++)
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)r * n_heads + h) * head_dim;
-            rx_rmsnorm_ref(v, v, w, 1, head_dim, eps);                 /* q_norm / k_norm: before RoPE */
-            for (int i = 0; i < half; i++) {                           /* rotate-half: i pairs with i + d/2 */
-                float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
-                float angle = (float)pos[r] * inv_freq, c = cosf(angle), s = sinf(angle);
-                float a = v[i], b = v[i + half];
+    RX_OMP(omp parallel for schedule(static))
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * n_heads * head_dim;                 /* [n_heads, head_dim] of row r */
+        for (int h = 0; h < n_heads; h++)                               /* q_norm / k_norm: before RoPE */
+            rmsnorm_row(xr + (size_t)h * head_dim, xr + (size_t)h * head_dim, w, head_dim, eps);
+        for (int i = 0; i < half; i++) {                                /* rotate-half: i pairs with i + d/2 */
+            float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
+            float angle = (float)pos[r] * inv_freq, c = cosf(angle), s = sinf(angle);   /* once per row, all heads */
+            for (int h = 0; h < n_heads; h++) {
+                float *v = xr + (size_t)h * head_dim, a = v[i], b = v[i + half];
                 v[i] = a * c - b * s;
                 v[i + half] = b * c + a * s;
             }
         }
+    }
 }
 
 void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
+    RX_OMP(omp parallel for schedule(static))
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
@@ -381,45 +504,59 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
  *                                    through each token's slot                                                   */
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
-/* rx_attention_ref with its keys and values wherever kv says. */
+/* rx_attention_ref with its keys and values wherever kv says. One (query row, head) pair at a time, the pairs shared
+ * out across threads. The keys are first copied transposed, kt [n_kv_heads, head_dim, n_t], so that a query's scores
+ * s_t = q . k_t are summed over i in increasing order (exactly the dot product's arithmetic) with the loop running
+ * across keys t, side by side in memory: that loop vectorizes, a dot product's serial sum would not. */
 static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     const float *k = kv->k, *v = kv->v;
     const int32_t *kv_row = kv->kv_row;
     size_t kv_stride = kv->row_stride;
-    int longest = 1;
+    int longest = 1, n_t = 0;                        /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r;
         if (g - seq_start[g] + 1 > longest) longest = g - seq_start[g] + 1;
+        if (g + 1 > n_t) n_t = g + 1;
     }
-    float *p = (float *)malloc((size_t)longest * sizeof(float));       /* softmax weights of one query head */
-    if (!p) return rx_fail("out of host memory for attention scores (%d keys)", longest);
+    int n_threads = rx_threads(0);
+    float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float)), /* [threads, longest] softmax weights */
+          *kt = (float *)malloc((size_t)n_kv_heads * head_dim * n_t * sizeof(float) + 1);   /* [kv, head_dim, n_t] */
+    if (!p_all || !kt) {
+        free(p_all); free(kt);
+        return rx_fail("out of host memory for attention scores (%d keys)", n_t);
+    }
+    RX_OMP(omp parallel for schedule(static))
+    for (int t = 0; t < n_t; t++) {
+        const float *kr = k + (size_t)(kv_row ? kv_row[t] : t) * kv_stride;
+        for (int d = 0; d < n_kv_heads * head_dim; d++) kt[(size_t)d * n_t + t] = kr[d];
+    }
     int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
-    for (int r = 0; r < n_q; r++) {
-        int g = q_orig ? q_orig[r] : r, t0 = seq_start[g];            /* keys: positions t0..g of g's sequence */
-        for (int h = 0; h < n_heads; h++) {
-            const float *qh = q + (size_t)r * qd + h * head_dim;
-            int kvh = h / group;                                       /* GQA */
-            float mx = -INFINITY, z = 0.0f;
-            for (int t = t0; t <= g; t++) {
-                const float *kt = k + (size_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
-                float s = 0.0f;
-                for (int i = 0; i < head_dim; i++) s += qh[i] * kt[i];
-                p[t - t0] = s * scale;
-                mx = fmaxf(mx, p[t - t0]);
-            }
-            for (int t = t0; t <= g; t++) z += (p[t - t0] = expf(p[t - t0] - mx));
-            float *o = out + (size_t)r * qd + h * head_dim;
-            for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
-            for (int t = t0; t <= g; t++) {
-                const float *vt = v + (size_t)(kv_row ? kv_row[t] : t) * kv_stride + kvh * head_dim;
-                float pt = p[t - t0] / z;
-                for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
-            }
+    RX_OMP(omp parallel for schedule(dynamic))
+    for (long rh = 0; rh < (long)n_q * n_heads; rh++) {
+        int r = (int)(rh / n_heads), h = (int)(rh % n_heads), kvh = h / group;   /* GQA */
+        int g = q_orig ? q_orig[r] : r, t0 = seq_start[g], len = g - t0 + 1;   /* keys: positions t0..g of g's sequence */
+        const float *qh = q + (size_t)r * qd + h * head_dim;
+        float *p = p_all + (size_t)rx_thread() * longest, mx = -INFINITY, z = 0.0f;
+        for (int j = 0; j < len; j++) p[j] = 0.0f;
+        for (int i = 0; i < head_dim; i++) {                           /* p[j] += q[i] * k_{t0+j}[i], all j at once */
+            const float *kti = kt + ((size_t)kvh * head_dim + i) * n_t + t0, qi = qh[i];
+            RX_SIMD
+            for (int j = 0; j < len; j++) p[j] += qi * kti[j];
+        }
+        for (int j = 0; j < len; j++) mx = fmaxf(mx, p[j] *= scale);
+        for (int j = 0; j < len; j++) z += (p[j] = expf(p[j] - mx));
+        float *o = out + (size_t)r * qd + h * head_dim;
+        for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
+        for (int j = 0; j < len; j++) {
+            const float *vt = v + (size_t)(kv_row ? kv_row[t0 + j] : t0 + j) * kv_stride + kvh * head_dim;
+            float pt = p[j] / z;
+            RX_SIMD
+            for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
         }
     }
-    free(p);
+    free(p_all); free(kt);
     return 0;
 }
 
@@ -437,10 +574,11 @@ static void rows_by_index(float *out, const float *in, const int32_t *idx, int n
     for (int r = 0; r < n_rows; r++) memcpy(out + (size_t)r * dim, in + (size_t)idx[r] * dim, dim * sizeof(float));
 }
 
-/* y = x @ W^T with W converted to fp32 into the scratch buffer w32. */
+/* y [rows, out] = x [rows, in] @ W^T, W [out, in] of any dtype, packed into fp32 panels in the scratch buffer w32
+ * (as many floats as W has elements). */
 static void linear_ref(float *y, const float *x, const RxTensor *W, float *w32, int rows) {
-    rx_tensor_to_f32(W, w32);
-    rx_matmul_ref(y, x, w32, rows, (int)W->shape[1], (int)W->shape[0]);
+    rx_pack_weight(w32, W);
+    rx_matmul_packed_ref(y, x, w32, rows, (int)W->shape[1], (int)W->shape[0]);
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -4026,6 +4164,16 @@ static float f16_to_f32(uint16_t h) {
     float f; memcpy(&f, &u, 4); return f;
 }
 
+/* Element i of a tensor as fp32 (rx_pack_weight reads weights one by one, to lay them out anew). */
+static float rx_tensor_at(const RxTensor *t, int64_t i) {
+    const uint8_t *s = (const uint8_t *)t->data;
+    float f;
+    uint16_t h;
+    if (t->dtype == RX_F32) { memcpy(&f, s + 4 * i, 4); return f; }
+    memcpy(&h, s + 2 * i, 2);
+    return t->dtype == RX_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
 /* Converts a tensor of any supported dtype to fp32 (exactly: F16 and BF16 are subsets of F32). memcpy because the
  * data inside a mmap need not be aligned. */
 void rx_tensor_to_f32(const RxTensor *t, float *dst) {
@@ -4348,11 +4496,13 @@ static int demo(void) {
     float *ref = (float *)malloc(n * sizeof(float)), *logits = (float *)malloc(n * sizeof(float));
     enum { DEMO_REPS = 5 };
     double ms[3][DEMO_REPS], diff[3] = {0, 0, 0};      /* per mode: milliseconds of each run, max|mode - baseline| */
-    int rc = -1;
+    int rc = -1, threads = rx_threads(0);
     if (!ref || !logits) { rx_fail("out of host memory for the logits"); goto done; }
     /* Single wall-clock runs varied by 20-25% on a shared machine, enough to show radix beating r = N/N'. So: the
-     * process's CPU time (the forward is one thread; time spent waiting for a busy CPU does not count), DEMO_REPS
-     * rounds of baseline, radix, compact in turn, and each mode's median. Every round recomputes the same logits. */
+     * process's CPU time on one thread (time spent waiting for a busy CPU does not count, nor threads spinning at
+     * a barrier), DEMO_REPS rounds of baseline, radix, compact in turn, and each mode's median. Every round
+     * recomputes the same logits. */
+    rx_threads(1);
     for (int rep = 0; rep < DEMO_REPS; rep++)
         for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
             double t0 = cpu_ms();
@@ -4363,8 +4513,9 @@ static int demo(void) {
                         &rel)) goto done;
             if (mode != RX_BASELINE) diff[mode] = fmax(diff[mode], d);
         }
-    printf("\nC reference forward (fp32, CPU), logits for all %d tokens; CPU time, median of %d runs:\n", b.n_tokens,
-           DEMO_REPS);
+    rx_threads(threads);
+    printf("\nC reference forward (fp32, CPU, 1 thread), logits for all %d tokens; CPU time, median of %d runs:\n",
+           b.n_tokens, DEMO_REPS);
     for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
         qsort(ms[mode], DEMO_REPS, sizeof(double), cmp_double);
         double med = ms[mode][DEMO_REPS / 2];

@@ -179,6 +179,13 @@ int  rx_attention_ref(const float *q, const float *k, const float *v, float *out
 /* The reference's position-wise building blocks, fp32, row-major; exposed as the oracles of the CUDA kernels. */
 void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps);  /* [rows, dim] */
 void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out);        /* y = x @ w^T  */
+/* The same y = x @ w^T, bit for bit, tiled, vectorized across outputs and threaded (what the forward runs), on the
+ * weight packed by rx_pack_weight: W [out, in] of any dtype -> wp, out*in floats in strips of 16 outputs. */
+void rx_pack_weight(float *wp, const RxTensor *W);
+void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out);
+/* Threads of the C reference (OpenMP; always 1 in a build without it): n > 0 sets the count, n <= 0 leaves it
+ * (OMP_NUM_THREADS, or every core). Returns the count in effect. The results never depend on it. */
+int  rx_threads(int n);
 /* In place on x [rows, n_heads*head_dim]: per-head RMSNorm with w [head_dim], then rotate-half RoPE at pos[rows]. */
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta);

@@ -1028,6 +1028,74 @@ static void test_reference_radix_equals_baseline_table7a(void) {
     qwen3_free(&m);
 }
 
+/* The forward's matmul (packed weight, tiled, vectorized across outputs, threaded) against the definition
+ * rx_matmul_ref, bit for bit: every sum over i in the same increasing order. At edge shapes (one row, rows past a
+ * 4-row tile, outputs below, at and past a 16-wide strip, a narrow last strip of 1 to 15), each row also alone
+ * (rows = 1): a row's result must not depend on the rows around it or on its place in a tile; 1 and 2 threads. */
+static void test_matmul_packed_equals_definition_bit_for_bit(void) {
+    static const int shapes[][3] = {{1, 64, 16}, {3, 7, 17}, {4, 33, 5}, {5, 64, 48}, {9, 100, 33}, {13, 1, 100},
+                                    {2, 50, 31}};   /* rows, in, out */
+    int threads0 = rx_threads(0), cases = 0, n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    uint64_t rng = 18;
+    for (int c = 0; c < n_shapes; c++) {
+        int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
+        float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng), *w = rand_floats((size_t)out * in, -1.0f, 1.0f, &rng);
+        float *wp = floats((size_t)in * out), *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
+        RxTensor W = {0};                               /* w as the forward sees a weight: F32 [out, in] */
+        W.dtype = RX_F32, W.rank = 2, W.shape[0] = out, W.shape[1] = in, W.data = w, W.nbytes = (size_t)out * in * 4;
+        rx_pack_weight(wp, &W);
+        rx_matmul_ref(ref, x, w, rows, in, out);
+        for (int t = 1; t <= 2; t++) {
+            char what[96];
+            rx_threads(t);
+            rx_matmul_packed_ref(got, x, wp, rows, in, out);
+            snprintf(what, sizeof what, "[%d, %d] @ [%d, %d]^T, %d thread%s", rows, in, out, in, t, t > 1 ? "s" : "");
+            expect_identical(what, got, ref, (size_t)rows * out);
+            for (int r = 0; r < rows; r++) rx_matmul_packed_ref(got + (size_t)r * out, x + (size_t)r * in, wp, 1, in, out);
+            snprintf(what, sizeof what, "[%d, %d] @ [%d, %d]^T, row by row, %d thread%s", rows, in, out, in, t,
+                     t > 1 ? "s" : "");
+            expect_identical(what, got, ref, (size_t)rows * out);
+            cases++;
+        }
+        free(x); free(w); free(wp); free(ref); free(got);
+    }
+    rx_threads(threads0);
+    summary("%d shapes x {1, 2} threads, whole and row by row: rx_matmul_packed_ref == rx_matmul_ref bit for bit",
+            cases / 2);
+}
+
+/* The thread count changes who computes a row, never how: the logits of every mode with 2 threads equal the
+ * baseline's with 1 thread bit for bit, on the Table 7a patterns (a build without OpenMP runs 1 thread twice). */
+static void test_logits_identical_for_1_and_2_threads_every_mode(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 12)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    int threads0 = rx_threads(0), two = (rx_threads(2), rx_threads(0)), cases = 0;
+    for (size_t p = 0; p < sizeof table7a / sizeof table7a[0]; p++) {
+        RxBatch b = pattern_batch(&table7a[p], cfg.vocab_size, 200 + p);
+        size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+        float *one = floats(n), *got = floats(n);
+        rx_threads(1);
+        int ok = one && got && !qwen3_forward_ref(&m, &b, RX_BASELINE, one);
+        expect(ok, "%s: 1 thread: %s", table7a[p].name, radix_error());
+        rx_threads(2);
+        for (int mode = RX_BASELINE; ok && mode <= RX_COMPACT; mode++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s: %s, %d threads vs baseline, 1 thread", table7a[p].name,
+                     rx_mode_name((RxMode)mode), two);
+            ok = !qwen3_forward_ref(&m, &b, (RxMode)mode, got);
+            expect(ok, "%s: %s", what, radix_error());
+            if (ok) cases += expect_identical(what, got, one, n);
+        }
+        free(one); free(got);
+        rx_batch_free(&b);
+    }
+    rx_threads(threads0);
+    qwen3_free(&m);
+    if (two < 2) note("built without OpenMP: only 1 thread to compare with");
+    summary("%d patterns x 3 modes with %d threads: logits bit-identical to the baseline with 1 thread", cases / 3, two);
+}
+
 /* Batches a C API caller could build by hand, each inconsistent in one field; both forwards must refuse each with its
  * one line before reading anything out of bounds (the arrays are exactly n_tokens long: AddressSanitizer watches).
  * The base batch: [1,2,3] and [1,2,4], cu_seqlens [0,3,6]. */
@@ -2403,7 +2471,7 @@ static void test_show_index_prints_toy_example(void) {
 /* The docs as a fresh clone reads them:
  * - every output file a shell command in README.md, docs/tutorial.md or docs/exercises.md names (--dump-logits,
  *   --embed, --stats, --csv, --svg, > redirects) lies in /tmp, not in the repository (the README's toy.txt,
- *   logits.f32 and t4-paper.svg did);
+ *   logits.f32 and t4-paper.svg did), except a committed figure under docs/ that the command remakes;
  * - no line cites a path outside the repository (a clone holds no ../shared);
  * - tutorial section 21's first Part II command shows a hit (with mixed.txt and page size 16, every request was
  *   shorter than one page: hit rate 0.0%);
@@ -2429,8 +2497,9 @@ static void test_docs_commands_write_to_tmp_and_part2_hits(void) {
             for (int o = 0; o < 6; o++)
                 for (const char *p = strstr(line, outs[o]); p; p = strstr(p + 1, outs[o])) {
                     const char *path = p + strlen(outs[o]);
-                    expect(!strncmp(path, "/tmp/", 5), "%s: %swrites %.*s into the repository", docs[k], outs[o],
-                           (int)strcspn(path, " "), path);
+                    int committed_figure = !strncmp(path, "docs/", 5) && o == 4;     /* --svg docs/X.svg */
+                    expect(!strncmp(path, "/tmp/", 5) || committed_figure, "%s: %swrites %.*s into the repository",
+                           docs[k], outs[o], (int)strcspn(path, " "), path);
                     checked++;
                 }
             if (k == 1 && section == 21 && !first_part2[0] && !strncmp(line, "./radixmlp ", 11) &&
@@ -2477,6 +2546,76 @@ static char *bench_csv(const char *args, char *out, size_t n, int *rc) {
     char *csv = (char *)read_file(path, &len);
     unlink(path);
     return csv;
+}
+
+/* bench --table 4 --cpu --quick: the C reference's Table 4 needs no GPU. Each CSV row must hold the batch's shape
+ * (N = B(P+S), N' = P + B*S), positive times, speedups that are base / mode, the nearest paper row's gamma; the run
+ * prints the matmul's GFLOP/s, and --svg draws this run's two series and the paper's 15 points. */
+static void test_bench_cpu_table4_quick(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[16384], svg[] = "/tmp/radixmlp-svg-XXXXXX", args[128];
+    int rc, fd = mkstemp(svg), rows = 0;
+    if (fd < 0) { expect(0, "mkstemp"); return; }
+    close(fd);
+    snprintf(args, sizeof args, "--table 4 --cpu --quick --reps 1 --svg %s", svg);
+    char *csv = bench_csv(args, out, sizeof out, &rc);
+    expect(rc == 0, "'bench %s' exited %d:\n%s", args, rc, out);
+    expect(strstr(out, "GFLOP/s") != NULL, "no matmul GFLOP/s line in:\n%s", out);
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int B, P, S, N, Nc, pP, pS;
+        double g, base, radix, compact, rx, cx, pg;
+        char *f = strchr(line, ',');                    /* model,device,B,P,S,N,N_compact,gamma,base_ms,... */
+        f = f ? strchr(f + 1, ',') : NULL;
+        if (!f || sscanf(f + 1, "%d,%d,%d,%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%d,%d,%lf", &B, &P, &S, &N, &Nc, &g, &base,
+                         &radix, &compact, &rx, &cx, &pP, &pS, &pg) != 14) continue;
+        rows++;
+        expect(N == B * (P + S) && Nc == P + B * S, "P %d S %d: N %d N' %d, expected %d %d", P, S, N, Nc, B * (P + S),
+               P + B * S);
+        expect(base > 0 && radix > 0 && compact > 0 && fabs(rx - base / radix) < 0.02 * rx + 0.01 &&
+               fabs(cx - base / compact) < 0.02 * cx + 0.01, "P %d S %d: times %g %g %g, speedups %g %g", P, S, base,
+               radix, compact, rx, cx);
+        expect(fabs(pg - (pP + 32.0 * pS) / (32.0 * (pP + pS))) < 1e-3 && fabs(g - (double)Nc / N) < 1e-3,
+               "P %d S %d: gamma %g, paper row P %d S %d gamma %g", P, S, g, pP, pS, pg);
+    }
+    expect(rows == 2, "%d data rows in the CSV, expected 2", rows);
+    size_t len = 0;
+    char *s = (char *)read_file(svg, &len);
+    int circles = 0, diamonds = 0;
+    for (char *c = s; c && (c = strstr(c, "<circle")); c++) circles++;
+    for (char *c = s; c && (c = strstr(c, "<path")); c++) diamonds++;
+    expect(circles == 2 + 1 && diamonds == 15 + 1, "the SVG has %d circles and %d diamonds, expected 3 and 16 "
+           "(the legend's included)", circles, diamonds);
+    unlink(svg);
+    summary("bench --table 4 --cpu --quick: %d rows with N = B(P+S), N' = P + B*S, speedup = base/mode; SVG with "
+            "the paper's 15 points", rows);
+    free(s);
+    free(csv);
+}
+
+/* bench --table 2 --cpu --quick: one width; f_c from FLOPs and from time both in (0, 1], both predictions between 1
+ * and r, the observed speedups positive. */
+static void test_bench_cpu_table2_quick(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[16384];
+    int rc, rows = 0;
+    char *csv = bench_csv("--table 2 --cpu --quick --reps 1", out, sizeof out, &rc);
+    expect(rc == 0, "'bench --table 2 --cpu --quick' exited %d:\n%s", rc, out);
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int N, Nc;
+        double r, fc, pc, ft, pt, rx, cx;
+        char *f = strchr(line, ',');                    /* device,model,N,N_compact,r,f_c_flops,... */
+        f = f ? strchr(f + 1, ',') : NULL;
+        if (!f || sscanf(f + 1, "%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf", &N, &Nc, &r, &fc, &pc, &ft, &pt, &rx, &cx) != 9)
+            continue;
+        rows++;
+        expect(fc > 0 && fc <= 1 && ft > 0 && ft <= 1 && pc >= 1 && pc <= r + 0.01 && pt >= 1 && pt <= r + 0.01 &&
+               rx > 0 && cx > 0, "f_c %g %g, predicted %g %g (r %g), observed %g %g", fc, ft, pc, pt, r, rx, cx);
+        note("N %d, N' %d: f_c %.3f (FLOPs) %.3f (time), predicted %.2f %.2f, observed radix %.2f compact %.2f",
+             N, Nc, fc, ft, pc, pt, rx, cx);
+    }
+    expect(rows == 1, "%d data rows in the CSV, expected 1", rows);
+    summary("bench --table 2 --cpu --quick: both f_c in (0, 1], both predictions in [1, r]");
+    free(csv);
 }
 
 static void test_bench_table5_csv(void) {
@@ -4032,6 +4171,8 @@ static const Test tests[] = {
     {"reference", "comparisons_fail_on_nan_and_inf", test_comparisons_fail_on_nan_and_inf},
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
+    {"reference", "matmul_packed_equals_definition_bit_for_bit", test_matmul_packed_equals_definition_bit_for_bit},
+    {"reference", "logits_identical_for_1_and_2_threads_every_mode", test_logits_identical_for_1_and_2_threads_every_mode},
     {"reference", "last_token_logits_and_embeddings", test_last_token_logits_and_embeddings},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
     {"reference", "auto_mode_compacts_only_below_threshold", test_auto_mode_compacts_only_below_threshold},
@@ -4090,6 +4231,8 @@ static const Test tests[] = {
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
     {"cache", "cli_show_cache_draws_splits_and_evictions", test_cli_show_cache_draws_splits_and_evictions},
     {"bench", "prefix_cache_csv_and_errors", test_bench_prefix_cache_csv},
+    {"bench", "cpu_table4_quick_rows_and_plot", test_bench_cpu_table4_quick},
+    {"bench", "cpu_table2_quick_amdahl_both_ways", test_bench_cpu_table2_quick},
 };
 
 #ifndef RADIXMLP_FUZZ
