@@ -883,8 +883,9 @@ static int prefix_cache_tables(int reps, int gpu)
            "of requests that hit at all (7 of 8 = 87.5%%); flat, the share of block lookups that hit (28 of 36 =\n"
            "77.8%%). Its cached tokens are comparable, and ours equal them where the shapes are its. Evictions: pages whose\n"
            "cache reference was dropped. eviction_pressure: 6 groups of 4 requests arriving group after group, a pool\n"
-           "of 14 pages (its 8-block cache plus one running request's 6 pages). x off > 1 here because the C\n"
-           "reference's fp32 forward dominates; in the nanoGPT comparison the cache's overhead did.\n\n");
+           "of 14 pages (its 8-block cache plus one running request's 6 pages). x off > 1 here because\n"
+           "%s dominates; in the nanoGPT comparison the cache's overhead did.\n\n",
+           g ? "the GPU forward (gpu_prefill)" : "the C reference's fp32 forward");
 
     FILE *csv = g_csv;                                     /* the CSV holds the first table only */
     g_csv = NULL;
