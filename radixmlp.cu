@@ -2952,7 +2952,8 @@ void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
 
 /* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf (the batch itself passed rx_batch_check),
  * each failure one sentence. Pages a sequence writes (its own, from cached_len on) must belong to it alone: neither
- * written by another sequence nor read as anyone's cached page. host_kv: the K/V are in the host pool's arrays (the C reference), not in a GPU pool. */
+ * written by another sequence nor read as anyone's cached page. host_kv: the K/V are in the host pool's arrays (the
+ * C reference), not in a GPU pool. */
 static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf, int host_kv) {
     const RxKvPool *p = pf->pool;
     if (!p || (host_kv && (!p->k || !p->v))) return rx_fail("prefill: no KV pool (pool, or its K/V arrays, is NULL)");
