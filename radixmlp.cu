@@ -969,12 +969,15 @@ __global__ void rows_by_index_kernel(Chunk *out, int64_t out_stride, const int32
 static int rows_copy_gpu(cudaStream_t st, void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
                          const int32_t *idx, int n_rows, size_t row_bytes) {
     if (n_rows == 0) return 0;
-    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0)
+    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0) {
         rows_by_index_kernel<<<n_rows, INDEX_BLOCK, 0, st>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
                                                              (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
-    else rows_by_index_kernel<<<n_rows, INDEX_BLOCK, 0, st>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
+        LAUNCH_CHECK();
+    } else {
+        rows_by_index_kernel<<<n_rows, INDEX_BLOCK, 0, st>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
                                                               (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
-    LAUNCH_CHECK();                                                    /* whichever of the two ran */
+        LAUNCH_CHECK();
+    }
     return 0;
 }
 static int rows_by_index_gpu(cudaStream_t st, void *out, const void *in, const int32_t *idx, int n_rows,
