@@ -27,7 +27,7 @@
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref(): Part I's layer steps, keys read from the pool through a
  *                                      KvView; the trie keyed by cached prefix: radix_index_build_keyed()
  *   Part II on the GPU              -> gpu_prefill(): a bf16 KV pool in device memory (GpuKvPool), keys read through
- *                                      the pool slots by the same layer code as Part I (gpu_layer, GpuKvView)
+ *                                      the pool slots by the same layer steps as Part I (gpu_layer_qkv, GpuKvView)
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
  * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
@@ -334,8 +334,9 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 /* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
  * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
  * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first;
- * forward_ref(), at the end of the section, is Algorithm 1: embed -> layers -> final norm -> LM head, its activations
- * in one struct (RefActs), one layer in two steps (layer_qkv_ref, layer_attn_mlp_ref) that Part II's prefill reuses.
+ * forward_ref(), at the end of the section, is Algorithm 1: the layout (layout_build: the trie, where attention finds
+ * each query and key) -> embed -> layers -> final norm -> LM head, its activations in one struct (RefActs), one layer
+ * in two steps (layer_qkv_ref, layer_attn_mlp_ref) that Part II's prefill and the GPU forward repeat.
  *
  * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
  * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
@@ -602,11 +603,92 @@ static int no_lm_head(void) {
                    "gives embeddings (--embed), not logits");
 }
 
-/* The activations of one forward, allocated and freed in one place (as llm.c's ActivationTensors, llama2.c's
- * RunState). The layers compute on R rows: N in baseline mode, N' in radix and compact mode. Attention's token space
- * holds T tokens: the batch's N (Part I), or every token of the whole sequences, cached ones included (Part II). */
+/* One spare element each, so that an empty buffer (no radix mode, no logits) is still a valid pointer. */
+static float *floats(size_t n) { return (float *)malloc(sizeof(float) * (n + 1)); }
+static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n + 1)); }
+
+/* Algorithm 1's index work (lines 1-8) and where attention finds every query and key: built once per forward on
+ * the host, read by the C forward and uploaded by the GPU forward. Three token spaces:
+ *   N  the batch's tokens, sequence by sequence (original space)
+ *   R  the rows every position-wise op runs on: N in baseline mode, N' (one per trie node) in radix and compact mode
+ *   T  attention's tokens: the batch itself in Part I (T = N); in Part II (pf given) each sequence's cached positions,
+ *      then its new ones (T = N + the cached lengths), because a query also sees the keys of its cached prefix
+ * kv_row is a KvView's index; in Part II position p of sequence s is in slot pages[s][p / P] * P + p % P (page size P). */
 typedef struct {
-    int R, N, T, n_out;  /* rows computed on; batch tokens (original space); attention's tokens; outputs asked for */
+    RxMode mode;             /* as run: RX_AUTO resolved                                                         */
+    int N, R, S, T;          /* batch tokens, rows computed on, sequences, attention's tokens                     */
+    RadixIndex ix;           /* I_gather [N'], I_scatter [N] (Algorithm 2); empty in baseline mode                */
+    double index_ms;         /* the time to build it                                                             */
+    int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
+    int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
+    int32_t *kv_row;         /* [T] each token's key row                                                         */
+    int32_t *q_tok;          /* [n_q] the token each query row stands for; n_q = N' in compact mode, else N       */
+    int32_t *kv_dst;         /* [N] the key row each new token's K and V are written to: radix i, Part II a slot  */
+    int32_t *cu_q, *cu_k;    /* [S+1] each sequence's query rows and its keys in T (the flash kernel's layout)    */
+    int32_t *last;           /* [S] the row holding each sequence's last token                                   */
+} Layout;
+
+static void layout_free(Layout *L) {
+    radix_index_free(&L->ix);
+    free(L->tok); free(L->pos); free(L->seq_start); free(L->kv_row); free(L->q_tok); free(L->kv_dst); free(L->cu_q);
+    free(L->cu_k); free(L->last);
+    memset(L, 0, sizeof *L);
+}
+
+/* The layout of batch b (checked by rx_batch_check), in Part II after the cached prefixes pf says (NULL: none). The
+ * caller frees L with layout_free, whatever this returns. */
+static int layout_build(Layout *L, const RxBatch *b, const RxPrefill *pf, RxMode mode, double auto_threshold) {
+    const int N = b->n_tokens, S = b->n_seqs, P = pf ? pf->pool->page_size : 1;
+    const int32_t *cu = b->cu_seqlens;
+    memset(L, 0, sizeof *L);
+    int64_t T = N;
+    for (int s = 0; pf && s < S; s++) T += pf->cached_len[s];
+    if (T > INT32_MAX) return rx_fail("prefill: %lld cached + new tokens are too many for one batch", (long long)T);
+    if (mode != RX_BASELINE) {              /* Algorithm 2; in Part II keyed by each sequence's cached prefix */
+        double t0 = rx_now_ms();
+        if (radix_index_build_keyed(&L->ix, b->input_ids, b->position_ids, cu, S, pf ? pf->prefix_key : NULL))
+            return -1;
+        L->index_ms = rx_now_ms() - t0;
+        if (mode == RX_AUTO) mode = rx_auto_mode(L->ix.n_compact, N, auto_threshold);
+    }
+    const int rows_are_nodes = mode != RX_BASELINE, compact = mode == RX_COMPACT;
+    L->mode = mode, L->N = N, L->S = S, L->T = (int)T, L->R = rows_are_nodes ? L->ix.n_compact : N;
+    const int n_q = compact ? L->R : N;
+    int32_t *at = ints(N);                                        /* [N] batch token i -> its token in T */
+    L->tok = ints(L->R), L->pos = ints(L->R), L->seq_start = ints(T), L->kv_row = ints(T), L->q_tok = ints(n_q);
+    L->kv_dst = ints(N), L->cu_q = ints(S + 1), L->cu_k = ints(S + 1), L->last = ints(S);
+    if (!at || !L->tok || !L->pos || !L->seq_start || !L->kv_row || !L->q_tok || !L->kv_dst || !L->cu_q || !L->cu_k ||
+        !L->last) {
+        free(at);
+        return rx_fail("out of host memory for the layout of %lld tokens", (long long)T);
+    }
+    for (int r = 0; r < L->R; r++) {                              /* lines 6-7: x~ = x[I_gather], p~ = p[I_gather] */
+        int i = rows_are_nodes ? L->ix.gather[r] : r;
+        L->tok[r] = b->input_ids[i], L->pos[r] = b->position_ids[i];
+    }
+    L->cu_k[0] = 0;
+    for (int s = 0, t = 0; s < S; s++) {                          /* T, sequence by sequence */
+        const int t0 = t, cached = pf ? pf->cached_len[s] : 0;
+        for (int p = 0; p < cached + cu[s + 1] - cu[s]; p++, t++) {
+            L->seq_start[t] = t0;
+            L->kv_row[t] = pf ? pf->pages[s][p / P] * P + p % P : compact ? L->ix.scatter[t] : t;
+        }
+        L->cu_k[s + 1] = t;
+        for (int i = cu[s]; i < cu[s + 1]; i++) at[i] = t0 + cached + (i - cu[s]);
+        L->last[s] = rows_are_nodes ? L->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
+    }
+    for (int i = 0; i < N; i++) L->kv_dst[i] = pf ? L->kv_row[at[i]] : i;
+    for (int r = 0; r < n_q; r++) L->q_tok[r] = at[compact ? L->ix.gather[r] : r];
+    free(at);
+    if (compact) return radix_compact_cu_q(&L->ix, cu, S, L->cu_q);
+    memcpy(L->cu_q, cu, (size_t)(S + 1) * sizeof(int32_t));
+    return 0;
+}
+
+/* The activations of one forward, allocated and freed in one place (as llm.c's ActivationTensors, llama2.c's
+ * RunState), on the R rows of its Layout (N in baseline mode, N' in radix and compact mode). */
+typedef struct {
+    int n_out;           /* outputs asked for: every token, or each sequence's last                               */
     float *h;            /* [R, hidden]             the residual stream                                            */
     float *xn;           /* [R, hidden]             a normed h, or a block's output before the residual add         */
     float *q;            /* [R, n_heads*head_dim]                                                                   */
@@ -614,110 +696,107 @@ typedef struct {
     float *att;          /* [R, n_heads*head_dim]   attention's output                                              */
     float *gate, *up;    /* [R, intermediate]                                                                       */
     float *qN, *attN;    /* [N, n_heads*head_dim]   radix mode: q scattered to original space, attention's output   */
-    float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode: k and v scattered to original space                */
+    float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode, Part I: k and v scattered to original space         */
     float *x_out;        /* [n_out, hidden]         the final hidden states asked for (when n_out <= R)             */
     float *logits_R;     /* [R, vocab]              the LM head on every row (when n_out > R)                       */
     float *w32;          /* one weight matrix in fp32, sized for the largest                                       */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
-    int32_t *tok, *pos;  /* [R]                     each row's token id and position id                             */
-    int32_t *seq_start;  /* [T]                     the first token of each token's sequence, attention's space     */
     int32_t *out_row;    /* [n_out]                 the row that holds each output                                  */
 } RefActs;
 
 static void acts_free(RefActs *a) {
     free(a->h); free(a->xn); free(a->q); free(a->k); free(a->v); free(a->att); free(a->gate); free(a->up);
     free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_out); free(a->logits_R); free(a->w32);
-    free(a->norm_w); free(a->tok); free(a->pos); free(a->seq_start); free(a->out_row);
+    free(a->norm_w); free(a->out_row);
     memset(a, 0, sizeof *a);
 }
 
-/* One spare element each, so that an empty buffer (no radix mode, no logits) is still a valid pointer. */
-static float *floats(size_t n) { return (float *)malloc(sizeof(float) * (n + 1)); }
-static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n + 1)); }
-
-static int acts_alloc(RefActs *a, const Qwen3Config *c, RxMode mode, int R, int N, int T, int n_out, int logits) {
+/* kv_rows: the rows of kN and vN (N in Part I's radix mode, else 0: the keys are elsewhere). */
+static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int n_out, int logits, int kv_rows) {
     memset(a, 0, sizeof *a);
-    a->R = R; a->N = N; a->T = T; a->n_out = n_out;
+    a->n_out = n_out;
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
-    size_t I = c->intermediate_size, V = c->vocab_size, Nr = mode == RX_RADIX ? (size_t)N : 0;
+    size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
     size_t wmax = V * H > I * H ? V * H : I * H;
     if (QD * H > wmax) wmax = QD * H;
     a->h = floats(R * H); a->xn = floats(R * H); a->q = floats(R * QD); a->att = floats(R * QD);
     a->k = floats(R * KVD); a->v = floats(R * KVD); a->gate = floats(R * I); a->up = floats(R * I);
-    a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(Nr * KVD); a->vN = floats(Nr * KVD);
-    a->x_out = floats(logits && n_out <= R ? n_out * H : 0);
-    a->logits_R = floats(logits && n_out > R ? R * V : 0);
+    a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(kv_rows * KVD); a->vN = floats(kv_rows * KVD);
+    a->x_out = floats(logits && n_out <= L->R ? n_out * H : 0);
+    a->logits_R = floats(logits && n_out > L->R ? R * V : 0);
     a->w32 = floats(wmax); a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
-    a->tok = ints(R); a->pos = ints(R); a->seq_start = ints(T); a->out_row = ints(n_out);
+    a->out_row = ints(n_out);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_out || !a->logits_R || !a->w32 || !a->norm_w || !a->tok || !a->pos || !a->seq_start ||
-        !a->out_row) {
+        !a->vN || !a->x_out || !a->logits_R || !a->w32 || !a->norm_w || !a->out_row) {
         acts_free(a);
-        return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", N, R);
+        return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
     return 0;
 }
 
-/* Algorithm 1 lines 6-9: each row's token and position, p~ = p[I_gather] and x~ = x[I_gather] (gather NULL in
- * baseline mode: row r is token r), then h0 = Embed(x~) [R, hidden]. */
-static void embed_ref(const Qwen3Model *m, const RxBatch *b, const int32_t *gather, RefActs *a) {
+/* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], each row's token from the layout (lines 6-8). */
+static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
     int H = m->cfg.hidden_size;
-    for (int r = 0; r < a->R; r++) {
-        a->tok[r] = b->input_ids[gather ? gather[r] : r];
-        a->pos[r] = b->position_ids[gather ? gather[r] : r];
-    }
     rx_tensor_to_f32(m->embed, a->w32);
-    for (int r = 0; r < a->R; r++) memcpy(a->h + (size_t)r * H, a->w32 + (size_t)a->tok[r] * H, sizeof(float) * H);
+    for (int r = 0; r < L->R; r++) memcpy(a->h + (size_t)r * H, a->w32 + (size_t)L->tok[r] * H, sizeof(float) * H);
 }
 
 /* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
  * head q/k-normed and rotated (RoPE at each row's position p~: lines 11-12 are computed here, row by row). */
-static void layer_qkv_ref(const Qwen3Model *m, int l, RefActs *a) {
+static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a) {
     const Qwen3Config *c = &m->cfg;
-    const Qwen3Layer *L = &m->layers[l];
+    const Qwen3Layer *W = &m->layers[l];
     float eps = (float)c->rms_norm_eps;
-    int R = a->R;
-    rx_tensor_to_f32(L->input_norm, a->norm_w);
+    int R = L->R;
+    rx_tensor_to_f32(W->input_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, c->hidden_size, eps);  /* xn = input_layernorm(h)  [R, hidden] */
-    linear_ref(a->q, a->xn, L->q_proj, a->w32, R);      /* q = xn @ Wq^T                  [R, n_heads*head_dim] */
-    linear_ref(a->k, a->xn, L->k_proj, a->w32, R);      /* k = xn @ Wk^T                  [R, n_kv*head_dim] */
-    linear_ref(a->v, a->xn, L->v_proj, a->w32, R);      /* v = xn @ Wv^T                  [R, n_kv*head_dim] */
-    rx_tensor_to_f32(L->q_norm, a->norm_w);
-    rx_qk_norm_rope_ref(a->q, a->norm_w, a->pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
-    rx_tensor_to_f32(L->k_norm, a->norm_w);
-    rx_qk_norm_rope_ref(a->k, a->norm_w, a->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
+    linear_ref(a->q, a->xn, W->q_proj, a->w32, R);      /* q = xn @ Wq^T                  [R, n_heads*head_dim] */
+    linear_ref(a->k, a->xn, W->k_proj, a->w32, R);      /* k = xn @ Wk^T                  [R, n_kv*head_dim] */
+    linear_ref(a->v, a->xn, W->v_proj, a->w32, R);      /* v = xn @ Wv^T                  [R, n_kv*head_dim] */
+    rx_tensor_to_f32(W->q_norm, a->norm_w);
+    rx_qk_norm_rope_ref(a->q, a->norm_w, L->pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
+    rx_tensor_to_f32(W->k_norm, a->norm_w);
+    rx_qk_norm_rope_ref(a->k, a->norm_w, L->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
+}
+
+/* The new tokens' k and v into the rows of kv that attention will read them from: new token i's row is row i of the
+ * R rows (baseline) or its compact row I_scatter[i], and it goes to key row kv_dst[i]. In Part I's radix mode that is
+ * Algorithm 1's scatter of K and V to original space (line 20); in Part II, the write into the pool's slots. */
+static void kv_store_ref(const KvView *kv, const Layout *L, const RefActs *a, int kv_dim) {
+    for (int i = 0; i < L->N; i++) {
+        size_t from = (size_t)(L->mode == RX_BASELINE ? i : L->ix.scatter[i]) * kv_dim;
+        size_t to = (size_t)L->kv_dst[i] * kv->row_stride;
+        memcpy((float *)kv->k + to, a->k + from, sizeof(float) * kv_dim);
+        memcpy((float *)kv->v + to, a->v + from, sizeof(float) * kv_dim);
+    }
 }
 
 /* The rest of layer l (lines 20-28): attention, o_proj and the residual, the MLP and its residual. Attention's keys
- * and values are wherever kv says (the caller put this layer's k and v there). Its queries: baseline mode attends
- * with the N rows; radix mode scatters q to N rows, attends, and gathers the output back to N' rows (the paper's
- * sandwich); compact mode attends with the N' rows directly. Query row r stands for token q_tok[r] of attention's
- * token space (NULL: r) in baseline and radix mode, q_tok_c[r] in compact mode. */
-static int layer_attn_mlp_ref(const Qwen3Model *m, int l, RefActs *a, RxMode mode, const RadixIndex *ix,
-                              const KvView *kv, const int32_t *q_tok, const int32_t *q_tok_c) {
+ * and values are wherever kv says (this layer's new ones already there). Its queries: baseline mode attends with the
+ * N rows; radix mode scatters q to N rows, attends, and gathers the output back to N' rows (the paper's sandwich);
+ * compact mode attends with the N' rows directly. Query row r stands for token q_tok[r] of attention's space. */
+static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a, const KvView *kv) {
     const Qwen3Config *c = &m->cfg;
-    const Qwen3Layer *L = &m->layers[l];
-    int R = a->R, N = a->N, H = c->hidden_size, QD = c->n_heads * c->head_dim, I = c->intermediate_size;
+    const Qwen3Layer *W = &m->layers[l];
+    int R = L->R, N = L->N, H = c->hidden_size, QD = c->n_heads * c->head_dim, I = c->intermediate_size;
     int rc;
-    if (mode == RX_BASELINE) {
-        rc = attention_ref(a->q, kv, a->att, N, q_tok, a->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
-    } else if (mode == RX_RADIX) {
-        rows_by_index(a->qN, a->q, ix->scatter, N, QD);   /* [N', .] -> [N, .] */
-        rc = attention_ref(a->qN, kv, a->attN, N, q_tok, a->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
-        rows_by_index(a->att, a->attN, ix->gather, R, QD);  /* [N, .] -> [N', .] */
+    if (L->mode == RX_RADIX) {
+        rows_by_index(a->qN, a->q, L->ix.scatter, N, QD);   /* [N', .] -> [N, .] */
+        rc = attention_ref(a->qN, kv, a->attN, N, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
+        rows_by_index(a->att, a->attN, L->ix.gather, R, QD);  /* [N, .] -> [N', .] */
     } else {
-        rc = attention_ref(a->q, kv, a->att, R, q_tok_c, a->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
+        rc = attention_ref(a->q, kv, a->att, R, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
     }
     if (rc) return -1;
     float eps = (float)c->rms_norm_eps;
-    linear_ref(a->xn, a->att, L->o_proj, a->w32, R);    /* a = att @ Wo^T                 [R, hidden] */
+    linear_ref(a->xn, a->att, W->o_proj, a->w32, R);    /* a = att @ Wo^T                 [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
-    rx_tensor_to_f32(L->post_norm, a->norm_w);
+    rx_tensor_to_f32(W->post_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, H, eps);  /* xn = post_attention_layernorm(h) */
-    linear_ref(a->gate, a->xn, L->gate_proj, a->w32, R);  /* gate = xn @ Wg^T             [R, intermediate] */
-    linear_ref(a->up, a->xn, L->up_proj, a->w32, R);      /* up   = xn @ Wu^T             [R, intermediate] */
+    linear_ref(a->gate, a->xn, W->gate_proj, a->w32, R);  /* gate = xn @ Wg^T             [R, intermediate] */
+    linear_ref(a->up, a->xn, W->up_proj, a->w32, R);      /* up   = xn @ Wu^T             [R, intermediate] */
     rx_silu_mul_ref(a->gate, a->gate, a->up, (size_t)R * I);
-    linear_ref(a->xn, a->gate, L->down_proj, a->w32, R);  /* mlp  = (silu(gate)*up) @ Wd^T [R, hidden] */
+    linear_ref(a->xn, a->gate, W->down_proj, a->w32, R);  /* mlp  = (silu(gate)*up) @ Wd^T [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
     return 0;
 }
@@ -726,22 +805,19 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, RefActs *a, RxMode mod
  * last token (last_only), in original order; either may be NULL: hidden [n_out, hidden], the final hidden state
  * after the norm, and logits [n_out, vocab]. The LM head runs on whichever is fewer, the n_out rows or all R rows, and
  * rows_by_index puts the result in original order: per-row arithmetic, the same logits either way. */
-static void head_ref(const Qwen3Model *m, RefActs *a, const RxBatch *b, RxMode mode, const RadixIndex *ix,
-                     int last_only, float *logits, float *hidden) {
+static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_only, float *logits, float *hidden) {
     int H = m->cfg.hidden_size, n_out = a->n_out;
     rx_tensor_to_f32(m->final_norm, a->norm_w);
-    rx_rmsnorm_ref(a->xn, a->h, a->norm_w, a->R, H, (float)m->cfg.rms_norm_eps);
-    for (int o = 0; o < n_out; o++) {                   /* original token -> its row: I_scatter, or itself */
-        int i = last_only ? b->cu_seqlens[o + 1] - 1 : o;
-        a->out_row[o] = mode == RX_BASELINE ? i : ix->scatter[i];
-    }
+    rx_rmsnorm_ref(a->xn, a->h, a->norm_w, L->R, H, (float)m->cfg.rms_norm_eps);
+    for (int o = 0; o < n_out; o++)                     /* original token -> its row: I_scatter, or itself */
+        a->out_row[o] = last_only ? L->last[o] : L->mode == RX_BASELINE ? o : L->ix.scatter[o];
     if (hidden) rows_by_index(hidden, a->xn, a->out_row, n_out, H);
     if (!logits) return;
-    if (n_out <= a->R) {
+    if (n_out <= L->R) {
         rows_by_index(a->x_out, a->xn, a->out_row, n_out, H);
         linear_ref(logits, a->x_out, m->lm_head, a->w32, n_out);            /* logits = x @ W_lm^T  [n_out, V] */
     } else {
-        linear_ref(a->logits_R, a->xn, m->lm_head, a->w32, a->R);            /* logits = xn @ W_lm^T [N', V]   */
+        linear_ref(a->logits_R, a->xn, m->lm_head, a->w32, L->R);            /* logits = xn @ W_lm^T [N', V]   */
         rows_by_index(logits, a->logits_R, a->out_row, n_out, m->cfg.vocab_size);   /* [N', V] -> [N, V] */
     }
 }
@@ -754,35 +830,30 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
-    RadixIndex ix;                                      /* Algorithm 2: I_gather [N'], I_scatter [N] */
-    if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
-    int N = b->n_tokens, KVD = c->n_kv_heads * c->head_dim;
-    if (mode == RX_AUTO) mode = rx_auto_mode(ix.n_compact, N, RX_AUTO_THRESHOLD);
-    int R = mode == RX_BASELINE ? N : ix.n_compact, rc = -1;
+    const int KVD = c->n_kv_heads * c->head_dim;
+    Layout L;                                           /* lines 1-8: the trie, I_gather [N'], I_scatter [N] */
     RefActs a;
-    if (acts_alloc(&a, c, mode, R, N, N, last_only ? b->n_seqs : N, logits != NULL)) goto done;
-    for (int s = 0; s < b->n_seqs; s++)                 /* attention's token space is the batch's N tokens */
-        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) a.seq_start[i] = b->cu_seqlens[s];
-
-    embed_ref(m, b, mode == RX_BASELINE ? NULL : ix.gather, &a);        /* lines 6-9: h0 = Embed(x~)  [R, hidden] */
+    memset(&a, 0, sizeof a);
+    int rc = -1;
+    if (layout_build(&L, b, NULL, mode, RX_AUTO_THRESHOLD) ||
+        acts_alloc(&a, c, &L, last_only ? b->n_seqs : b->n_tokens, logits != NULL, L.mode == RX_RADIX ? L.N : 0))
+        goto done;
+    embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
-        layer_qkv_ref(m, l, &a);                                         /* q, k, v  [R, .] */
-        KvView kv = {a.k, a.v, (size_t)KVD, NULL};                       /* baseline: the N rows themselves */
-        if (mode == RX_RADIX) {                                          /* line 20: K/V to original space */
-            rows_by_index(a.kN, a.k, ix.scatter, N, KVD);                /* [N', .] -> [N, .] */
-            rows_by_index(a.vN, a.v, ix.scatter, N, KVD);
+        layer_qkv_ref(m, l, &L, &a);                                     /* q, k, v  [R, .] */
+        KvView kv = {a.k, a.v, (size_t)KVD, L.kv_row};   /* baseline: the N rows; compact: N' rows via I_scatter */
+        if (L.mode == RX_RADIX) {                                        /* line 20: K/V to original space [N, .] */
             kv.k = a.kN, kv.v = a.vN;
-        } else if (mode == RX_COMPACT) {                                 /* compact: the N' rows, read through */
-            kv.kv_row = ix.scatter;                                      /* I_scatter                          */
+            kv_store_ref(&kv, &L, &a, KVD);
         }
-        if (layer_attn_mlp_ref(m, l, &a, mode, &ix, &kv, NULL, ix.gather)) goto done;
+        if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
-    head_ref(m, &a, b, mode, &ix, last_only, logits, hidden);           /* lines 31-33 */
-    if (rows_out) *rows_out = R;
+    head_ref(m, &L, &a, last_only, logits, hidden);                     /* lines 31-33 */
+    if (rows_out) *rows_out = L.R;
     rc = 0;
 done:
     acts_free(&a);
-    radix_index_free(&ix);
+    layout_free(&L);
     return rc;
 }
 
@@ -954,7 +1025,7 @@ static __device__ float block_sum(float v) {  /* blockDim.x a multiple of 32; on
  *   gather     x~ = x[I_gather]    idx = I_gather  [N'],  in [N, ...]            -> out [N', ...]
  *   scatter    y  = y~[I_scatter]  idx = I_scatter [N],   in [N', ...]           -> out [N, ...]
  *   embedding  h0 = E[ids]         idx = token ids [rows], in = E [vocab, hidden] -> out [rows, hidden]
- * and, with an output index and stride, Part II's write of new K/V into their pool slots (kv_store below):
+ * and, with an output index and stride, Part II's write of new K/V into their pool slots (gpu_kv_store):
  *   out[dst[r] * out_stride] = in[idx[r]], idx NULL meaning r.
  * One block per output row. Chunk is uint4 (one 16-byte load and store per thread) when rows, strides and pointers
  * are 16-byte aligned, else uint16_t (one bf16). */
@@ -1098,15 +1169,10 @@ static int fill_uniform(cudaStream_t st, bf16 *w, int64_t n, uint64_t seed, floa
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
-/* Attention reads its keys through an index. Token t of attention's token space (the batch's N original positions;
- * in Part II every cached and new position of the sequences) has its key and value rows at
- *     k + (kv_row ? kv_row[t] : t) * row_stride        (and v likewise), head kvh at + kvh * head_dim
- *   baseline, radix   k, v: [N, n_kv*head_dim], row_stride n_kv*head_dim, kv_row NULL
- *   compact           k, v: [N', n_kv*head_dim], kv_row = I_scatter: original position -> its compact row
- *   Part II           k, v: layer l's slice of the KV pool [slot, n_layers, n_kv*head_dim], so row_stride is
- *                     n_layers*n_kv*head_dim (a slot holds every layer), kv_row: position -> its pool slot
- * Both kernels below take this view; neither copies a key. (A struct for the host side only: the kernels take its
- * fields as plain arguments.) */
+/* Attention reads its keys through an index, as the C reference's KvView says: the key and value rows of token t of
+ * attention's token space are at k + (kv_row ? kv_row[t] : t) * row_stride (and v likewise), head kvh at
+ * + kvh * head_dim. Both kernels below take this view; neither copies a key. (A struct for the host side only: the
+ * kernels take its fields as plain arguments.) */
 typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
 
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
@@ -1685,7 +1751,9 @@ int gpu_set_attention(GpuModel *g, RxAttention attention) {
 }
 
 /* ---------------------------------------------------------------------------------- the gpu forward (algorithm 1) */
-/* One layer in radix mode, the paper's sandwich: only attention sees the original layout.
+/* The C forward, step for step, on the device: the same Layout (built on the host, then uploaded), the activations
+ * in one struct (GpuWork, as RefActs), each layer in two steps around the K/V store (gpu_layer_qkv,
+ * gpu_layer_attn_mlp). One layer in radix mode, the paper's sandwich: only attention sees the original layout.
  *
  *   compact [N', .]                                  original [N, .]                 compact [N', .]
  *   x -> norm -> q,k,v = x W^T -> q/k norm, RoPE --scatter(I_scatter)--> attention --gather(I_gather)--> o_proj -> +x
@@ -1694,41 +1762,19 @@ int gpu_set_attention(GpuModel *g, RxAttention attention) {
  * Compact mode drops the two copies: attention runs on the N' rows and reads keys through I_scatter (see attention).
  * Baseline runs every op on the N original rows. */
 
-/* A device copy of one of the batch's index arrays, int32 [n]. */
+/* A device copy of one of the layout's index arrays, int32 [n]. */
 static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what) {
     DEV_ALLOC(*dst, n, "%s [%d]", what, n);
     return cuda_copy(*dst, src, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice);
 }
 
-/* out[dst ? dst[i] : i] = in[src ? src[i] : i] for the N new tokens, rows of `width` bf16, out's rows out_stride
- * apart: where a layer puts its new K/V before attention reads them through a GpuKvView.
- *   Part I, radix   out = K (or V) in original space [N, .], src = I_scatter: Algorithm 1's scatter of K/V, line 21
- *   Part II         out = layer l's slice of the KV pool, dst [N] = each new token's pool slot, src = I_scatter (N'
- *                   rows) or NULL (baseline, N rows) */
-static int kv_store(cudaStream_t st, bf16 *out, int64_t out_stride, const int32_t *dst, const bf16 *in,
-                    const int32_t *src, int n, int width) {
-    return rows_copy_gpu(st, out, (size_t)out_stride * sizeof(bf16), dst, in, src, n, (size_t)width * sizeof(bf16));
-}
-
-/* One forward's indices and activations, made by work_rows, a layout and work_alloc, freed by work_free.
- * Token spaces: N the batch's tokens, R the rows computed on (N in baseline, N' in radix and compact), T attention's
- * token space: the batch itself in Part I (T = N), every cached and new position of its sequences in Part II (M). */
+/* One forward's layout, on the host and as device copies, and its activations: made by layout_build and work_alloc,
+ * freed by work_free. Token spaces as in Layout: N the batch, R the rows computed on, T attention's tokens. */
 typedef struct {
-    RxMode mode;             /* as run: RX_AUTO resolved                                                         */
-    int N, R, S, T, flash;
-    RadixIndex ix;           /* I_gather [N'], I_scatter [N] on the host (not built in baseline)                  */
-    int have_ix;
-    int32_t *h_ids, *h_pos;  /* host [R]: token id and position of each row                                       */
-    int32_t *h_last;         /* host [S]: the row holding each sequence's last token                             */
-    int32_t *h_seq_start;    /* host [T]: first token of each token's sequence, in attention's space             */
-    int32_t *h_q_orig;       /* host [n_q] or NULL: the token of attention's space each query row stands for     */
-    int32_t *h_kv_row;       /* host [T] or NULL: each token's key row (compact: I_scatter; Part II: pool slot)   */
-    int32_t *h_kv_dst;       /* host [N] Part II: the pool slot each new token's K/V are written to              */
-    int32_t *h_cu_q, *h_cu_k;/* host [S+1], flash: each sequence's query rows and its keys in attention's space   */
-    int32_t *h_tiles;        /* host [2 n_tiles], flash: the work list                                           */
-    int n_tiles;
-    int32_t *ids, *pos, *last, *gather, *scatter;               /* device copies of the above: [R] [R] [S] [N'] [N] */
-    int32_t *seq_start, *q_orig, *kv_row, *kv_dst, *cu_q, *cu_k, *tiles;  /* [T] [n_q] [T] [N] [S+1] [S+1] [2 n_tiles] */
+    Layout L;                /* Algorithm 1 lines 1-8, on the host                                               */
+    int flash, n_tiles;      /* 1: the flash kernel, with n_tiles query tiles in its work list                    */
+    int32_t *ids, *pos, *last, *gather, *scatter;                /* device copies of L: [R] [R] [S] [N'] [N]        */
+    int32_t *seq_start, *kv_row, *q_tok, *kv_dst, *cu_q, *cu_k, *tiles;  /* [T] [T] [n_q] [N] [S+1] [S+1] [2 n_tiles] */
     bf16 *x, *xn;            /* [R, hidden] residual stream; norm output, reused for o_proj and down_proj out     */
     bf16 *q, *att;           /* [R, n_heads*head_dim]                                                            */
     bf16 *k, *v;             /* [R, n_kv*head_dim]                                                               */
@@ -1739,100 +1785,48 @@ typedef struct {
     bf16 *logits;            /* [R or S, vocab] as computed                                                      */
     bf16 *logits_n;          /* compact modes, every token: [N, vocab] scattered back to original order         */
     cudaEvent_t t0, t1;
+    float ms;                /* the GPU time between them                                                        */
 } GpuWork;
 
 static void work_free(GpuWork *w) {
-    void *dev[] = {w->ids,    w->pos,    w->last, w->gather, w->scatter, w->seq_start, w->q_orig, w->kv_row,
-                   w->kv_dst, w->cu_q,   w->cu_k, w->tiles,  w->x,       w->xn,        w->q,      w->att,
-                   w->k,      w->v,      w->gate, w->up,     w->q_n,     w->att_n,     w->k_n,    w->v_n,
+    void *dev[] = {w->ids,    w->pos,  w->last,  w->gather, w->scatter, w->seq_start, w->kv_row, w->q_tok,
+                   w->kv_dst, w->cu_q, w->cu_k,  w->tiles,  w->x,       w->xn,        w->q,      w->att,
+                   w->k,      w->v,    w->gate,  w->up,     w->q_n,     w->att_n,     w->k_n,    w->v_n,
                    w->x_last, w->logits, w->logits_n};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     if (w->t0) cudaEventDestroy(w->t0);
     if (w->t1) cudaEventDestroy(w->t1);
-    if (w->have_ix) radix_index_free(&w->ix);
-    free(w->h_ids), free(w->h_pos), free(w->h_last), free(w->h_seq_start), free(w->h_q_orig), free(w->h_kv_row);
-    free(w->h_kv_dst), free(w->h_cu_q), free(w->h_cu_k), free(w->h_tiles);
+    layout_free(&w->L);
 }
 
-static int32_t *host_i32(int32_t **p, int64_t n, const char *what) {   /* a host int32 [n] array of w */
-    return *p = (int32_t *)rx_alloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t), what);
-}
-
-/* Algorithm 1, lines 1-8, on the host: the trie (keyed by each sequence's cached prefix in Part II, prefix_key [S];
- * NULL in Part I), the mode, and each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]. */
-static int work_rows(GpuWork *w, const RxBatch *b, const int32_t *prefix_key, RxMode mode, double auto_threshold,
-                     int flash, GpuRunInfo *info) {
-    const int N = b->n_tokens, S = b->n_seqs;
-    const int32_t *cu = b->cu_seqlens;
-    w->N = N, w->S = S, w->flash = flash;
-    info->n_tokens = info->n_compact = N;   /* baseline needs no trie: it reports N' = N */
-    if (mode != RX_BASELINE) {
-        double t = rx_now_ms();
-        TRY(radix_index_build_keyed(&w->ix, b->input_ids, b->position_ids, cu, S, prefix_key));
-        w->have_ix = 1;
-        info->index_ms = rx_now_ms() - t;
-        info->n_compact = w->ix.n_compact;
-        if (mode == RX_AUTO) mode = rx_auto_mode(w->ix.n_compact, N, auto_threshold);
-    }
-    info->mode = w->mode = mode;
-    const int compact = mode != RX_BASELINE;
-    w->R = compact ? w->ix.n_compact : N;   /* what every position-wise op runs on */
-    if (!host_i32(&w->h_ids, w->R, "the token ids of the rows") || !host_i32(&w->h_pos, w->R, "the positions") ||
-        !host_i32(&w->h_last, S, "the last-token rows"))
-        return -1;
-    for (int r = 0; r < w->R; r++) {
-        int t = compact ? w->ix.gather[r] : r;
-        w->h_ids[r] = b->input_ids[t], w->h_pos[r] = b->position_ids[t];
-    }
-    for (int s = 0; s < S; s++) w->h_last[s] = compact ? w->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
-    return 0;
-}
-
-/* Part I's attention layout: the batch is attention's whole token space (T = N). Baseline and radix attend on N rows
- * in batch order; compact on the N' rows, queries standing for I_gather and keys read through I_scatter. The flash
- * kernel takes each sequence's query rows (cu_q: all its positions, or in compact mode the block of compact rows of
- * its unshared suffix) and its keys (cu_k = cu_seqlens). */
-static int layout_batch(GpuWork *w, const RxBatch *b) {
-    const int S = b->n_seqs, compact = w->mode == RX_COMPACT;
-    const int32_t *cu = b->cu_seqlens;
-    w->T = w->N;
-    if (!host_i32(&w->h_seq_start, w->N, "the sequence starts") || !host_i32(&w->h_cu_q, S + 1, "cu_q") ||
-        !host_i32(&w->h_cu_k, S + 1, "cu_k"))
-        return -1;
-    for (int s = 0; s < S; s++)
-        for (int t = cu[s]; t < cu[s + 1]; t++) w->h_seq_start[t] = cu[s];
-    memcpy(w->h_cu_k, cu, (S + 1) * sizeof(int32_t));
-    if (!compact) {
-        memcpy(w->h_cu_q, cu, (S + 1) * sizeof(int32_t));
-        return 0;
-    }
-    if (!host_i32(&w->h_q_orig, w->R, "I_gather") || !host_i32(&w->h_kv_row, w->N, "I_scatter")) return -1;
-    memcpy(w->h_q_orig, w->ix.gather, w->R * sizeof(int32_t));
-    memcpy(w->h_kv_row, w->ix.scatter, w->N * sizeof(int32_t));
-    return radix_compact_cu_q(&w->ix, cu, S, w->h_cu_q);
-}
-
-/* Uploads the indices, sizes the flash work list, and allocates every activation, before the timed region: cudaMalloc
- * stalls the host and would be counted as GPU time. n_out: rows of the logits (R, or S with last_only). */
-static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits) {
+/* Uploads the layout, makes the flash work list, and allocates every activation, before the timed region: cudaMalloc
+ * stalls the host and would be counted as GPU time. kv_rows: the rows of k_n and v_n (N in Part I's radix mode). */
+static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, int kv_rows) {
     const Qwen3Config *c = &g->cfg;
-    const int N = w->N, R = w->R, S = w->S, H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
-    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim, compact = w->mode != RX_BASELINE;
-    const int n_q = w->mode == RX_COMPACT ? R : N, n_out = last_only ? S : R;
+    const Layout *L = &w->L;
+    const int N = L->N, R = L->R, S = L->S, T = L->T, H = c->hidden_size, I = c->intermediate_size;
+    const int V = c->vocab_size, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    const int compact = L->mode != RX_BASELINE, n_q = L->mode == RX_COMPACT ? R : N, n_out = last_only ? S : R;
     const char *sp = compact ? "N'" : "N";
-    if (w->flash) TRY(flash_tiles(w->h_cu_q, w->h_cu_k, S, &w->h_tiles, &w->n_tiles));
-    TRY(upload_i32(&w->ids, w->h_ids, R, "the token ids"));
-    TRY(upload_i32(&w->pos, w->h_pos, R, "the positions"));
-    TRY(upload_i32(&w->last, w->h_last, S, "the last-token rows"));
-    TRY(upload_i32(&w->seq_start, w->h_seq_start, w->T, "the sequence starts"));
-    if (compact) TRY(upload_i32(&w->gather, w->ix.gather, R, "I_gather"));
-    if (compact) TRY(upload_i32(&w->scatter, w->ix.scatter, N, "I_scatter"));
-    if (w->h_q_orig) TRY(upload_i32(&w->q_orig, w->h_q_orig, n_q, "the query rows' tokens"));
-    if (w->h_kv_row) TRY(upload_i32(&w->kv_row, w->h_kv_row, w->T, "the key rows"));
-    if (w->h_kv_dst) TRY(upload_i32(&w->kv_dst, w->h_kv_dst, N, "the new tokens' pool slots"));
-    if (w->flash) TRY(upload_i32(&w->cu_q, w->h_cu_q, S + 1, "the query layout cu_q"));
-    if (w->flash) TRY(upload_i32(&w->cu_k, w->h_cu_k, S + 1, "the key layout cu_k"));
-    if (w->flash) TRY(upload_i32(&w->tiles, w->h_tiles, 2 * w->n_tiles, "the flash attention work list"));
+    w->flash = g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim);
+    if (w->flash) {
+        int32_t *tiles;
+        TRY(flash_tiles(L->cu_q, L->cu_k, S, &tiles, &w->n_tiles));
+        int rc = upload_i32(&w->tiles, tiles, 2 * w->n_tiles, "the flash attention work list");
+        free(tiles);
+        TRY(rc);
+    }
+    TRY(upload_i32(&w->ids, L->tok, R, "the token ids"));
+    TRY(upload_i32(&w->pos, L->pos, R, "the positions"));
+    TRY(upload_i32(&w->last, L->last, S, "the last-token rows"));
+    if (compact) TRY(upload_i32(&w->gather, L->ix.gather, R, "I_gather"));
+    if (compact) TRY(upload_i32(&w->scatter, L->ix.scatter, N, "I_scatter"));
+    TRY(upload_i32(&w->seq_start, L->seq_start, T, "the sequence starts"));
+    TRY(upload_i32(&w->kv_row, L->kv_row, T, "the key rows"));
+    TRY(upload_i32(&w->q_tok, L->q_tok, n_q, "the query rows' tokens"));
+    TRY(upload_i32(&w->kv_dst, L->kv_dst, N, "the new tokens' key rows"));
+    TRY(upload_i32(&w->cu_q, L->cu_q, S + 1, "the query layout cu_q"));
+    TRY(upload_i32(&w->cu_k, L->cu_k, S + 1, "the key layout cu_k"));
     DEV_ALLOC(w->x, (size_t)R * H, "the residual stream [%s=%d, hidden=%d]", sp, R, H);
     DEV_ALLOC(w->xn, (size_t)R * H, "the normed activations [%s=%d, hidden=%d]", sp, R, H);
     DEV_ALLOC(w->q, (size_t)R * QD, "the queries [%s=%d, n_heads*head_dim=%d]", sp, R, QD);
@@ -1841,13 +1835,13 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits) {
     DEV_ALLOC(w->v, (size_t)R * KVD, "the values [%s=%d, n_kv*head_dim=%d]", sp, R, KVD);
     DEV_ALLOC(w->gate, (size_t)R * I, "the MLP gate [%s=%d, intermediate=%d]", sp, R, I);
     DEV_ALLOC(w->up, (size_t)R * I, "the MLP up projection [%s=%d, intermediate=%d]", sp, R, I);
-    if (w->mode == RX_RADIX) {
+    if (L->mode == RX_RADIX) {
         DEV_ALLOC(w->q_n, (size_t)N * QD, "the scattered queries [N=%d, n_heads*head_dim=%d]", N, QD);
         DEV_ALLOC(w->att_n, (size_t)N * QD, "the attention output [N=%d, n_heads*head_dim=%d]", N, QD);
     }
-    if (w->mode == RX_RADIX && !w->h_kv_dst) {
-        DEV_ALLOC(w->k_n, (size_t)N * KVD, "the scattered keys [N=%d, n_kv*head_dim=%d]", N, KVD);
-        DEV_ALLOC(w->v_n, (size_t)N * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", N, KVD);
+    if (kv_rows) {
+        DEV_ALLOC(w->k_n, (size_t)kv_rows * KVD, "the scattered keys [N=%d, n_kv*head_dim=%d]", kv_rows, KVD);
+        DEV_ALLOC(w->v_n, (size_t)kv_rows * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", kv_rows, KVD);
     }
     if (last_only) DEV_ALLOC(w->x_last, (size_t)S * H, "the last tokens' states [n_seqs=%d, hidden=%d]", S, H);
     if (want_logits)
@@ -1858,67 +1852,72 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits) {
     return 0;
 }
 
-/* Every layer's attention call but its keys (a.kv, set per forward or per layer): radix on the N scattered rows,
- * baseline and compact on the R rows. */
-static AttnCall attn_call(const GpuModel *g, const GpuWork *w) {
-    AttnCall a = {};
-    a.flash = w->flash, a.n_heads = g->cfg.n_heads, a.n_kv_heads = g->cfg.n_kv_heads, a.head_dim = g->cfg.head_dim;
-    a.q_orig = w->q_orig, a.seq_start = w->seq_start, a.cu_q = w->cu_q, a.cu_k = w->cu_k, a.tiles = w->tiles;
-    a.n_tiles = w->n_tiles;
-    if (w->mode == RX_RADIX) a.out = w->att_n, a.q = w->q_n, a.n_q = w->N;
-    else a.out = w->att, a.q = w->q, a.n_q = w->R;
-    return a;
-}
-
-/* One decoder layer on the R rows of w, Algorithm 1 lines 10-30. a->kv: where attention reads the keys. new_k, new_v
- * (the view's own buffers, or NULL): where this layer first writes its new K/V, the row of new token i being
- * w->kv_dst[i] (Part II: its pool slot) or i (Part I radix: the scatter to original space). NULL: attention reads the
- * layer's own k and v rows (baseline; compact through I_scatter). */
-static int gpu_layer(GpuModel *g, int l, const GpuWork *w, const AttnCall *a, bf16 *new_k, bf16 *new_v) {
-    const Qwen3Config *c = &g->cfg;
-    const GpuLayer *L = &g->layers[l];
-    const int R = w->R, N = w->N, H = c->hidden_size, I = c->intermediate_size;
-    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
-    const float eps = (float)c->rms_norm_eps;
-    const int32_t *src = w->mode == RX_BASELINE ? NULL : w->scatter;   /* new token i's row: i, or I_scatter[i] */
-    cudaStream_t st = g->stream;
-    TRY(rmsnorm(st, w->xn, w->x, L->input_norm, R, H, eps));   /* xn = input_layernorm(x) [R, hidden]              */
-    TRY(gemm(g->blas, w->q, w->xn, L->q_proj, R, H, QD));      /* q = xn @ Wq^T     [R, n_heads*head_dim]          */
-    TRY(gemm(g->blas, w->k, w->xn, L->k_proj, R, H, KVD));     /* k = xn @ Wk^T     [R, n_kv*head_dim]             */
-    TRY(gemm(g->blas, w->v, w->xn, L->v_proj, R, H, KVD));     /* v = xn @ Wv^T     [R, n_kv*head_dim]             */
-    TRY(qk_norm_rope(st, w->q, L->q_norm, w->pos, g->inv_freq, R, c->n_heads, c->head_dim, eps));
-    TRY(qk_norm_rope(st, w->k, L->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps));
-    if (new_k) {                                                /* [R] rows -> [N] rows of the view */
-        TRY(kv_store(st, new_k, a->kv.row_stride, w->kv_dst, w->k, src, N, KVD));
-        TRY(kv_store(st, new_v, a->kv.row_stride, w->kv_dst, w->v, src, N, KVD));
-    }
-    if (w->mode == RX_RADIX) {   /* lines 20-23: scatter q to the N original rows, attend, gather back */
-        TRY(rows_by_index_gpu(st, w->q_n, w->q, w->scatter, N, QD * sizeof(bf16)));
-        TRY(attention_run(st, a));
-        TRY(rows_by_index_gpu(st, w->att, w->att_n, w->gather, R, QD * sizeof(bf16)));
-    } else {                     /* baseline: N rows; compact: N' query rows, keys read through the view's index */
-        TRY(attention_run(st, a));
-    }
-    TRY(gemm(g->blas, w->xn, w->att, L->o_proj, R, QD, H));    /* xn = att @ Wo^T   [R, hidden]                    */
-    TRY(add_inplace(st, w->x, w->xn, (int64_t)R * H));
-    TRY(rmsnorm(st, w->xn, w->x, L->post_norm, R, H, eps));
-    TRY(gemm(g->blas, w->gate, w->xn, L->gate_proj, R, H, I)); /* gate = xn @ Wg^T  [R, intermediate]              */
-    TRY(gemm(g->blas, w->up, w->xn, L->up_proj, R, H, I));     /* up = xn @ Wu^T    [R, intermediate]              */
-    TRY(silu_mul(st, w->gate, w->gate, w->up, (int64_t)R * I));
-    TRY(gemm(g->blas, w->xn, w->gate, L->down_proj, R, I, H)); /* xn = (silu(gate)*up) @ Wd^T [R, hidden]          */
-    return add_inplace(st, w->x, w->xn, (int64_t)R * H);
-}
-
 /* Line 9, started inside the timed region: the embedding is a row gather from the table, h0 = E[x~]  [R, hidden]. */
 static int embed_rows(GpuModel *g, GpuWork *w) {
     CUDA_CHECK(cudaEventRecord(w->t0, g->stream));
-    return rows_by_index_gpu(g->stream, w->x, g->embed, w->ids, w->R, g->cfg.hidden_size * sizeof(bf16));
+    return rows_by_index_gpu(g->stream, w->x, g->embed, w->ids, w->L.R, g->cfg.hidden_size * sizeof(bf16));
+}
+
+/* Layer l up to attention, on the R rows (lines 15-18), as layer_qkv_ref. */
+static int gpu_layer_qkv(GpuModel *g, int l, GpuWork *w) {
+    const Qwen3Config *c = &g->cfg;
+    const GpuLayer *W = &g->layers[l];
+    const int R = w->L.R, H = c->hidden_size, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    const float eps = (float)c->rms_norm_eps;
+    cudaStream_t st = g->stream;
+    TRY(rmsnorm(st, w->xn, w->x, W->input_norm, R, H, eps));   /* xn = input_layernorm(x) [R, hidden]              */
+    TRY(gemm(g->blas, w->q, w->xn, W->q_proj, R, H, QD));      /* q = xn @ Wq^T     [R, n_heads*head_dim]          */
+    TRY(gemm(g->blas, w->k, w->xn, W->k_proj, R, H, KVD));     /* k = xn @ Wk^T     [R, n_kv*head_dim]             */
+    TRY(gemm(g->blas, w->v, w->xn, W->v_proj, R, H, KVD));     /* v = xn @ Wv^T     [R, n_kv*head_dim]             */
+    TRY(qk_norm_rope(st, w->q, W->q_norm, w->pos, g->inv_freq, R, c->n_heads, c->head_dim, eps));
+    return qk_norm_rope(st, w->k, W->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps);
+}
+
+/* The new tokens' k and v into the rows of kv that attention reads them from, as kv_store_ref: new token i's row
+ * (i, or I_scatter[i]) of the R rows goes to key row kv_dst[i]. Radix in Part I: the scatter of K/V to original
+ * space (line 20); Part II: the write into the pool's slots. */
+static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w) {
+    const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
+    const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16), stride = kv->row_stride * sizeof(bf16);
+    TRY(rows_copy_gpu(g->stream, (bf16 *)kv->k, stride, w->kv_dst, w->k, src, w->L.N, row));
+    return rows_copy_gpu(g->stream, (bf16 *)kv->v, stride, w->kv_dst, w->v, src, w->L.N, row);
+}
+
+/* The rest of layer l (lines 20-28), as layer_attn_mlp_ref: attention with its keys wherever kv says, o_proj and the
+ * residual, the MLP and its residual. */
+static int gpu_layer_attn_mlp(GpuModel *g, int l, GpuWork *w, const GpuKvView *kv) {
+    const Qwen3Config *c = &g->cfg;
+    const GpuLayer *W = &g->layers[l];
+    const int R = w->L.R, N = w->L.N, H = c->hidden_size, I = c->intermediate_size, QD = c->n_heads * c->head_dim;
+    const int radix = w->L.mode == RX_RADIX;
+    const float eps = (float)c->rms_norm_eps;
+    cudaStream_t st = g->stream;
+    AttnCall a = {};             /* radix: on the N scattered rows; baseline and compact: on the R rows */
+    a.flash = w->flash, a.out = radix ? w->att_n : w->att, a.q = radix ? w->q_n : w->q, a.kv = *kv;
+    a.n_q = radix ? N : R, a.q_orig = w->q_tok, a.seq_start = w->seq_start;
+    a.cu_q = w->cu_q, a.cu_k = w->cu_k, a.tiles = w->tiles, a.n_tiles = w->n_tiles;
+    a.n_heads = c->n_heads, a.n_kv_heads = c->n_kv_heads, a.head_dim = c->head_dim;
+    if (radix) {                 /* lines 20-23: scatter q to the N original rows, attend, gather back */
+        TRY(rows_by_index_gpu(st, w->q_n, w->q, w->scatter, N, QD * sizeof(bf16)));
+        TRY(attention_run(st, &a));
+        TRY(rows_by_index_gpu(st, w->att, w->att_n, w->gather, R, QD * sizeof(bf16)));
+    } else {                     /* baseline: N rows; compact: N' query rows, keys read through the view's index */
+        TRY(attention_run(st, &a));
+    }
+    TRY(gemm(g->blas, w->xn, w->att, W->o_proj, R, QD, H));    /* xn = att @ Wo^T   [R, hidden]                    */
+    TRY(add_inplace(st, w->x, w->xn, (int64_t)R * H));
+    TRY(rmsnorm(st, w->xn, w->x, W->post_norm, R, H, eps));
+    TRY(gemm(g->blas, w->gate, w->xn, W->gate_proj, R, H, I)); /* gate = xn @ Wg^T  [R, intermediate]              */
+    TRY(gemm(g->blas, w->up, w->xn, W->up_proj, R, H, I));     /* up = xn @ Wu^T    [R, intermediate]              */
+    TRY(silu_mul(st, w->gate, w->gate, w->up, (int64_t)R * I));
+    TRY(gemm(g->blas, w->xn, w->gate, W->down_proj, R, I, H)); /* xn = (silu(gate)*up) @ Wd^T [R, hidden]          */
+    return add_inplace(st, w->x, w->xn, (int64_t)R * H);
 }
 
 /* Lines 31-33: the final norm and the LM head, only on the rows whose logits are wanted; the GPU time; the copy back.
  * embed != NULL (with last_only): the last tokens' normed states instead of logits, no LM head (gpu_embed). */
-static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, float *embed, GpuRunInfo *info) {
-    const int H = g->cfg.hidden_size, V = g->cfg.vocab_size, S = w->S, n_out = last_only ? S : w->R;
+static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, float *embed) {
+    const int H = g->cfg.hidden_size, V = g->cfg.vocab_size, S = w->L.S, n_out = last_only ? S : w->L.R;
     const float eps = (float)g->cfg.rms_norm_eps;
     cudaStream_t st = g->stream;
     const bf16 *h = w->x;
@@ -1930,53 +1929,62 @@ static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, floa
     TRY(rmsnorm(st, hn, h, g->final_norm, n_out, H, eps));
     if (!embed) TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_out, H, V));   /* logits = hn @ W_lm^T [n_out, V] */
     const bf16 *out = w->logits;
-    if (w->mode != RX_BASELINE && !last_only && !embed) {                   /* y = y_c[I_scatter]  [N, vocab] */
-        TRY(rows_by_index_gpu(st, w->logits_n, w->logits, w->scatter, w->N, V * sizeof(bf16)));
+    if (w->L.mode != RX_BASELINE && !last_only && !embed) {                 /* y = y_c[I_scatter]  [N, vocab] */
+        TRY(rows_by_index_gpu(st, w->logits_n, w->logits, w->scatter, w->L.N, V * sizeof(bf16)));
         out = w->logits_n;
     }
     CUDA_CHECK(cudaEventRecord(w->t1, st));
     CUDA_CHECK(cudaEventSynchronize(w->t1));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, w->t0, w->t1));
-    info->forward_ms = ms;
+    CUDA_CHECK(cudaEventElapsedTime(&w->ms, w->t0, w->t1));
     if (embed) {                      /* [n_seqs, hidden]: the bf16 normed states, L2-normalised on the host in fp32 */
         TRY(download_bf16(embed, hn, (size_t)S * H));
         l2_normalize_rows(embed, embed, S, H);
         return 0;
     }
-    return logits ? download_bf16(logits, out, (size_t)(last_only ? S : w->N) * V) : 0;
+    return logits ? download_bf16(logits, out, (size_t)(last_only ? S : w->L.N) * V) : 0;
 }
 
-/* Part I's forward: embed -> layers -> final norm -> LM head, attention reading the batch's own rows (GpuKvView):
- * baseline the N rows, compact the N' rows through I_scatter, radix the N rows that each layer scatters first. */
+/* What a forward reports, from its layout (baseline builds no trie and reports N' = N) and its GPU time. */
+static void run_info(const GpuWork *w, GpuRunInfo *info) {
+    if (!info) return;
+    info->mode = w->L.mode, info->n_tokens = w->L.N, info->index_ms = w->L.index_ms, info->forward_ms = w->ms;
+    info->n_compact = w->L.mode == RX_BASELINE ? w->L.N : w->L.ix.n_compact;
+}
+
+/* Part I's forward: embed -> layers -> final norm -> LM head, as forward_ref, attention reading the batch's own rows
+ * (GpuKvView): baseline the N rows, compact the N' rows through I_scatter, radix the N rows that each layer scatters
+ * first. */
 static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
-                       float *logits, float *embed, GpuRunInfo *info, GpuWork *w) {
+                       float *logits, float *embed, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
     const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
     TRY(rx_batch_check(b, c));                /* on the host, before any device work */
-    TRY(work_rows(w, b, NULL, mode, auto_threshold, g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim),
-                  info));
-    TRY(layout_batch(w, b));
-    TRY(work_alloc(g, w, last_only, !embed));
-    AttnCall a = attn_call(g, w);
-    const int radix = w->mode == RX_RADIX;
-    a.kv = radix ? GpuKvView{w->k_n, w->v_n, KVD, NULL} : GpuKvView{w->k, w->v, KVD, w->kv_row};
-    TRY(embed_rows(g, w));
-    for (int l = 0; l < c->n_layers; l++) TRY(gpu_layer(g, l, w, &a, radix ? w->k_n : NULL, radix ? w->v_n : NULL));
-    return work_head(g, w, last_only, logits, embed, info);
+    TRY(layout_build(&w->L, b, NULL, mode, auto_threshold));                 /* lines 1-8 */
+    const int radix = w->L.mode == RX_RADIX;
+    TRY(work_alloc(g, w, last_only, !embed, radix ? w->L.N : 0));
+    TRY(embed_rows(g, w));                                                    /* line 9 */
+    for (int l = 0; l < c->n_layers; l++) {                                   /* lines 13-29 */
+        TRY(gpu_layer_qkv(g, l, w));
+        GpuKvView kv = {w->k, w->v, KVD, w->kv_row};   /* baseline: the N rows; compact: N' rows via I_scatter */
+        if (radix) {                                    /* line 20: K/V to original space [N, .] */
+            kv.k = w->k_n, kv.v = w->v_n;
+            TRY(gpu_kv_store(g, &kv, w));
+        }
+        TRY(gpu_layer_attn_mlp(g, l, w, &kv));
+    }
+    return work_head(g, w, last_only, logits, embed);                        /* lines 31-33 */
 }
 
 static int forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only, float *logits,
                    float *embed, GpuRunInfo *info) {
-    GpuRunInfo unused;
-    if (!info) info = &unused;
-    memset(info, 0, sizeof *info);
+    if (info) memset(info, 0, sizeof *info);
     if (!g || !b) return rx_fail("the GPU forward needs a GPU model and a batch");
     if (!embed && !g->lm_head) return no_lm_head();
     if (auto_threshold <= 0) auto_threshold = RX_AUTO_THRESHOLD;   /* 0: the default threshold */
     GpuWork w;
     memset(&w, 0, sizeof w);
-    int rc = forward_run(g, b, mode, auto_threshold, last_only || embed, logits, embed, info, &w);
+    int rc = forward_run(g, b, mode, auto_threshold, last_only || embed, logits, embed, &w);
+    run_info(&w, info);
     work_free(&w);
     return rc;
 }
@@ -3015,49 +3023,28 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
-    RadixIndex ix;
-    if (radix_index_build_keyed(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, pf->prefix_key))
-        return -1;
-    int N = b->n_tokens, M = N, KVD = c->n_kv_heads * c->head_dim, P = pf->pool->page_size, rc = -1;
-    for (int s = 0; s < b->n_seqs; s++) M += pf->cached_len[s];
-    if (mode == RX_AUTO) mode = rx_auto_mode(ix.n_compact, N, RX_AUTO_THRESHOLD);
-    int R = mode == RX_BASELINE ? N : ix.n_compact;
-    size_t stride = (size_t)c->n_layers * KVD;            /* a slot holds every layer: the pool is [slot, layer, kv] */
-    int32_t *slot = ints(M),                              /* [M] each token's pool slot                     */
-            *tok_of = ints(N),                            /* [N] batch token -> its token in the [M] space  */
-            *tok_of_row = ints(R);                        /* [R] compact row -> its token in the [M] space  */
+    const int KVD = c->n_kv_heads * c->head_dim;
+    const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
+    Layout L;                                            /* T: every cached and new position; kv_row: their slots */
     RefActs a;
-    if (acts_alloc(&a, c, mode, R, N, M, b->n_seqs, last_logits != NULL)) goto done;
-    if (!slot || !tok_of || !tok_of_row) { rx_fail("out of host memory for the prefill's page layout"); goto done; }
-    for (int s = 0, t = 0; s < b->n_seqs; s++) {          /* attention's token space [M], sequence by sequence */
-        int t0 = t, cached = pf->cached_len[s], L = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
-        for (int p = 0; p < cached + L; p++, t++) {
-            a.seq_start[t] = t0;
-            slot[t] = pf->pages[s][p / P] * P + p % P;    /* position p is in page p / P of the page table */
-        }
-        for (int j = 0; j < L; j++) tok_of[b->cu_seqlens[s] + j] = t0 + cached + j;
+    memset(&a, 0, sizeof a);
+    int rc = -1;
+    if (layout_build(&L, b, pf, mode, RX_AUTO_THRESHOLD) ||
+        acts_alloc(&a, c, &L, b->n_seqs, last_logits != NULL, 0))
+        goto done;
+    embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
+    for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
+        layer_qkv_ref(m, l, &L, &a);
+        KvView kv = {pf->pool->k + (size_t)l * KVD, pf->pool->v + (size_t)l * KVD, stride, L.kv_row};   /* layer l */
+        kv_store_ref(&kv, &L, &a, KVD);                  /* the new K/V into their slots */
+        if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
-    for (int r = 0; r < R; r++) tok_of_row[r] = tok_of[mode == RX_BASELINE ? r : ix.gather[r]];
-
-    embed_ref(m, b, mode == RX_BASELINE ? NULL : ix.gather, &a);        /* from here on as Part I's forward_ref, */
-    for (int l = 0; l < c->n_layers; l++) {                              /* except where the keys live            */
-        layer_qkv_ref(m, l, &a);
-        float *pk = pf->pool->k + (size_t)l * KVD, *pv = pf->pool->v + (size_t)l * KVD;   /* layer l of every slot */
-        for (int i = 0; i < N; i++) {   /* the new K/V into their slots; in radix mode this is the K/V scatter */
-            size_t row = mode == RX_BASELINE ? (size_t)i : (size_t)ix.scatter[i], dst = slot[tok_of[i]] * stride;
-            memcpy(pk + dst, a.k + row * KVD, sizeof(float) * KVD);
-            memcpy(pv + dst, a.v + row * KVD, sizeof(float) * KVD);
-        }
-        KvView kv = {pk, pv, stride, slot};                              /* every key, cached or new: its slot */
-        if (layer_attn_mlp_ref(m, l, &a, mode, &ix, &kv, tok_of, tok_of_row)) goto done;
-    }
-    head_ref(m, &a, b, mode, &ix, 1, last_logits, NULL);
-    if (n_compact_out) *n_compact_out = R;
+    head_ref(m, &L, &a, 1, last_logits, NULL);
+    if (n_compact_out) *n_compact_out = L.R;
     rc = 0;
 done:
     acts_free(&a);
-    free(slot); free(tok_of); free(tok_of_row);
-    radix_index_free(&ix);
+    layout_free(&L);
     return rc;
 }
 
@@ -3236,8 +3223,8 @@ done:
  *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride): the flash kernel's
  *   cu_k spans all 6 positions, its cu_q only the 2 new ones (or their compact rows), the last positions of the 6.
  *
- * Each layer first writes its new K/V into their slots (kv_store: compact row I_scatter[i] -> the slot of new token
- * i), then attends: the same gpu_layer as Part I, with another view. */
+ * Each layer first writes its new K/V into their slots (gpu_kv_store: compact row I_scatter[i] -> the slot of new
+ * token i), then attends: the same layer steps as Part I, with another view. */
 struct GpuKvPool {
     int n_pages, page_size, n_layers, kv_dim;
     bf16 *k, *v;                     /* [n_pages * page_size, n_layers, kv_dim] bf16, slot-major, as RxKvPool */
@@ -3279,68 +3266,28 @@ int gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v) {
     return download_bf16(v, p->v, n);
 }
 
-/* Part II's attention layout, on the host: attention's token space is M = sum(cached_len + L) positions, sequence by
- * sequence. seq_start [M]; kv_row [M] each position's pool slot; q_orig the position of each query row (the N new
- * tokens in baseline and radix, the N' compact rows in compact mode); kv_dst [N] the slot each new token's K/V go
- * to; cu_k [S+1] each sequence's M positions, cu_q [S+1] its query rows. */
-static int layout_pool(GpuWork *w, const RxBatch *b, const RxPrefill *pf) {
-    const int S = b->n_seqs, N = w->N, P = pf->pool->page_size, compact = w->mode == RX_COMPACT;
-    const int32_t *cu = b->cu_seqlens;
-    int64_t M = N;
-    for (int s = 0; s < S; s++) M += pf->cached_len[s];
-    if (M > INT32_MAX) return rx_fail("prefill: %lld cached + new tokens are too many for one batch", (long long)M);
-    w->T = (int)M;
-    int32_t *at = NULL;   /* [N] new token -> its position in M */
-    if (!host_i32(&w->h_seq_start, M, "the sequence starts [M]") || !host_i32(&w->h_kv_row, M, "the pool slots [M]") ||
-        !host_i32(&w->h_kv_dst, N, "the new tokens' slots [N]") || !host_i32(&w->h_cu_q, S + 1, "cu_q") ||
-        !host_i32(&w->h_cu_k, S + 1, "cu_k") || !host_i32(&w->h_q_orig, compact ? w->R : N, "the query positions") ||
-        !host_i32(&at, N, "the new tokens' positions [N]")) {
-        free(at);
-        return -1;
-    }
-    w->h_cu_k[0] = 0;
-    for (int s = 0, t = 0; s < S; s++) {
-        const int cached = pf->cached_len[s], t0 = t;
-        for (int p = 0; p < cached + cu[s + 1] - cu[s]; p++, t++) {
-            w->h_seq_start[t] = t0;
-            w->h_kv_row[t] = pf->pages[s][p / P] * P + p % P;   /* position p lives in its page table's slot */
-        }
-        w->h_cu_k[s + 1] = t;
-        for (int i = cu[s]; i < cu[s + 1]; i++) at[i] = t0 + cached + i - cu[s];
-    }
-    for (int i = 0; i < N; i++) w->h_kv_dst[i] = w->h_kv_row[at[i]];
-    for (int r = 0; r < (compact ? w->R : N); r++) w->h_q_orig[r] = at[compact ? w->ix.gather[r] : r];
-    free(at);
-    if (compact) return radix_compact_cu_q(&w->ix, cu, S, w->h_cu_q);
-    memcpy(w->h_cu_q, cu, (S + 1) * sizeof(int32_t));
-    return 0;
-}
-
-/* Part II's prefill: the trie keyed by cached prefix, the pool's slots laid out, then the same layers as Part I,
- * each writing its new K/V into their slots and attending through them, and last-token logits. */
-static int prefill_run(GpuModel *g, GpuKvPool *kv, const RxBatch *b, const RxPrefill *pf, RxMode mode,
-                       float *last_logits, GpuRunInfo *info, GpuWork *w) {
+/* Part II's prefill, as qwen3_prefill_ref: the layout over every cached and new position (the trie keyed by cached
+ * prefix, kv_row the pool slots), then Part I's layer steps, each layer writing its new K/V into their slots before
+ * attending through them, and last-token logits. */
+static int prefill_run(GpuModel *g, GpuKvPool *pool, const RxBatch *b, const RxPrefill *pf, RxMode mode,
+                       float *last_logits, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
     const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim, stride = c->n_layers * KVD;   /* a slot: every layer */
-    TRY(work_rows(w, b, pf->prefix_key, mode, RX_AUTO_THRESHOLD,
-                  g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim), info));
-    TRY(layout_pool(w, b, pf));
-    TRY(work_alloc(g, w, 1, 1));
-    AttnCall a = attn_call(g, w);
+    TRY(layout_build(&w->L, b, pf, mode, RX_AUTO_THRESHOLD));
+    TRY(work_alloc(g, w, 1, 1, 0));
     TRY(embed_rows(g, w));
     for (int l = 0; l < c->n_layers; l++) {
-        bf16 *k = kv->k + l * KVD, *v = kv->v + l * KVD;        /* layer l's slice of every slot */
-        a.kv = GpuKvView{k, v, stride, w->kv_row};
-        TRY(gpu_layer(g, l, w, &a, k, v));
+        TRY(gpu_layer_qkv(g, l, w));
+        GpuKvView kv = {pool->k + l * KVD, pool->v + l * KVD, stride, w->kv_row};   /* layer l's slice of every slot */
+        TRY(gpu_kv_store(g, &kv, w));
+        TRY(gpu_layer_attn_mlp(g, l, w, &kv));
     }
-    return work_head(g, w, 1, last_logits, NULL, info);
+    return work_head(g, w, 1, last_logits, NULL);
 }
 
 int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
                 float *last_logits, int *rows_out, GpuRunInfo *info) {
-    GpuRunInfo unused;
-    if (!info) info = &unused;
-    memset(info, 0, sizeof *info);
+    if (info) memset(info, 0, sizeof *info);
     if (!g || !kv || !suffixes || !pf) return rx_fail("gpu_prefill needs a GPU model, its KV pool, a batch and pf");
     if (!g->lm_head) return no_lm_head();
     const RxKvPool *p = pf->pool;
@@ -3352,8 +3299,9 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
     if (rx_batch_check(suffixes, &g->cfg) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
     GpuWork w;
     memset(&w, 0, sizeof w);
-    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, info, &w);
-    if (rc == 0 && rows_out) *rows_out = w.R;
+    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w);
+    if (rc == 0 && rows_out) *rows_out = w.L.R;
+    run_info(&w, info);
     work_free(&w);
     return rc;
 }
