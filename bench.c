@@ -21,7 +21,8 @@
  *               Each mode's warm-up copies its logits back: one NaN or Inf and the configuration is an error.
  *               One warm-up call per mode, then `reps` rounds of baseline, radix, compact in turn; medians.
  *   index       radix_index_build on one CPU thread, CLOCK_MONOTONIC, median and mean over >= 0.2 s.
- *   kernels     gpu_time_index_select, gpu_time_copy, gpu_time_gemm: CUDA events, median after a warm-up.
+ *   kernels     gpu_rows_by_index, gpu_copy, gpu_gemm on random device buffers (uploaded from the host, never
+ *               zero), timed by gpu_time_median: CUDA events, median after a warm-up.
  *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) per forward, median of rounds of the three
  *               modes in turn; the first round's logits checked (finite; radix and compact == baseline bit for bit).
  * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random), never zero.
@@ -253,6 +254,95 @@ static int upload(GpuModel **g, const ModelSpec *m)
     if (gpu_model_random(g, &m->cfg, SEED) == 0) return 0;
     fprintf(stderr, "bench: gpu_model_random(%s) failed: %s\n", m->name, radix_error());
     return 1;
+}
+
+/* ---- timing one kernel alone (Tables 2 and 6): random device buffers, gpu_time_median ------------------------ */
+typedef struct {
+    GpuModel *g;                 /* gemm: the model whose cuBLAS handle runs it (gpu_gemm)                    */
+    void *out, *in, *w, *idx;    /* device buffers                                                           */
+    int rows, n, k;              /* index_select: rows out; gemm: out [rows, n] = in [rows, k] @ w^T, w [n, k] */
+    size_t bytes;                /* index_select: bytes per row; copy: bytes                                 */
+} Kernel;
+static int run_index_select(void *ctx)
+{
+    const Kernel *a = ctx;
+    return gpu_rows_by_index(a->out, a->in, a->idx, a->rows, a->bytes);
+}
+static int run_copy(void *ctx)
+{
+    const Kernel *a = ctx;
+    return gpu_copy(a->out, a->in, a->bytes);
+}
+static int run_gemm(void *ctx)
+{
+    const Kernel *a = ctx;
+    return gpu_gemm(a->g, a->out, a->in, a->w, a->rows, a->k, a->n);
+}
+static void kernel_free(Kernel *a)
+{
+    gpu_free(a->out);
+    gpu_free(a->in);
+    gpu_free(a->w);
+    gpu_free(a->idx);
+}
+
+/* A device copy of n random values in (-scale, scale), bf16 (elem 2) or fp32 (elem 4); never zero: (k + 0.5) / 2^23 - 1
+ * for a 24-bit k is exact in double and at least 2^-24 away from 0. */
+static int upload_random(void **dev, size_t n, int elem, float scale, uint64_t seed)
+{
+    float *x = malloc(n * sizeof *x);
+    int rc;
+    if (!x) {
+        fprintf(stderr, "bench: out of host memory for %zu random values\n", n);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) x[i] = scale * (float)(((splitmix(&seed) >> 40) + 0.5) / 8388608.0 - 1.0);
+    rc = elem == 2 ? gpu_upload_bf16(dev, x, n) : gpu_upload(dev, x, n * sizeof *x);
+    if (rc) fprintf(stderr, "bench: uploading %zu random values failed: %s\n", n, radix_error());
+    free(x);
+    return rc;
+}
+
+/* index_select (Table 6): out [rows_out, dim] = in [rows_in, dim][idx], in random, idx a fixed pseudo-random sequence;
+ * then the roofline, a device-to-device copy of the same bytes (what it wrote, random rows too) into a new buffer. */
+static int time_index_select(int rows_in, int dim, int rows_out, int elem, int reps, double *ms, double *copy_ms)
+{
+    Kernel a = {0}, copy = {0};
+    int32_t *idx = malloc(rows_out * sizeof *idx);
+    int rc;
+    if (!idx) {
+        fprintf(stderr, "bench: out of host memory for %d indices\n", rows_out);
+        return 1;
+    }
+    for (int r = 0; r < rows_out; r++) idx[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)rows_in);
+    a.rows = rows_out, a.bytes = (size_t)dim * elem;
+    copy.bytes = rows_out * a.bytes;
+    rc = upload_random(&a.in, (size_t)rows_in * dim, elem, 1.0f, SEED);
+    rc = rc || gpu_upload(&a.idx, idx, rows_out * sizeof *idx) || gpu_upload(&a.out, NULL, copy.bytes) ||
+         gpu_time_median(run_index_select, &a, reps, ms);
+    copy.in = a.out;
+    rc = rc || gpu_upload(&copy.out, NULL, copy.bytes) || gpu_time_median(run_copy, &copy, reps, copy_ms);
+    if (rc) fprintf(stderr, "bench: timing index_select %dx%d -> %d rows failed: %s\n", rows_in, dim, rows_out,
+                    radix_error());
+    free(idx);
+    kernel_free(&a);
+    gpu_free(copy.out);
+    return rc;
+}
+
+/* The GEMM of a projection (Table 2): y [m, n] = x [m, k] @ W^T, W [n, k]; x random in +-1, W in +-1/sqrt(k)
+ * (nn.Linear's scale), on g's cuBLAS handle, as g's forward runs it. 2mnk FLOPs. */
+static int time_gemm(GpuModel *g, int m, int n, int k, int reps, double *ms)
+{
+    Kernel a = {0};
+    int rc;
+    a.g = g, a.rows = m, a.n = n, a.k = k;
+    rc = upload_random(&a.in, (size_t)m * k, 2, 1.0f, SEED + 1) ||
+         upload_random(&a.w, (size_t)n * k, 2, 1.0f / sqrtf((float)k), SEED + 2);
+    rc = rc || gpu_upload(&a.out, NULL, (size_t)m * n * 2) || gpu_time_median(run_gemm, &a, reps, ms);
+    if (rc) fprintf(stderr, "bench: timing the GEMM [%d, %d] @ [%d, %d]^T failed: %s\n", m, k, n, k, radix_error());
+    kernel_free(&a);
+    return rc;
 }
 
 /* ---- Table 4: speedup over prefix length (Section 4.2), and its SVG plot ------------------------------------- */
@@ -489,18 +579,18 @@ static int table2(const ModelSpec *only, int reps)
         if (upload(&g, m)) { rx_batch_free(&b); return 1; }
         fprintf(stderr, "bench: table 2, %s, %d reps\n", m->name, reps);
         if (time_modes(g, &b, m->cfg.vocab_size, reps, ms, &info)) { gpu_model_free(g); rx_batch_free(&b); return 1; }
-        gpu_model_free(g);
         flops = 0;
         for (int i = 0; i < 5; i++) {
             double t;
-            if (gpu_time_gemm(b.n_tokens, shapes[i][0], shapes[i][1], reps, &t)) {
-                fprintf(stderr, "bench: gpu_time_gemm failed: %s\n", radix_error());
+            if (time_gemm(g, b.n_tokens, shapes[i][0], shapes[i][1], reps, &t)) {
+                gpu_model_free(g);
                 rx_batch_free(&b);
                 return 1;
             }
             gemm_ms += shapes[i][2] * t;
             flops += shapes[i][2] * 2.0 * b.n_tokens * shapes[i][0] * shapes[i][1];
         }
+        gpu_model_free(g);
         r = (double)info.n_tokens / info.n_compact;
         f_c = (8 * d * d + 6 * d * di) / (8 * d * d + 6 * d * di + 4.0 * L * d);
         share = c->n_layers * gemm_ms / ms[0];   /* measured: the projections' share of the baseline forward */
@@ -517,7 +607,7 @@ static int table2(const ModelSpec *only, int reps)
     rx_batch_free(&b);
     printf("\nf_c = (8d^2 + 6 d d_int) / (8d^2 + 6 d d_int + 4 L d), L = %d (the paper's formula); predicted = "
            "1 / ((1 - f_c) + f_c / r).\nGEMM share = layers x (the seven projections timed alone on N rows, "
-           "gpu_time_gemm) / base ms: a measured lower bound of f_c.\nThe paper's columns: its Table 2 "
+           "gpu_gemm) / base ms: a measured lower bound of f_c.\nThe paper's columns: its Table 2 "
            "(H100, candle-cuda, fp16).\n\n", L);
     return 0;
 }
@@ -645,11 +735,7 @@ static int table6(int reps)
         double bytes = (double)c->rows_out * c->dim * c->elem, ms, copy_ms;   /* written; as many read */
         Row row = {0};
         fprintf(stderr, "bench: table 6, %s -> %d rows, %s\n", c->shape, c->rows_out, c->elem == 2 ? "F16" : "F32");
-        if (gpu_time_index_select(c->rows_in, c->dim, c->rows_out, c->elem, reps, &ms) ||
-            gpu_time_copy((size_t)bytes, reps, &copy_ms)) {
-            fprintf(stderr, "bench: table 6 kernel timing failed: %s\n", radix_error());
-            return 1;
-        }
+        if (time_index_select(c->rows_in, c->dim, c->rows_out, c->elem, reps, &ms, &copy_ms)) return 1;
         cell(&row, "%s", c->shape); cell(&row, "%d", c->rows_out); cell(&row, "%s", c->elem == 2 ? "F16" : "F32");
         cell(&row, "%.1f", 2 * bytes * 1e-6); cell(&row, "%.2f", ms * 1e3);
         cell(&row, "%.0f", 2 * bytes / ms * 1e-6); cell(&row, "%.0f", 2 * bytes / copy_ms * 1e-6);
@@ -657,8 +743,8 @@ static int table6(int reps)
         cell(&row, "%g", c->paper_us); cell(&row, "%g", c->candle_us);
         table_row(&row, lead);
     }
-    printf("\nGB/s = (bytes read + bytes written) / time, the 4-byte indices not counted. copy: gpu_time_copy of "
-           "the same number of bytes\n(device to device) in this run. Medians of %d after a warm-up. The paper's "
+    printf("\nGB/s = (bytes read + bytes written) / time, the 4-byte indices not counted. copy: gpu_copy of "
+           "the bytes index_select wrote\n(device to device) in this run. Medians of %d after a warm-up. The paper's "
            "columns: its Table 6 (H100 80GB HBM3).\n\n", reps);
     return 0;
 }

@@ -30,9 +30,9 @@
  *                                      the pool slots by the same layer steps as Part I (gpu_layer_qkv, GpuKvView)
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
- * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU
- * benchmarks and test hooks -> Part II: the paged KV pool, the prefix caches, a request's life, prefill on the
- * GPU -> the plumbing (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and
+ * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU entry
+ * points for the tests and benchmarks -> Part II: the paged KV pool, the prefix caches, a request's life, prefill on
+ * the GPU -> the plumbing (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and
  * CLI main(). The plumbing the algorithms call is declared just below the #includes.
  *
  * Non-obvious things:
@@ -952,49 +952,6 @@ static int download_bf16(float *host, const bf16 *dev, size_t n) {
     for (size_t i = 0; rc == 0 && i < n; i++) host[i] = f32(h[i]);
     free(h);
     return rc;
-}
-
-/* Scratch: the device buffers of one benchmark or test hook, freed together by scratch_end whatever happened.
- * After a failure every further scratch_* call returns NULL, so a hook can allocate everything, then run
- *     int rc = s.failed || step1(...) || step2(...);   (|| stops at the first step that fails)
- *     return scratch_end(&s, rc);                                                                                  */
-#define SCRATCH_MAX 16
-typedef struct {
-    void *dev[SCRATCH_MAX];
-    int n, failed;
-} Scratch;
-
-static void *scratch_alloc(Scratch *s, size_t bytes, const char *what) {
-    if (s->failed) return NULL;
-    if (s->n == SCRATCH_MAX) {
-        s->failed = rx_fail("internal error: more than %d scratch buffers", SCRATCH_MAX);
-        return NULL;
-    }
-    if (dev_alloc(&s->dev[s->n], bytes, "%s", what)) {
-        s->failed = 1;
-        return NULL;
-    }
-    return s->dev[s->n++];
-}
-/* A device copy of host's bytes (an index or fp32 array). */
-static void *scratch_copy(Scratch *s, const void *host, size_t bytes) {
-    void *d = scratch_alloc(s, bytes, "a test buffer");
-    if (d && cuda_copy(d, host, bytes, cudaMemcpyHostToDevice)) s->failed = 1;
-    return s->failed ? NULL : d;
-}
-/* A bf16 device copy of host (rounded to nearest even), or an uninitialised [n] bf16 buffer when host is NULL. */
-static bf16 *scratch_bf16(Scratch *s, const float *host, size_t n) {
-    bf16 *d = (bf16 *)scratch_alloc(s, n * sizeof(bf16), "a test buffer");
-    if (!d || !host) return d;
-    bf16 *h = host_bf16(host, n);
-    if (!h) s->failed = rx_fail("out of host memory converting %zu values to bf16", n);
-    else if (cuda_copy(d, h, n * sizeof(bf16), cudaMemcpyHostToDevice)) s->failed = 1;
-    free(h);
-    return s->failed ? NULL : d;
-}
-static int scratch_end(Scratch *s, int rc) {
-    for (int i = 0; i < s->n; i++) cudaFree(s->dev[i]);
-    return rc || s->failed ? -1 : 0;
 }
 
 /* -------------------------------------------------------------------------------------------------------- kernels */
@@ -1996,68 +1953,113 @@ int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold,
     return embed ? forward(g, b, mode, auto_threshold, 1, NULL, embed, info) : rx_fail("gpu_embed needs an output");
 }
 
-/* ------------------------------------------------------------------------------------------- gpu micro-benchmarks */
-typedef enum { TIME_INDEX_SELECT, TIME_COPY, TIME_GEMM, TIME_ATTENTION } TimedOp;
-typedef struct {               /* bench --attention: one layout's attention; radix mode adds its scatter and gather */
-    AttnCall call;             /* on the N rows (baseline, radix) or the N' rows (compact)                           */
-    int radix, n, n_compact;
-    const bf16 *qc, *kc, *vc;  /* radix: [N', .] compact rows, scattered into call.q, k, v [N, .] first               */
-    bf16 *qn, *kn, *vn;        /* radix: == call.q, kv.k, kv.v, writable                                             */
-    bf16 *outc;                /* radix: [N', .] call.out gathered back                                              */
-    const int32_t *scatter, *gather;
-} AttnTimed;
-typedef struct {               /* one timed operation and what it reads */
-    TimedOp op;
-    const AttnTimed *attn;
-    void *out;
-    const void *in, *w;
-    const int32_t *idx;
-    int m, n, k;               /* index_select: m rows out; gemm: y [m, n] = x [m, k] @ W^T */
-    size_t bytes;              /* index_select: bytes per row; copy: bytes */
-    cublasHandle_t blas;
-} Timed;
+/* ------------------------------------------------------------------ gpu entry points for the tests and benchmarks */
+/* What test_radixmlp.c and bench.c build their checks and timings from (radixmlp.h says the shapes): device memory,
+ * each kernel of the forward alone on device buffers (a thin call of its launcher), and one timing harness. */
 
-static int run_attention_timed(const AttnTimed *t) {
-    const AttnCall *a = &t->call;
-    size_t qd = (size_t)a->n_heads * a->head_dim * sizeof(bf16);      /* bytes per row */
-    size_t kvd = (size_t)a->n_kv_heads * a->head_dim * sizeof(bf16);
-    if (!t->radix) return attention_run(0, a);
-    TRY(rows_by_index_gpu(0, t->qn, t->qc, t->scatter, t->n, qd));   /* Algorithm 1, lines 20-23 */
-    TRY(rows_by_index_gpu(0, t->kn, t->kc, t->scatter, t->n, kvd));
-    TRY(rows_by_index_gpu(0, t->vn, t->vc, t->scatter, t->n, kvd));
-    TRY(attention_run(0, a));
-    return rows_by_index_gpu(0, t->outc, a->out, t->gather, t->n_compact, qd);
-}
-static int run_timed(const Timed *a) {
-    if (a->op == TIME_ATTENTION) return run_attention_timed(a->attn);
-    if (a->op == TIME_INDEX_SELECT) return rows_by_index_gpu(0, a->out, a->in, a->idx, a->m, a->bytes);
-    if (a->op == TIME_GEMM)
-        return gemm(a->blas, (bf16 *)a->out, (const bf16 *)a->in, (const bf16 *)a->w, a->m, a->k, a->n);
-    CUDA_CHECK(cudaMemcpyAsync(a->out, a->in, a->bytes, cudaMemcpyDeviceToDevice, 0));
+int gpu_upload(void **dev, const void *host, size_t bytes) {
+    TRY(dev_alloc(dev, bytes, "a buffer of %zu bytes", bytes));
+    if (host && cuda_copy(*dev, host, bytes, cudaMemcpyHostToDevice)) {
+        cudaFree(*dev);
+        *dev = NULL;
+        return -1;
+    }
     return 0;
 }
+int gpu_upload_bf16(void **dev, const float *host, size_t n) {
+    bf16 *h = host ? host_bf16(host, n) : NULL;
+    *dev = NULL;
+    if (host && !h) return rx_fail("out of host memory converting %zu values to bf16", n);
+    int rc = gpu_upload(dev, h, n * sizeof(bf16));
+    free(h);
+    return rc;
+}
+int gpu_download(void *host, const void *dev, size_t bytes) {
+    return cuda_copy(host, dev, bytes, cudaMemcpyDeviceToHost);
+}
+int gpu_download_bf16(float *host, const void *dev, size_t n) { return download_bf16(host, (const bf16 *)dev, n); }
+void gpu_free(void *dev) { cudaFree(dev); }
+int gpu_copy(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+    return 0;
+}
+
+int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes) {
+    if (row_bytes % 2) return rx_fail("gpu_rows_by_index: rows of %zu bytes; bf16 and fp32 rows are even", row_bytes);
+    return rows_by_index_gpu(0, out, in, idx, rows_out, row_bytes);
+}
+int gpu_rmsnorm(void *out, const void *x, const void *w, int rows, int dim, float eps) {
+    return rmsnorm(0, (bf16 *)out, (const bf16 *)x, (const bf16 *)w, rows, dim, eps);
+}
+int gpu_qk_norm_rope(void *x, const void *w, const int32_t *pos, int rows, int n_heads, int head_dim, float eps,
+                     double rope_theta) {
+    float inv_freq[MAX_HEAD_DIM / 2];
+    void *d_inv_freq;
+    TRY(check_heads(n_heads, 1, head_dim));                /* head_dim fits inv_freq */
+    rope_inv_freq(inv_freq, head_dim, rope_theta);
+    TRY(gpu_upload(&d_inv_freq, inv_freq, head_dim / 2 * sizeof(float)));
+    int rc = qk_norm_rope(0, (bf16 *)x, (const bf16 *)w, pos, (const float *)d_inv_freq, rows, n_heads, head_dim, eps);
+    cudaFree(d_inv_freq);                                  /* after the kernel: cudaFree waits for the device */
+    return rc;
+}
+int gpu_silu_mul(void *out, const void *gate, const void *up, size_t n) {
+    return silu_mul(0, (bf16 *)out, (const bf16 *)gate, (const bf16 *)up, (int64_t)n);
+}
+int gpu_gemm(GpuModel *g, void *y, const void *x, const void *w, int rows, int in, int out) {
+    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
+    return gemm(g->blas, (bf16 *)y, (const bf16 *)x, (const bf16 *)w, rows, in, out);
+}
+int gpu_attention(void *out, const void *q, const void *k, const void *v, int n_q, const int32_t *q_orig,
+                  const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads, int head_dim) {
+    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
+    return attention(0, (bf16 *)out, (const bf16 *)q, kv, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
+}
+/* cu_q and cu_k are host arrays here: the work list is made from them (flash_tiles), then all three go up. */
+int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
+                        const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
+                        int head_dim) {
+    if (n_seqs < 1 || cu_q[0] != 0 || cu_k[0] != 0)
+        return rx_fail("gpu_flash_attention: needs n_seqs >= 1 and cu_q[0] = cu_k[0] = 0");
+    for (int s = 0; s < n_seqs; s++)
+        if (cu_q[s + 1] < cu_q[s] || cu_k[s + 1] - cu_k[s] < cu_q[s + 1] - cu_q[s])
+            return rx_fail("gpu_flash_attention: sequence %d has %d queries and %d keys; it needs 0 <= queries <= "
+                           "keys", s, cu_q[s + 1] - cu_q[s], cu_k[s + 1] - cu_k[s]);
+    int32_t *tiles, *d_cu_q = NULL, *d_cu_k = NULL, *d_tiles = NULL;
+    int n_tiles;
+    TRY(flash_tiles(cu_q, cu_k, n_seqs, &tiles, &n_tiles));
+    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
+    int rc = upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") || upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
+             (n_tiles && upload_i32(&d_tiles, tiles, 2 * n_tiles, "the flash attention work list")) ||
+             flash_attention(0, (bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,
+                             n_kv_heads, head_dim);
+    free(tiles);
+    cudaFree(d_cu_q), cudaFree(d_cu_k), cudaFree(d_tiles);
+    return rc ? -1 : 0;
+}
+
 static int cmp_float(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return (x > y) - (x < y);
 }
-static int time_reps(const Timed *a, int reps, float *ms, cudaEvent_t *ev) {
+static int time_reps(int (*run)(void *ctx), void *ctx, int reps, float *ms, cudaEvent_t *ev) {
     CUDA_CHECK(cudaEventCreate(&ev[0]));
     CUDA_CHECK(cudaEventCreate(&ev[1]));
-    TRY(run_timed(a));                                     /* warm-up, not counted */
+    TRY(run(ctx));                                         /* warm-up, not counted */
     for (int i = 0; i < reps; i++) {
         CUDA_CHECK(cudaEventRecord(ev[0], 0));
-        TRY(run_timed(a));
+        TRY(run(ctx));
         CUDA_CHECK(cudaEventRecord(ev[1], 0));
         CUDA_CHECK(cudaEventSynchronize(ev[1]));
         CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[0], ev[1]));
     }
     return 0;
 }
-/* CUDA events around each of reps runs after one warm-up; *median_ms = the median. */
-static int time_median(const Timed *a, int reps, double *median_ms) {
+int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_ms) {
+    if (!gpu_available()) return -1;
+    if (!run || reps < 1) return rx_fail("gpu_time_median needs a function to time and reps >= 1, not %d", reps);
     cudaEvent_t ev[2] = {NULL, NULL};
-    float *ms = (float *)malloc(reps * sizeof(float));
-    int rc = ms ? time_reps(a, reps, ms, ev) : rx_fail("out of host memory for %d timings", reps);
+    float *ms = (float *)rx_alloc(reps * sizeof(float), "the timings");
+    int rc = !ms || time_reps(run, ctx, reps, ms, ev);
     if (rc == 0) {
         qsort(ms, reps, sizeof(float), cmp_float);
         *median_ms = ms[reps / 2];
@@ -2065,64 +2067,39 @@ static int time_median(const Timed *a, int reps, double *median_ms) {
     for (int i = 0; i < 2; i++)
         if (ev[i]) cudaEventDestroy(ev[i]);
     free(ms);
-    return rc;
-}
-static int fill_bytes(void *dev, size_t bytes) {   /* 0x3f in every byte: ~0.75 in bf16 and fp32, not zeros */
-    CUDA_CHECK(cudaMemset(dev, 0x3f, bytes));
-    return 0;
+    return rc ? -1 : 0;
 }
 
-/* index_select (Table 6): out [rows_out, dim] = in [rows_in, dim][idx], idx a fixed pseudo-random sequence. */
-int gpu_time_index_select(int rows_in, int dim, int rows_out, int elem_bytes, int reps, double *median_ms) {
-    if (!gpu_available()) return -1;
-    if (rows_in < 1 || dim < 1 || rows_out < 1 || reps < 1 || (elem_bytes != 2 && elem_bytes != 4))
-        return rx_fail("gpu_time_index_select: sizes and reps must be positive and elem_bytes 2 or 4");
-    int32_t *idx = (int32_t *)malloc(rows_out * sizeof(int32_t));
-    if (!idx) return rx_fail("out of host memory for %d indices", rows_out);
-    for (int r = 0; r < rows_out; r++) idx[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)rows_in);
-    Scratch s = {};
-    Timed a = {};
-    a.op = TIME_INDEX_SELECT, a.m = rows_out, a.bytes = (size_t)dim * elem_bytes;
-    void *in = scratch_alloc(&s, (size_t)rows_in * a.bytes, "the index_select input");
-    a.in = in, a.out = scratch_alloc(&s, (size_t)rows_out * a.bytes, "the index_select output");
-    a.idx = (const int32_t *)scratch_copy(&s, idx, rows_out * sizeof(int32_t));
-    free(idx);
-    int rc = s.failed || fill_bytes(in, (size_t)rows_in * a.bytes) || time_median(&a, reps, median_ms);
-    return scratch_end(&s, rc);
+/* bench --attention: one layout's attention, over device buffers it owns; radix mode adds its scatter and gather. */
+typedef struct {
+    AttnCall call;             /* on the N rows (baseline, radix) or the N' rows (compact)                            */
+    int radix, n, n_compact;
+    bf16 *q, *k, *v, *out;     /* [n_q, .] the call's                                                                 */
+    bf16 *qc, *kc, *vc, *outc; /* radix: [N', .] compact rows, scattered into q, k, v first; out gathered into outc   */
+    int32_t *seq_start, *cu_q, *cu_k, *tiles, *gather, *scatter;
+} AttnTimed;
+static void attn_timed_free(AttnTimed *t) {
+    cudaFree(t->q), cudaFree(t->k), cudaFree(t->v), cudaFree(t->out);
+    cudaFree(t->qc), cudaFree(t->kc), cudaFree(t->vc), cudaFree(t->outc);
+    cudaFree(t->seq_start), cudaFree(t->cu_q), cudaFree(t->cu_k), cudaFree(t->tiles), cudaFree(t->gather);
+    cudaFree(t->scatter);
 }
-
-/* A device-to-device copy of nbytes: the memory roofline the index kernels are measured against. */
-int gpu_time_copy(size_t nbytes, int reps, double *median_ms) {
-    if (!gpu_available()) return -1;
-    if (nbytes < 1 || reps < 1) return rx_fail("gpu_time_copy: nbytes and reps must be positive");
-    Scratch s = {};
-    Timed a = {};
-    void *in = scratch_alloc(&s, nbytes, "the copy source");
-    a.op = TIME_COPY, a.in = in, a.out = scratch_alloc(&s, nbytes, "the copy destination"), a.bytes = nbytes;
-    int rc = s.failed || fill_bytes(in, nbytes) || time_median(&a, reps, median_ms);
-    return scratch_end(&s, rc);
-}
-
-/* The GEMM of every projection: y [m, n] = x [m, k] @ W^T, W [n, k]; 2mnk FLOPs. */
-int gpu_time_gemm(int m, int n, int k, int reps, double *median_ms) {
-    if (!gpu_available()) return -1;
-    if (m < 1 || n < 1 || k < 1 || reps < 1) return rx_fail("gpu_time_gemm: sizes and reps must be positive");
-    Scratch s = {};
-    Timed a = {};
-    bf16 *x = (bf16 *)scratch_alloc(&s, (size_t)m * k * sizeof(bf16), "the GEMM input x");
-    bf16 *w = (bf16 *)scratch_alloc(&s, (size_t)n * k * sizeof(bf16), "the GEMM weight W");
-    a.in = x, a.w = w, a.out = scratch_alloc(&s, (size_t)m * n * sizeof(bf16), "the GEMM output y");
-    a.op = TIME_GEMM, a.m = m, a.n = n, a.k = k;
-    int rc = s.failed || fill_uniform(0, x, (int64_t)m * k, 1, 0.0f, 1.0f) ||
-             fill_uniform(0, w, (int64_t)n * k, 2, 0.0f, 1.0f / sqrtf((float)k)) || blas_create(&a.blas) ||
-             time_median(&a, reps, median_ms);
-    if (a.blas) cublasDestroy(a.blas);
-    return scratch_end(&s, rc);
+static int run_attention_timed(void *ctx) {
+    const AttnTimed *t = (const AttnTimed *)ctx;
+    const AttnCall *a = &t->call;
+    size_t qd = (size_t)a->n_heads * a->head_dim * sizeof(bf16);      /* bytes per row */
+    size_t kvd = (size_t)a->n_kv_heads * a->head_dim * sizeof(bf16);
+    if (!t->radix) return attention_run(0, a);
+    TRY(rows_by_index_gpu(0, t->q, t->qc, t->scatter, t->n, qd));   /* Algorithm 1, lines 20-23 */
+    TRY(rows_by_index_gpu(0, t->k, t->kc, t->scatter, t->n, kvd));
+    TRY(rows_by_index_gpu(0, t->v, t->vc, t->scatter, t->n, kvd));
+    TRY(attention_run(0, a));
+    return rows_by_index_gpu(0, t->outc, t->out, t->gather, t->n_compact, qd);
 }
 
 /* Attention alone on batch b's layout (see radixmlp.h); q, k, v random in +-1, never zero. */
 static int time_attention(const RxBatch *b, const RadixIndex *ix, RxMode layout, int flash, int n_heads,
-                          int n_kv_heads, int head_dim, int reps, double *median_ms, Scratch *sc) {
+                          int n_kv_heads, int head_dim, int reps, double *median_ms, AttnTimed *t) {
     const int S = b->n_seqs, N = b->n_tokens, Nc = ix->n_compact, compact = layout == RX_COMPACT;
     const int n_q = compact ? Nc : N, n_in = layout == RX_BASELINE ? N : Nc;   /* query rows; rows filled at random */
     const size_t qd = (size_t)n_heads * head_dim, kvd = (size_t)n_kv_heads * head_dim;
@@ -2133,44 +2110,36 @@ static int time_attention(const RxBatch *b, const RadixIndex *ix, RxMode layout,
         for (int t = b->cu_seqlens[s]; t < b->cu_seqlens[s + 1]; t++) seq_start[t] = b->cu_seqlens[s];
     if (!rc && compact) rc = radix_compact_cu_q(ix, b->cu_seqlens, S, cu_q);
     else if (!rc) memcpy(cu_q, b->cu_seqlens, (S + 1) * sizeof(int32_t));
-    if (!rc) rc = flash_tiles(cu_q, b->cu_seqlens, S, &tiles, &n_tiles);
-    if (rc) {
-        free(cu_q); free(seq_start);
-        return -1;
-    }
-    AttnTimed t = {};
-    AttnCall *a = &t.call;
-    a->flash = flash, a->n_q = n_q, a->n_heads = n_heads, a->n_kv_heads = n_kv_heads, a->head_dim = head_dim;
-    a->out = (bf16 *)scratch_alloc(sc, n_q * qd * sizeof(bf16), "the attention output");
-    a->q = t.qn = (bf16 *)scratch_alloc(sc, n_q * qd * sizeof(bf16), "the queries");
-    a->kv.k = t.kn = (bf16 *)scratch_alloc(sc, n_q * kvd * sizeof(bf16), "the keys");
-    a->kv.v = t.vn = (bf16 *)scratch_alloc(sc, n_q * kvd * sizeof(bf16), "the values");
-    a->kv.row_stride = (int64_t)kvd;
-    a->seq_start = (const int32_t *)scratch_copy(sc, seq_start, N * sizeof(int32_t));
-    a->cu_q = (const int32_t *)scratch_copy(sc, cu_q, (S + 1) * sizeof(int32_t));
-    a->cu_k = (const int32_t *)scratch_copy(sc, b->cu_seqlens, (S + 1) * sizeof(int32_t));
-    a->tiles = n_tiles ? (const int32_t *)scratch_copy(sc, tiles, 2 * (size_t)n_tiles * sizeof(int32_t)) : NULL;
-    a->n_tiles = n_tiles;
-    if (layout != RX_BASELINE) {
-        t.gather = (const int32_t *)scratch_copy(sc, ix->gather, Nc * sizeof(int32_t));
-        t.scatter = (const int32_t *)scratch_copy(sc, ix->scatter, N * sizeof(int32_t));
-    }
-    if (compact) a->q_orig = t.gather, a->kv.kv_row = t.scatter;
-    bf16 *in_q = t.qn, *in_k = t.kn, *in_v = t.vn;   /* what holds the random inputs */
-    if (layout == RX_RADIX) {
-        t.radix = 1, t.n = N, t.n_compact = Nc;
-        t.qc = in_q = (bf16 *)scratch_alloc(sc, Nc * qd * sizeof(bf16), "the compact queries");
-        t.kc = in_k = (bf16 *)scratch_alloc(sc, Nc * kvd * sizeof(bf16), "the compact keys");
-        t.vc = in_v = (bf16 *)scratch_alloc(sc, Nc * kvd * sizeof(bf16), "the compact values");
-        t.outc = (bf16 *)scratch_alloc(sc, Nc * qd * sizeof(bf16), "the compact attention output");
-    }
-    Timed op = {};
-    op.op = TIME_ATTENTION, op.attn = &t;
-    rc = sc->failed || fill_uniform(0, in_q, (int64_t)(n_in * qd), 3, 0.0f, 1.0f) ||
-         fill_uniform(0, in_k, (int64_t)(n_in * kvd), 4, 0.0f, 1.0f) ||
-         fill_uniform(0, in_v, (int64_t)(n_in * kvd), 5, 0.0f, 1.0f) || time_median(&op, reps, median_ms);
+    rc = rc || flash_tiles(cu_q, b->cu_seqlens, S, &tiles, &n_tiles) ||
+         dev_alloc((void **)&t->out, n_q * qd * sizeof(bf16), "the attention output") ||
+         dev_alloc((void **)&t->q, n_q * qd * sizeof(bf16), "the queries") ||
+         dev_alloc((void **)&t->k, n_q * kvd * sizeof(bf16), "the keys") ||
+         dev_alloc((void **)&t->v, n_q * kvd * sizeof(bf16), "the values") ||
+         upload_i32(&t->seq_start, seq_start, N, "the sequence starts") ||
+         upload_i32(&t->cu_q, cu_q, S + 1, "cu_q") || upload_i32(&t->cu_k, b->cu_seqlens, S + 1, "cu_k") ||
+         (n_tiles && upload_i32(&t->tiles, tiles, 2 * n_tiles, "the flash attention work list")) ||
+         (layout != RX_BASELINE && (upload_i32(&t->gather, ix->gather, Nc, "I_gather") ||
+                                    upload_i32(&t->scatter, ix->scatter, N, "I_scatter")));
     free(cu_q); free(seq_start); free(tiles);
-    return rc ? -1 : 0;
+    if (rc) return -1;
+    AttnCall *a = &t->call;
+    GpuKvView kv = {t->k, t->v, (int64_t)kvd, compact ? t->scatter : NULL};
+    a->flash = flash, a->n_q = n_q, a->n_heads = n_heads, a->n_kv_heads = n_kv_heads, a->head_dim = head_dim;
+    a->out = t->out, a->q = t->q, a->kv = kv, a->q_orig = compact ? t->gather : NULL, a->seq_start = t->seq_start;
+    a->cu_q = t->cu_q, a->cu_k = t->cu_k, a->tiles = t->tiles, a->n_tiles = n_tiles;
+    bf16 *in_q = t->q, *in_k = t->k, *in_v = t->v;   /* what holds the random inputs */
+    if (layout == RX_RADIX) {
+        t->radix = 1, t->n = N, t->n_compact = Nc;
+        DEV_ALLOC(t->qc, Nc * qd, "the compact queries");
+        DEV_ALLOC(t->kc, Nc * kvd, "the compact keys");
+        DEV_ALLOC(t->vc, Nc * kvd, "the compact values");
+        DEV_ALLOC(t->outc, Nc * qd, "the compact attention output");
+        in_q = t->qc, in_k = t->kc, in_v = t->vc;
+    }
+    TRY(fill_uniform(0, in_q, (int64_t)(n_in * qd), 3, 0.0f, 1.0f));
+    TRY(fill_uniform(0, in_k, (int64_t)(n_in * kvd), 4, 0.0f, 1.0f));
+    TRY(fill_uniform(0, in_v, (int64_t)(n_in * kvd), 5, 0.0f, 1.0f));
+    return gpu_time_median(run_attention_timed, t, reps, median_ms);
 }
 int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
                        int reps, double *median_ms) {
@@ -2183,122 +2152,11 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
         return rx_fail("the flash attention kernel is built for head_dim %d, not %d", FLASH_D, head_dim);
     RadixIndex ix;
     if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
-    Scratch sc = {};
-    int rc = time_attention(b, &ix, layout, flash, n_heads, n_kv_heads, head_dim, reps, median_ms, &sc);
+    AttnTimed t = {};
+    int rc = time_attention(b, &ix, layout, flash, n_heads, n_kv_heads, head_dim, reps, median_ms, &t);
     radix_index_free(&ix);
-    return scratch_end(&sc, rc);
-}
-
-/* ------------------------------------------------------------------------------------------------- gpu test hooks */
-/* For test_radixmlp.c: each hook takes host fp32 arrays, uploads them (as bf16 where the kernel reads bf16), runs
- * exactly one kernel, and copies the result back as fp32, to be compared with the rx_*_ref oracle. */
-
-int gpu_test_rows_by_index(float *out, const float *in, const int32_t *idx, int rows_out, int rows_in, int dim,
-                           int elem_bytes) {
-    if (!gpu_available()) return -1;
-    if (elem_bytes != 2 && elem_bytes != 4) return rx_fail("gpu_test_rows_by_index: elem_bytes must be 2 or 4");
-    Scratch s = {};
-    size_t n_in = (size_t)rows_in * dim, n_out = (size_t)rows_out * dim;
-    void *d_in = elem_bytes == 2 ? (void *)scratch_bf16(&s, in, n_in) : scratch_copy(&s, in, n_in * sizeof(float));
-    void *d_out = scratch_alloc(&s, n_out * elem_bytes, "a test buffer");
-    int32_t *d_idx = (int32_t *)scratch_copy(&s, idx, rows_out * sizeof(int32_t));
-    int rc = s.failed || rows_by_index_gpu(0, d_out, d_in, d_idx, rows_out, (size_t)dim * elem_bytes) ||
-             (elem_bytes == 2 ? download_bf16(out, (const bf16 *)d_out, n_out)
-                              : cuda_copy(out, d_out, n_out * sizeof(float), cudaMemcpyDeviceToHost));
-    return scratch_end(&s, rc);
-}
-
-int gpu_test_rmsnorm(float *out, const float *x, const float *w, int rows, int dim, float eps) {
-    if (!gpu_available()) return -1;
-    Scratch s = {};
-    size_t n = (size_t)rows * dim;
-    bf16 *d_x = scratch_bf16(&s, x, n), *d_w = scratch_bf16(&s, w, dim), *d_out = scratch_bf16(&s, NULL, n);
-    int rc = s.failed || rmsnorm(0, d_out, d_x, d_w, rows, dim, eps) || download_bf16(out, d_out, n);
-    return scratch_end(&s, rc);
-}
-
-int gpu_test_qk_norm_rope(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
-                          float eps, double rope_theta) {
-    if (!gpu_available() || check_heads(n_heads, 1, head_dim)) return -1;
-    float inv_freq[MAX_HEAD_DIM / 2];
-    rope_inv_freq(inv_freq, head_dim, rope_theta);
-    Scratch s = {};
-    size_t n = (size_t)rows * n_heads * head_dim;
-    bf16 *d_x = scratch_bf16(&s, x, n), *d_w = scratch_bf16(&s, w, head_dim);
-    int32_t *d_pos = (int32_t *)scratch_copy(&s, pos, rows * sizeof(int32_t));
-    float *d_inv_freq = (float *)scratch_copy(&s, inv_freq, head_dim / 2 * sizeof(float));
-    int rc = s.failed || qk_norm_rope(0, d_x, d_w, d_pos, d_inv_freq, rows, n_heads, head_dim, eps) ||
-             download_bf16(x, d_x, n);
-    return scratch_end(&s, rc);
-}
-
-int gpu_test_silu_mul(float *out, const float *gate, const float *up, size_t n) {
-    if (!gpu_available()) return -1;
-    Scratch s = {};
-    bf16 *d_gate = scratch_bf16(&s, gate, n), *d_up = scratch_bf16(&s, up, n), *d_out = scratch_bf16(&s, NULL, n);
-    int rc = s.failed || silu_mul(0, d_out, d_gate, d_up, (int64_t)n) || download_bf16(out, d_out, n);
-    return scratch_end(&s, rc);
-}
-
-int gpu_test_gemm(float *y, const float *x, const float *w, int rows, int in, int out) {
-    if (!gpu_available()) return -1;
-    Scratch s = {};
-    cublasHandle_t blas = NULL;
-    bf16 *d_x = scratch_bf16(&s, x, (size_t)rows * in), *d_w = scratch_bf16(&s, w, (size_t)out * in);
-    bf16 *d_y = scratch_bf16(&s, NULL, (size_t)rows * out);
-    int rc = s.failed || blas_create(&blas) || gemm(blas, d_y, d_x, d_w, rows, in, out) ||
-             download_bf16(y, d_y, (size_t)rows * out);
-    if (blas) cublasDestroy(blas);
-    return scratch_end(&s, rc);
-}
-
-int gpu_test_attention(const float *q, const float *k, const float *v, float *out, int n_q, const int32_t *q_orig,
-                       const int32_t *seq_start, const int32_t *kv_row, int n_orig, int n_kv_rows, int n_heads,
-                       int n_kv_heads, int head_dim) {
-    if (!gpu_available()) return -1;
-    Scratch s = {};
-    size_t nq = (size_t)n_q * n_heads * head_dim, nkv = (size_t)n_kv_rows * n_kv_heads * head_dim;
-    bf16 *d_q = scratch_bf16(&s, q, nq), *d_k = scratch_bf16(&s, k, nkv), *d_v = scratch_bf16(&s, v, nkv);
-    bf16 *d_out = scratch_bf16(&s, NULL, nq);
-    int32_t *d_seq_start = (int32_t *)scratch_copy(&s, seq_start, n_orig * sizeof(int32_t));
-    int32_t *d_q_orig = q_orig ? (int32_t *)scratch_copy(&s, q_orig, n_q * sizeof(int32_t)) : NULL;
-    int32_t *d_kv_row = kv_row ? (int32_t *)scratch_copy(&s, kv_row, n_orig * sizeof(int32_t)) : NULL;
-    GpuKvView kv = {d_k, d_v, (int64_t)n_kv_heads * head_dim, d_kv_row};
-    int rc = s.failed || attention(0, d_out, d_q, kv, n_q, d_q_orig, d_seq_start, n_heads, n_kv_heads, head_dim) ||
-             download_bf16(out, d_out, nq);
-    return scratch_end(&s, rc);
-}
-
-int gpu_test_flash_attention(const float *q, const float *k, const float *v, float *out, const int32_t *cu_q,
-                             const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_kv_rows, int n_heads,
-                             int n_kv_heads, int head_dim) {
-    if (!gpu_available() || check_heads(n_heads, n_kv_heads, head_dim)) return -1;
-    if (n_seqs < 1 || cu_q[0] != 0 || cu_k[0] != 0)
-        return rx_fail("gpu_test_flash_attention: needs n_seqs >= 1 and cu_q[0] = cu_k[0] = 0");
-    for (int s = 0; s < n_seqs; s++)
-        if (cu_q[s + 1] < cu_q[s] || cu_k[s + 1] - cu_k[s] < cu_q[s + 1] - cu_q[s])
-            return rx_fail("gpu_test_flash_attention: sequence %d has %d queries and %d keys; it needs 0 <= queries "
-                           "<= keys", s, cu_q[s + 1] - cu_q[s], cu_k[s + 1] - cu_k[s]);
-    for (int t = 0; t < cu_k[n_seqs]; t++)
-        if ((kv_row ? kv_row[t] : t) < 0 || (kv_row ? kv_row[t] : t) >= n_kv_rows)
-            return rx_fail("gpu_test_flash_attention: key %d is row %d, outside [0, %d)", t, kv_row ? kv_row[t] : t,
-                           n_kv_rows);
-    int32_t *tiles;
-    int n_tiles;
-    TRY(flash_tiles(cu_q, cu_k, n_seqs, &tiles, &n_tiles));
-    Scratch s = {};
-    size_t nq = (size_t)cu_q[n_seqs] * n_heads * head_dim, nkv = (size_t)n_kv_rows * n_kv_heads * head_dim;
-    bf16 *d_q = scratch_bf16(&s, q, nq), *d_k = scratch_bf16(&s, k, nkv), *d_v = scratch_bf16(&s, v, nkv);
-    bf16 *d_out = scratch_bf16(&s, NULL, nq);
-    int32_t *d_cu_q = (int32_t *)scratch_copy(&s, cu_q, (n_seqs + 1) * sizeof(int32_t));
-    int32_t *d_cu_k = (int32_t *)scratch_copy(&s, cu_k, (n_seqs + 1) * sizeof(int32_t));
-    int32_t *d_kv_row = kv_row ? (int32_t *)scratch_copy(&s, kv_row, cu_k[n_seqs] * sizeof(int32_t)) : NULL;
-    int32_t *d_tiles = n_tiles ? (int32_t *)scratch_copy(&s, tiles, 2 * (size_t)n_tiles * sizeof(int32_t)) : NULL;
-    free(tiles);
-    GpuKvView kv = {d_k, d_v, (int64_t)n_kv_heads * head_dim, d_kv_row};
-    int rc = s.failed || flash_attention(0, d_out, d_q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads, n_kv_heads,
-                                         head_dim) || download_bf16(out, d_out, nq);
-    return scratch_end(&s, rc);
+    attn_timed_free(&t);
+    return rc;
 }
 
 /* A cudaDeviceReset(): every allocation, stream and cudaFuncSetAttribute setting of this process on the device is
@@ -2338,19 +2196,23 @@ void gpu_model_free(GpuModel *) {}
 int gpu_set_attention(GpuModel *, RxAttention) { return no_gpu(); }
 int gpu_forward(GpuModel *, const RxBatch *, RxMode, double, int, float *, GpuRunInfo *) { return no_gpu(); }
 int gpu_embed(GpuModel *, const RxBatch *, RxMode, double, float *, GpuRunInfo *) { return no_gpu(); }
-int gpu_time_index_select(int, int, int, int, int, double *) { return no_gpu(); }
-int gpu_time_copy(size_t, int, double *) { return no_gpu(); }
-int gpu_time_gemm(int, int, int, int, double *) { return no_gpu(); }
+int gpu_upload(void **dev, const void *, size_t) { *dev = NULL; return no_gpu(); }
+int gpu_upload_bf16(void **dev, const float *, size_t) { *dev = NULL; return no_gpu(); }
+int gpu_download(void *, const void *, size_t) { return no_gpu(); }
+int gpu_download_bf16(float *, const void *, size_t) { return no_gpu(); }
+void gpu_free(void *) {}
+int gpu_copy(void *, const void *, size_t) { return no_gpu(); }
+int gpu_rows_by_index(void *, const void *, const int32_t *, int, size_t) { return no_gpu(); }
+int gpu_rmsnorm(void *, const void *, const void *, int, int, float) { return no_gpu(); }
+int gpu_qk_norm_rope(void *, const void *, const int32_t *, int, int, int, float, double) { return no_gpu(); }
+int gpu_silu_mul(void *, const void *, const void *, size_t) { return no_gpu(); }
+int gpu_gemm(GpuModel *, void *, const void *, const void *, int, int, int) { return no_gpu(); }
+int gpu_attention(void *, const void *, const void *, const void *, int, const int32_t *, const int32_t *,
+                  const int32_t *, int, int, int) { return no_gpu(); }
+int gpu_flash_attention(void *, const void *, const void *, const void *, const int32_t *, const int32_t *,
+                        const int32_t *, int, int, int, int) { return no_gpu(); }
+int gpu_time_median(int (*)(void *), void *, int, double *) { return no_gpu(); }
 int gpu_time_attention(const RxBatch *, RxMode, RxAttention, int, int, int, int, double *) { return no_gpu(); }
-int gpu_test_rows_by_index(float *, const float *, const int32_t *, int, int, int, int) { return no_gpu(); }
-int gpu_test_rmsnorm(float *, const float *, const float *, int, int, float) { return no_gpu(); }
-int gpu_test_qk_norm_rope(float *, const float *, const int32_t *, int, int, int, float, double) { return no_gpu(); }
-int gpu_test_silu_mul(float *, const float *, const float *, size_t) { return no_gpu(); }
-int gpu_test_gemm(float *, const float *, const float *, int, int, int) { return no_gpu(); }
-int gpu_test_attention(const float *, const float *, const float *, float *, int, const int32_t *, const int32_t *,
-                       const int32_t *, int, int, int, int, int) { return no_gpu(); }
-int gpu_test_flash_attention(const float *, const float *, const float *, float *, const int32_t *, const int32_t *,
-                             const int32_t *, int, int, int, int, int) { return no_gpu(); }
 int gpu_test_device_reset(void) { return no_gpu(); }
 int gpu_launch_shapes(const GpuLaunchShape **shapes) { *shapes = NULL; return 0; }
 #endif /* RADIXMLP_HOST_ONLY */

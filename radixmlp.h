@@ -231,39 +231,54 @@ int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshol
  * state after the final norm (bf16), L2-normalised in fp32, as qwen3_forward_ref_last gives it. */
 int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, float *embed, GpuRunInfo *info);
 
-/* Micro-benchmarks used by bench.c (Tables 2, 4, 6): median milliseconds over reps after a warm-up. */
-int gpu_time_index_select(int rows_in, int dim, int rows_out, int elem_bytes, int reps, double *median_ms);
-int gpu_time_copy(size_t nbytes, int reps, double *median_ms);              /* device-to-device, the roofline */
-int gpu_time_gemm(int m, int n, int k, int reps, double *median_ms);        /* bf16 [m,k] @ [k,n], fp32 accum  */
+/* The GPU a piece at a time, for test_radixmlp.c (each kernel against its rx_*_ref oracle) and bench.c (timings).
+ * A device buffer is a void * (C has no bf16 type); index arguments are int32_t arrays in device memory. Every
+ * function returns 0, or -1 with one line in radix_error() (every CUDA call is checked); without a device each fails.
+ * The kernels are queued in order on the default stream; gpu_download waits for them. */
+int  gpu_upload(void **dev, const void *host, size_t bytes);    /* a copy of host's bytes (int32 indices, fp32);    */
+                                                                /* host NULL: uninitialised. *dev is NULL on failure */
+int  gpu_upload_bf16(void **dev, const float *host, size_t n);  /* [n] bf16: host rounded to nearest even; host NULL: */
+                                                                /* uninitialised                                    */
+int  gpu_download(void *host, const void *dev, size_t bytes);
+int  gpu_download_bf16(float *host, const void *dev, size_t n); /* host [n]: the bf16 values as fp32 (exact)          */
+void gpu_free(void *dev);                                       /* NULL: nothing                                    */
+int  gpu_copy(void *dst, const void *src, size_t bytes);        /* device to device: the memory roofline (Table 6)  */
+
+/* Each kernel of gpu_forward alone, launched as the forward launches it, on device buffers, bf16 unless said. */
+/* out [rows_out, row_bytes] = in [*, row_bytes] [idx]: gather, scatter, embedding (idx [rows_out]); row_bytes even. */
+int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes);
+/* x, out [rows, dim]; w [dim]. */
+int gpu_rmsnorm(void *out, const void *x, const void *w, int rows, int dim, float eps);
+/* In place on x [rows, n_heads*head_dim]; w [head_dim]; pos [rows]. */
+int gpu_qk_norm_rope(void *x, const void *w, const int32_t *pos, int rows, int n_heads, int head_dim, float eps,
+                     double rope_theta);
+int gpu_silu_mul(void *out, const void *gate, const void *up, size_t n);                 /* out, gate, up [n]         */
+/* y [rows, out] = x [rows, in] @ w^T, w [out, in], on g's cuBLAS handle: the handle every GEMM of g's forward runs on,
+ * with the math mode that forward promises. A handle takes milliseconds and memory to make, too much for a call a
+ * benchmark repeats, so the caller brings one; any GpuModel serves (a tiny gpu_model_random for a test). */
+int gpu_gemm(GpuModel *g, void *y, const void *x, const void *w, int rows, int in, int out);
+/* The naive kernel, as rx_attention_ref: q, out [n_q, n_heads*head_dim]; k, v [*, n_kv*head_dim], rows addressed
+ * through kv_row; q_orig [n_q] or NULL; seq_start and kv_row (or NULL) [N], N the original tokens. */
+int gpu_attention(void *out, const void *q, const void *k, const void *v, int n_q, const int32_t *q_orig,
+                  const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads, int head_dim);
+/* The flash kernel (head_dim 128) in its varlen layout: query i of sequence s is row cu_q[s] + i, at key position
+ * Lk_s - Lq_s + i (Lq_s = cu_q[s+1] - cu_q[s], Lk_s = cu_k[s+1] - cu_k[s] >= Lq_s); key t of sequence s is row
+ * kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t. q, out [cu_q[n_seqs], n_heads*head_dim]; k, v [*, n_kv*head_dim];
+ * kv_row [cu_k[n_seqs]] or NULL. cu_q and cu_k [n_seqs+1] are host arrays: the call makes the kernel's work list
+ * from them and uploads all three. Baseline: cu_q = cu_k = cu_seqlens; compact: cu_q from radix_compact_cu_q,
+ * cu_k = cu_seqlens, kv_row = I_scatter. */
+int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
+                        const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
+                        int head_dim);
+
+/* The benchmarks' timer: CUDA events around each of reps calls of run(ctx) (0: success), after one warm-up call that
+ * is not counted; *median_ms = their median. A failing run stops it with that run's error. */
+int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_ms);
 /* Attention alone (bench --attention): the causal attention of batch b with random bf16 q, k, v, as gpu_forward runs
  * it in `layout`: RX_BASELINE on the N rows; RX_RADIX the scatter of q, k, v to the N rows, attention, and the gather
  * back (Algorithm 1, lines 20-23); RX_COMPACT on the N' rows, keys read through I_scatter. kernel: NAIVE or FLASH. */
 int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
                        int reps, double *median_ms);
-
-/* Test hooks of the CUDA kernels, for test_radixmlp.c. Each takes host fp32 arrays, uploads them (as bf16 where the
- * kernel reads bf16, rounding to nearest even), runs exactly one kernel, and copies the result back as fp32.
- * Arguments mirror the rx_*_ref oracle of the same kernel; each returns 0, or -1 with radix_error() set. */
-/* out [rows_out, dim] = in [rows_in, dim][idx]; elem_bytes 2 moves bf16 rows, 4 moves fp32 rows (bit-exact copy). */
-int gpu_test_rows_by_index(float *out, const float *in, const int32_t *idx, int rows_out, int rows_in, int dim,
-                           int elem_bytes);
-int gpu_test_rmsnorm(float *out, const float *x, const float *w, int rows, int dim, float eps);
-int gpu_test_qk_norm_rope(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
-                          float eps, double rope_theta);
-int gpu_test_silu_mul(float *out, const float *gate, const float *up, size_t n);
-int gpu_test_gemm(float *y, const float *x, const float *w, int rows, int in, int out);     /* y = x @ w^T */
-/* As rx_attention_ref; seq_start and kv_row hold n_orig (N) entries, k and v n_kv_rows rows. */
-int gpu_test_attention(const float *q, const float *k, const float *v, float *out, int n_q, const int32_t *q_orig,
-                       const int32_t *seq_start, const int32_t *kv_row, int n_orig, int n_kv_rows, int n_heads,
-                       int n_kv_heads, int head_dim);
-/* The flash kernel (head_dim 128) in its varlen layout: query i of sequence s is row cu_q[s] + i, at key position
- * Lk_s - Lq_s + i (Lq_s = cu_q[s+1] - cu_q[s], Lk_s = cu_k[s+1] - cu_k[s] >= Lq_s); key t of sequence s is row
- * kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t. q, out [cu_q[n_seqs], n_heads*head_dim]; k, v [n_kv_rows, n_kv*head_dim];
- * kv_row [cu_k[n_seqs]] or NULL. Baseline: cu_q = cu_k = cu_seqlens; compact: cu_q from radix_compact_cu_q,
- * cu_k = cu_seqlens, kv_row = I_scatter. */
-int gpu_test_flash_attention(const float *q, const float *k, const float *v, float *out, const int32_t *cu_q,
-                             const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_kv_rows, int n_heads,
-                             int n_kv_heads, int head_dim);
 /* cudaDeviceReset(): frees everything of this process on the device and drops per-device settings. */
 int gpu_test_device_reset(void);
 /* Each kernel's launch (for the resource gate, `make resource-gate`; no device): the kernel's name, threads per block,

@@ -1255,6 +1255,37 @@ static void expect_close(const char *what, int rc, const float *got, const float
     expect(ok, "%s: %s", what, why);
 }
 
+/* The device buffers of one kernel call (radixmlp.h's gpu_upload*), freed together. After a failed upload the next
+ * ones do nothing, so a test uploads everything, then runs `rc = d.failed || gpu_kernel(...)` and dev_finish. */
+#define DEV_MAX 8
+typedef struct { void *buf[DEV_MAX]; int n, failed; } DevBufs;
+static void *dev_keep(DevBufs *d, int rc, void *p) {
+    expect(d->n < DEV_MAX, "a kernel test needs more than %d device buffers", DEV_MAX);
+    if (rc || d->n == DEV_MAX) {
+        d->failed = 1;
+        gpu_free(p);
+        return NULL;
+    }
+    return d->buf[d->n++] = p;
+}
+static void *dev_raw(DevBufs *d, const void *host, size_t bytes) {   /* int32 or fp32 bytes; host NULL: uninitialised */
+    void *p = NULL;
+    int rc = d->failed || gpu_upload(&p, host, bytes);
+    return dev_keep(d, rc, p);
+}
+static void *dev_bf16(DevBufs *d, const float *host, size_t n) {     /* [n] bf16, as round_to_bf16; host NULL: uninit */
+    void *p = NULL;
+    int rc = d->failed || gpu_upload_bf16(&p, host, n);
+    return dev_keep(d, rc, p);
+}
+/* rc: the kernel's result. Copies the bf16 output out [n] back into got (unless got is NULL), frees every buffer of d;
+ * 0 when all of it succeeded. */
+static int dev_finish(DevBufs *d, int rc, float *got, const void *out, size_t n) {
+    if (rc == 0 && got) rc = gpu_download_bf16(got, out, n);
+    for (int i = 0; i < d->n; i++) gpu_free(d->buf[i]);
+    return rc || d->failed;
+}
+
 static void test_gpu_rows_by_index(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     /* {rows_in, rows_out, dim}: a single row; 257 rows out of 3 (repeated indices, as a scatter has); dim 1001 makes
@@ -1275,8 +1306,14 @@ static void test_gpu_rows_by_index(void) {
             char what[96];
             snprintf(what, sizeof what, "rows_by_index %s [%d, %d] -> [%d, %d] (a copy: exact)",
                      elem == 2 ? "bf16" : "fp32", ri, dim, ro, dim);
-            int rc = gpu_test_rows_by_index(got, in, idx, ro, ri, dim, elem);
-            expect_close(what, rc, got, ref, (size_t)ro * dim, 0.0);
+            DevBufs d = {0};
+            size_t n_in = (size_t)ri * dim, n_out = (size_t)ro * dim;
+            void *d_in = elem == 2 ? dev_bf16(&d, in, n_in) : dev_raw(&d, in, n_in * sizeof(float));
+            void *d_out = dev_raw(&d, NULL, n_out * elem);
+            const int32_t *d_idx = (const int32_t *)dev_raw(&d, idx, (size_t)ro * sizeof(int32_t));
+            int rc = d.failed || gpu_rows_by_index(d_out, d_in, d_idx, ro, (size_t)dim * elem) ||
+                     (elem == 4 && gpu_download(got, d_out, n_out * sizeof(float)));
+            expect_close(what, dev_finish(&d, rc, elem == 2 ? got : NULL, d_out, n_out), got, ref, n_out, 0.0);
             free(in); free(ref); free(got); free(idx);
         }
 }
@@ -1296,7 +1333,10 @@ static void test_gpu_rmsnorm(void) {
         char what[96];
         snprintf(what, sizeof what, "rmsnorm [%d, %d]", rows, dim);
         /* two roundings, Hugging Face's order: x * rsqrt(...) to bf16, then w * that to bf16 */
-        expect_close(what, gpu_test_rmsnorm(got, x, w, rows, dim, 1e-6f), got, ref, n, 3 * BF16_U);
+        DevBufs d = {0};
+        void *d_x = dev_bf16(&d, x, n), *d_w = dev_bf16(&d, w, (size_t)dim), *d_out = dev_bf16(&d, NULL, n);
+        int rc = d.failed || gpu_rmsnorm(d_out, d_x, d_w, rows, dim, 1e-6f);
+        expect_close(what, dev_finish(&d, rc, got, d_out, n), got, ref, n, 3 * BF16_U);
         free(x); free(w); free(ref); free(got);
     }
 }
@@ -1316,13 +1356,16 @@ static void test_gpu_qk_norm_rope(void) {
         round_to_bf16(w, (size_t)hd);
         for (int r = 0; r < rows; r++) pos[r] = rng_int(&rng, 4096);
         memcpy(ref, x, n * sizeof(float));
-        memcpy(got, x, n * sizeof(float));
         rx_qk_norm_rope_ref(ref, w, pos, rows, heads, hd, 1e-6f, 1e6);
         char what[96];
         snprintf(what, sizeof what, "qk_norm_rope [%d, %d heads x %d]", rows, heads, hd);
         /* the norm's two roundings, then the rotation mixes two such values, then one more rounding:
          * (2 sqrt 2 + 1) 2^-8 of the pair's length; the fp32 angle is computed as in the reference */
-        expect_close(what, gpu_test_qk_norm_rope(got, w, pos, rows, heads, hd, 1e-6f, 1e6), got, ref, n, 5 * BF16_U);
+        DevBufs d = {0};
+        void *d_x = dev_bf16(&d, x, n), *d_w = dev_bf16(&d, w, (size_t)hd);
+        const int32_t *d_pos = (const int32_t *)dev_raw(&d, pos, (size_t)rows * sizeof(int32_t));
+        int rc = d.failed || gpu_qk_norm_rope(d_x, d_w, d_pos, rows, heads, hd, 1e-6f, 1e6);
+        expect_close(what, dev_finish(&d, rc, got, d_x, n), got, ref, n, 5 * BF16_U);
         free(x); free(w); free(ref); free(got); free(pos);
     }
 }
@@ -1340,7 +1383,10 @@ static void test_gpu_silu_mul(void) {
         rx_silu_mul_ref(ref, gate, up, n);
         char what[96];
         snprintf(what, sizeof what, "silu_mul [%zu]", n);
-        expect_close(what, gpu_test_silu_mul(got, gate, up, n), got, ref, n, 2 * BF16_U);   /* one rounding */
+        DevBufs d = {0};
+        void *d_gate = dev_bf16(&d, gate, n), *d_up = dev_bf16(&d, up, n), *d_out = dev_bf16(&d, NULL, n);
+        int rc = d.failed || gpu_silu_mul(d_out, d_gate, d_up, n);
+        expect_close(what, dev_finish(&d, rc, got, d_out, n), got, ref, n, 2 * BF16_U);   /* one rounding */
         free(gate); free(up); free(ref); free(got);
     }
 }
@@ -1349,6 +1395,9 @@ static void test_gpu_gemm(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     static const int shapes[][3] = {{1, 64, 64}, {3, 1000, 72}, {257, 72, 1000}, {5, 1024, 3}};   /* rows, in, out */
     uint64_t rng = 15;
+    Qwen3Config cfg = tiny_config();
+    GpuModel *g = NULL;                                /* its cuBLAS handle runs the GEMM (see gpu_gemm) */
+    if (gpu_model_random(&g, &cfg, 15)) { expect(0, "gpu_model_random: %s", radix_error()); return; }
     for (int c = 0; c < 4; c++) {
         int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
         float s = 1.0f / sqrtf((float)in);
@@ -1360,9 +1409,30 @@ static void test_gpu_gemm(void) {
         char what[96];
         snprintf(what, sizeof what, "gemm [%d, %d] @ [%d, %d]^T", rows, in, out, in);
         /* one rounding of y; fp32 sums in another order differ by ~in * 2^-24 relative, far below it */
-        expect_close(what, gpu_test_gemm(got, x, w, rows, in, out), got, ref, (size_t)rows * out, 2 * BF16_U);
+        DevBufs d = {0};
+        void *d_x = dev_bf16(&d, x, (size_t)rows * in), *d_w = dev_bf16(&d, w, (size_t)out * in);
+        void *d_y = dev_bf16(&d, NULL, (size_t)rows * out);
+        int rc = d.failed || gpu_gemm(g, d_y, d_x, d_w, rows, in, out);
+        expect_close(what, dev_finish(&d, rc, got, d_y, (size_t)rows * out), got, ref, (size_t)rows * out, 2 * BF16_U);
         free(x); free(w); free(ref); free(got);
     }
+    gpu_model_free(g);
+}
+
+/* gpu_attention (the naive kernel) on host arrays, as rx_attention_ref takes them: q, out [n_q, nh*hd]; k, v
+ * [n_kv_rows, nkv*hd]; q_orig [n_q] or NULL; seq_start and kv_row (or NULL) [n_orig]. */
+static int attention_on_gpu(const float *q, const float *k, const float *v, float *out, int n_q, const int32_t *q_orig,
+                            const int32_t *seq_start, const int32_t *kv_row, int n_orig, int n_kv_rows, int nh, int nkv,
+                            int hd) {
+    size_t nq = (size_t)n_q * nh * hd, nkv_n = (size_t)n_kv_rows * nkv * hd, ib = sizeof(int32_t);
+    DevBufs d = {0};
+    void *d_q = dev_bf16(&d, q, nq), *d_k = dev_bf16(&d, k, nkv_n), *d_v = dev_bf16(&d, v, nkv_n);
+    void *d_out = dev_bf16(&d, NULL, nq);
+    const int32_t *d_seq_start = (const int32_t *)dev_raw(&d, seq_start, n_orig * ib);
+    const int32_t *d_q_orig = q_orig ? (const int32_t *)dev_raw(&d, q_orig, n_q * ib) : NULL;
+    const int32_t *d_kv_row = kv_row ? (const int32_t *)dev_raw(&d, kv_row, n_orig * ib) : NULL;
+    int rc = d.failed || gpu_attention(d_out, d_q, d_k, d_v, n_q, d_q_orig, d_seq_start, d_kv_row, nh, nkv, hd);
+    return dev_finish(&d, rc, out, d_out, nq);
 }
 
 /* Attention in its three index modes on a shared-prefix batch: sequences 0-2 share a 5-token prefix (sequence 2 is
@@ -1398,7 +1468,7 @@ static void test_gpu_attention(void) {
         round_to_bf16(v, nkv_n);
         expect(rx_attention_ref(q, k, v, ref_n, N, NULL, seq_start, NULL, nh, nkv, hd) == 0, "%s", radix_error());
         snprintf(what, sizeof what, "attention baseline (%d heads, %d kv, dim %d)", nh, nkv, hd);
-        int rc = gpu_test_attention(q, k, v, got_n, N, NULL, seq_start, NULL, N, N, nh, nkv, hd);
+        int rc = attention_on_gpu(q, k, v, got_n, N, NULL, seq_start, NULL, N, N, nh, nkv, hd);
         expect_close(what, rc, got_n, ref_n, nq, 2 * BF16_U);
         /* radix: compact rows scattered to the N original rows (Algorithm 1, line 20), then the same kernel */
         float *qc = rand_floats(nq_c, -2, 2, &rng), *kc = rand_floats(nkv_c, -2, 2, &rng);
@@ -1412,12 +1482,12 @@ static void test_gpu_attention(void) {
             memcpy(v + (size_t)t * kvd, vc + (size_t)ix.scatter[t] * kvd, (size_t)kvd * sizeof(float));
         }
         expect(rx_attention_ref(q, k, v, ref_n, N, NULL, seq_start, NULL, nh, nkv, hd) == 0, "%s", radix_error());
-        rc = gpu_test_attention(q, k, v, got_n, N, NULL, seq_start, NULL, N, N, nh, nkv, hd);
+        rc = attention_on_gpu(q, k, v, got_n, N, NULL, seq_start, NULL, N, N, nh, nkv, hd);
         expect_close("attention radix (scattered rows)", rc, got_n, ref_n, nq, 2 * BF16_U);
         /* compact: the N' rows themselves, q_orig = I_gather, kv_row = I_scatter */
         expect(rx_attention_ref(qc, kc, vc, ref_c, Nc, ix.gather, seq_start, ix.scatter, nh, nkv, hd) == 0, "%s",
                radix_error());
-        int rc_c = gpu_test_attention(qc, kc, vc, got_c, Nc, ix.gather, seq_start, ix.scatter, N, Nc, nh, nkv, hd);
+        int rc_c = attention_on_gpu(qc, kc, vc, got_c, Nc, ix.gather, seq_start, ix.scatter, N, Nc, nh, nkv, hd);
         expect_close("attention compact (q_orig = I_gather, kv_row = I_scatter)", rc_c, got_c, ref_c, nq_c,
                      2 * BF16_U);
         /* compact is the radix sandwich without the copies: its row j is row I_gather[j] of radix, bit for bit */
@@ -1681,15 +1751,44 @@ static void test_gpu_forward_rejects_bad_batches(void) {
     gpu_model_free(g);
 }
 
+/* gpu_time_median on what bench.c times with it: a copy of 1 MiB, index_select of 200 bf16 rows of 128 out of 100
+ * rows, and a GEMM [64, 1000] @ [72, 1000]^T; and an op that fails, whose error must be the timer's. */
+typedef struct { int op; GpuModel *g; void *out; const void *in, *w; const int32_t *idx; } TimedOp;
+static int run_timed_op(void *ctx) {
+    const TimedOp *t = (const TimedOp *)ctx;
+    if (t->op == 0) return gpu_copy(t->out, t->in, (size_t)1 << 20);
+    if (t->op == 1) return gpu_rows_by_index(t->out, t->in, t->idx, 200, 128 * 2);
+    if (t->op == 2) return gpu_gemm(t->g, t->out, t->in, t->w, 64, 1000, 72);
+    return gpu_rows_by_index(t->out, t->in, t->idx, 200, 3);   /* refused: rows of 3 bytes */
+}
 static void test_gpu_timers_return_positive_medians(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
-    double t_index = -1.0, t_copy = -1.0, t_gemm = -1.0;
-    int rc = gpu_time_index_select(100, 128, 200, 2, 5, &t_index) || gpu_time_copy((size_t)1 << 20, 5, &t_copy) ||
-             gpu_time_gemm(64, 72, 1000, 5, &t_gemm);
-    note("on %s: index_select %.4f ms, copy of 1 MiB %.4f ms, gemm 64x72x1000 %.4f ms", gpu_device_name(), t_index,
-         t_copy, t_gemm);
-    expect(rc == 0, "a timer failed: %s", radix_error());
-    expect(t_index > 0 && t_copy > 0 && t_gemm > 0, "a median is not positive");
+    static const char *ops[3] = {"copy of 1 MiB", "index_select 100x128 -> 200 rows", "gemm 64x72x1000"};
+    Qwen3Config cfg = tiny_config();
+    uint64_t rng = 17;
+    float *x = rand_floats((size_t)1 << 19, -1, 1, &rng), *w = rand_floats(72 * 1000, -0.03f, 0.03f, &rng);
+    int32_t idx[200];
+    for (int r = 0; r < 200; r++) idx[r] = rng_int(&rng, 100);
+    DevBufs d = {0};
+    TimedOp t = {0, NULL, dev_bf16(&d, NULL, (size_t)1 << 19), dev_bf16(&d, x, (size_t)1 << 19),
+                 dev_bf16(&d, w, 72 * 1000), (const int32_t *)dev_raw(&d, idx, sizeof idx)};
+    int rc = d.failed || gpu_model_random(&t.g, &cfg, 17);
+    expect(rc == 0, "setting up: %s", radix_error());
+    note("on %s, medians of 5:", gpu_device_name());
+    for (t.op = 0; rc == 0 && t.op < 3; t.op++) {
+        double ms = -1.0;
+        int rc_op = gpu_time_median(run_timed_op, &t, 5, &ms);
+        note("  %-34s %.4f ms", ops[t.op], ms);
+        expect(rc_op == 0 && ms > 0, "%s: rc %d, median %g ms: %s", ops[t.op], rc_op, ms, radix_error());
+    }
+    double ms = -1.0;
+    int rc_bad = rc || gpu_time_median(run_timed_op, &t, 5, &ms);   /* t.op == 3 */
+    note("an op that fails -> %s", radix_error());
+    expect(rc_bad != 0 && strstr(radix_error(), "rows of 3 bytes"), "the timer did not pass the op's failure on");
+    expect(rc != 0 || gpu_time_median(run_timed_op, &t, 0, &ms) != 0, "the timer accepted reps = 0");
+    gpu_model_free(t.g);
+    dev_finish(&d, 0, NULL, NULL, 0);
+    free(x); free(w);
 }
 
 /* Runs only where there is no usable CUDA device: every GPU entry point must fail cleanly and say why. */
@@ -1705,9 +1804,18 @@ static void test_gpu_functions_fail_cleanly_without_device(void) {
     note("gpu_available() = 0: %s", radix_error());
     expect(gpu_model_random(&g, &cfg, 1) != 0 && g == NULL, "gpu_model_random succeeded without a device");
     expect(radix_error()[0] != '\0', "no error message was set");
-    expect(gpu_test_gemm(y, x, x, 1, 4, 1) != 0, "gpu_test_gemm succeeded without a device");
-    expect(gpu_test_rmsnorm(y, x, x, 1, 4, 1e-6f) != 0, "gpu_test_rmsnorm succeeded without a device");
-    expect(gpu_time_copy(1024, 3, &ms) != 0, "gpu_time_copy succeeded without a device");
+    /* the entry points of the tests and benchmarks, given host pointers: each must fail, none may crash */
+    void *dev = x;
+    expect(gpu_upload_bf16(&dev, x, 4) != 0 && dev == NULL, "gpu_upload_bf16 succeeded without a device");
+    expect(gpu_upload(&dev, x, sizeof x) != 0 && dev == NULL, "gpu_upload succeeded without a device");
+    expect(gpu_download_bf16(y, x, 4) != 0, "gpu_download_bf16 succeeded without a device");
+    expect(gpu_gemm(g, y, x, x, 1, 4, 1) != 0, "gpu_gemm succeeded without a device (and a model)");
+    expect(gpu_copy(y, x, sizeof x) != 0, "gpu_copy succeeded without a device");
+    expect(gpu_time_median(NULL, NULL, 3, &ms) != 0, "gpu_time_median succeeded without a device");
+    int rc = gpu_rmsnorm(y, x, x, 1, 4, 1e-6f);
+    note_rejected(rc, 0, "gpu_rmsnorm without a device");
+    expect(rc != 0, "gpu_rmsnorm succeeded without a device");
+    gpu_free(NULL);
     expect(gpu_forward(NULL, &b, RX_BASELINE, RX_AUTO_THRESHOLD, 0, NULL, NULL) != 0, "gpu_forward succeeded without a model");
     expect(gpu_device_name() != NULL, "gpu_device_name returned NULL");
     gpu_model_free(NULL);
@@ -1752,6 +1860,20 @@ static void attention_ref_and_abs(const float *q, const float *k, const float *v
     expect(rx_attention_ref(q, k, v, ref, n_q, q_orig, seq_start, kv_row, nh, nkv, hd) == 0 &&
            rx_attention_ref(q, k, v_abs, a_ref, n_q, q_orig, seq_start, kv_row, nh, nkv, hd) == 0, "%s", radix_error());
     free(v_abs);
+}
+
+/* gpu_flash_attention on host arrays: q, out [cu_q[n_seqs], nh*hd]; k, v [n_kv_rows, nkv*hd]; kv_row [cu_k[n_seqs]] or
+ * NULL; cu_q and cu_k [n_seqs+1] (host arrays in gpu_flash_attention too). */
+static int flash_attention_on_gpu(const float *q, const float *k, const float *v, float *out, const int32_t *cu_q,
+                                  const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_kv_rows, int nh,
+                                  int nkv, int hd) {
+    size_t nq = (size_t)cu_q[n_seqs] * nh * hd, nkv_n = (size_t)n_kv_rows * nkv * hd;
+    DevBufs d = {0};
+    void *d_q = dev_bf16(&d, q, nq), *d_k = dev_bf16(&d, k, nkv_n), *d_v = dev_bf16(&d, v, nkv_n);
+    void *d_out = dev_bf16(&d, NULL, nq);
+    const int32_t *d_kv_row = kv_row ? (const int32_t *)dev_raw(&d, kv_row, cu_k[n_seqs] * sizeof(int32_t)) : NULL;
+    int rc = d.failed || gpu_flash_attention(d_out, d_q, d_k, d_v, cu_q, cu_k, d_kv_row, n_seqs, nh, nkv, hd);
+    return dev_finish(&d, rc, out, d_out, nq);
 }
 
 static int32_t *seq_starts(const RxBatch *b) {   /* [N]: the first position of each token's sequence */
@@ -1822,7 +1944,7 @@ static void test_gpu_flash_attention(void) {
         /* baseline: cu_q = cu_k = cu_seqlens, keys in place */
         attention_ref_and_abs(q, k, v, ref, a_ref, N, NULL, seq_start, NULL, nkn, nh, nkv, hd);
         snprintf(what, sizeof what, "flash baseline (%s)", cfg);
-        int rc = gpu_test_flash_attention(q, k, v, got, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
+        int rc = flash_attention_on_gpu(q, k, v, got, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
         expect_flash_close(what, rc, got, ref, a_ref, nq);
         /* radix: the compact rows scattered to the N original rows, then the baseline call */
         for (int t = 0; t < N; t++) {
@@ -1832,12 +1954,12 @@ static void test_gpu_flash_attention(void) {
         }
         attention_ref_and_abs(q, k, v, ref, a_ref, N, NULL, seq_start, NULL, nkn, nh, nkv, hd);
         snprintf(what, sizeof what, "flash radix (%s)", cfg);
-        int rc_r = gpu_test_flash_attention(q, k, v, got_r, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
+        int rc_r = flash_attention_on_gpu(q, k, v, got_r, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
         expect_flash_close(what, rc_r, got_r, ref, a_ref, nq);
         /* compact: the N' rows, queries the blocks cu_q, keys through I_scatter */
         attention_ref_and_abs(qc, kc, vc, ref_c, a_ref_c, Nc, ix.gather, seq_start, ix.scatter, nkc, nh, nkv, hd);
         snprintf(what, sizeof what, "flash compact (%s)", cfg);
-        int rc_c = gpu_test_flash_attention(qc, kc, vc, got_c, cu_q, b.cu_seqlens, ix.scatter, n_seqs, Nc, nh, nkv,
+        int rc_c = flash_attention_on_gpu(qc, kc, vc, got_c, cu_q, b.cu_seqlens, ix.scatter, n_seqs, Nc, nh, nkv,
                                             hd);
         expect_flash_close(what, rc_c, got_c, ref_c, a_ref_c, nqc);
         /* compact row j is radix row I_gather[j], bit for bit (see attention in radixmlp.cu) */
@@ -1893,11 +2015,11 @@ static void test_gpu_flash_attention_matches_naive_at_table4_shape(void) {
         rows[i] = r, orig[i] = ix.gather[r];
         memcpy(qs + (size_t)i * qd, q + (size_t)r * qd, (size_t)qd * sizeof(float));
     }
-    int rc = gpu_test_flash_attention(q, k, v, got, cu_q, b.cu_seqlens, ix.scatter, B, Nc, NH, NKV, HD);
+    int rc = flash_attention_on_gpu(q, k, v, got, cu_q, b.cu_seqlens, ix.scatter, B, Nc, NH, NKV, HD);
     for (int i = 0; rc == 0 && i < SAMPLE; i++)
         memcpy(flash + (size_t)i * qd, got + (size_t)rows[i] * qd, (size_t)qd * sizeof(float));
     attention_ref_and_abs(qs, k, v, ref, a_ref, SAMPLE, orig, seq_start, ix.scatter, nkv, NH, NKV, HD);
-    int rc_n = gpu_test_attention(qs, k, v, naive, SAMPLE, orig, seq_start, ix.scatter, N, Nc, NH, NKV, HD);
+    int rc_n = attention_on_gpu(qs, k, v, naive, SAMPLE, orig, seq_start, ix.scatter, N, Nc, NH, NKV, HD);
     expect_flash_close("flash vs the reference, 64 sampled rows", rc, flash, ref, a_ref, ns);
     for (size_t i = 0; i < ns; i++) both[i] = a_ref[i] + fabsf(ref[i]);   /* flash's A + |ref|, naive's |ref| */
     expect_flash_close("flash vs naive, the same rows", rc || rc_n, flash, naive, both, ns);
