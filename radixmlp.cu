@@ -1473,28 +1473,6 @@ static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, GpuKvView 
     return 0;
 }
 
-/* One attention call, by either kernel (device pointers). They read the same key index: the naive kernel's kv_row is
- * indexed by the token t of attention's space, the flash kernel's by cu_k[s] + t', t' the key's position in its
- * sequence, and that is t, because cu_k holds the sequences' starts in that space. */
-typedef struct {
-    int flash;                            /* 1: flash_attention, 0: the naive kernel                         */
-    bf16 *out;                            /* [n_q, n_heads*head_dim]                                         */
-    const bf16 *q;                        /* [n_q, n_heads*head_dim]                                         */
-    GpuKvView kv;                         /* where the keys are (see above)                                  */
-    int n_q;                              /* query rows: N (baseline, radix) or N' (compact)                 */
-    const int32_t *q_orig, *seq_start;    /* naive: [n_q] or NULL (I_gather in compact mode), [T] (see below)  */
-    const int32_t *cu_q, *cu_k, *tiles;   /* flash: [S+1], [S+1] (cu_seqlens in Part I), [2 n_tiles]         */
-    int n_tiles;
-    int n_heads, n_kv_heads, head_dim;
-} AttnCall;
-static int attention_run(cudaStream_t st, const AttnCall *a) {
-    if (a->flash)
-        return flash_attention(st, a->out, a->q, a->kv, a->cu_q, a->cu_k, a->tiles, a->n_tiles, a->n_heads,
-                               a->n_kv_heads, a->head_dim);
-    return attention(st, a->out, a->q, a->kv, a->n_q, a->q_orig, a->seq_start, a->n_heads, a->n_kv_heads,
-                     a->head_dim);
-}
-
 /* --------------------------------------------------------------------------------------------------------- cublas */
 /* Every handle of this file: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION keeps a split-K GEMM's partial sums
  * in fp32 (cuBLAS may otherwise reduce them in bf16), so that the promise below holds for every shape. */
@@ -1840,27 +1818,33 @@ static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w) {
     return rows_copy_gpu(g->stream, (bf16 *)kv->v, stride, w->kv_dst, w->v, src, w->L.N, row);
 }
 
-/* The rest of layer l (lines 20-28), as layer_attn_mlp_ref: attention with its keys wherever kv says, o_proj and the
- * residual, the MLP and its residual. */
+/* Attention with its keys wherever kv says (lines 20-23): radix mode scatters q to the N original rows, attends and
+ * gathers the output back; baseline attends with its N rows, compact with the N' rows. Either kernel reads the same
+ * key index: the naive kernel's kv_row by token t of attention's space, the flash kernel's by cu_k[s] + t', t' the
+ * key's position in its sequence, and that is t, because cu_k holds the sequences' starts in that space. */
+static int gpu_attention(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
+    const Qwen3Config *c = &g->cfg;
+    const int radix = w->L.mode == RX_RADIX, n_q = radix ? w->L.N : w->L.R;
+    const size_t qd = (size_t)c->n_heads * c->head_dim * sizeof(bf16);   /* bytes per query row */
+    bf16 *q = radix ? w->q_n : w->q, *out = radix ? w->att_n : w->att;
+    if (radix) TRY(rows_by_index_gpu(g->stream, w->q_n, w->q, w->scatter, n_q, qd));    /* [N', .] -> [N, .] */
+    if (w->flash)
+        TRY(flash_attention(g->stream, out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, c->n_heads,
+                            c->n_kv_heads, c->head_dim));
+    else
+        TRY(attention(g->stream, out, q, *kv, n_q, w->q_tok, w->seq_start, c->n_heads, c->n_kv_heads, c->head_dim));
+    return radix ? rows_by_index_gpu(g->stream, w->att, w->att_n, w->gather, w->L.R, qd) : 0;  /* [N, .] -> [N', .] */
+}
+
+/* The rest of layer l (lines 20-28), as layer_attn_mlp_ref: attention, o_proj and the residual, the MLP and its
+ * residual. */
 static int gpu_layer_attn_mlp(GpuModel *g, int l, GpuWork *w, const GpuKvView *kv) {
     const Qwen3Config *c = &g->cfg;
     const GpuLayer *W = &g->layers[l];
-    const int R = w->L.R, N = w->L.N, H = c->hidden_size, I = c->intermediate_size, QD = c->n_heads * c->head_dim;
-    const int radix = w->L.mode == RX_RADIX;
+    const int R = w->L.R, H = c->hidden_size, I = c->intermediate_size, QD = c->n_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
     cudaStream_t st = g->stream;
-    AttnCall a = {};             /* radix: on the N scattered rows; baseline and compact: on the R rows */
-    a.flash = w->flash, a.out = radix ? w->att_n : w->att, a.q = radix ? w->q_n : w->q, a.kv = *kv;
-    a.n_q = radix ? N : R, a.q_orig = w->q_tok, a.seq_start = w->seq_start;
-    a.cu_q = w->cu_q, a.cu_k = w->cu_k, a.tiles = w->tiles, a.n_tiles = w->n_tiles;
-    a.n_heads = c->n_heads, a.n_kv_heads = c->n_kv_heads, a.head_dim = c->head_dim;
-    if (radix) {                 /* lines 20-23: scatter q to the N original rows, attend, gather back */
-        TRY(rows_by_index_gpu(st, w->q_n, w->q, w->scatter, N, QD * sizeof(bf16)));
-        TRY(attention_run(st, &a));
-        TRY(rows_by_index_gpu(st, w->att, w->att_n, w->gather, R, QD * sizeof(bf16)));
-    } else {                     /* baseline: N rows; compact: N' query rows, keys read through the view's index */
-        TRY(attention_run(st, &a));
-    }
+    TRY(gpu_attention(g, w, kv));
     TRY(gemm(g->blas, w->xn, w->att, W->o_proj, R, QD, H));    /* xn = att @ Wo^T   [R, hidden]                    */
     TRY(add_inplace(st, w->x, w->xn, (int64_t)R * H));
     TRY(rmsnorm(st, w->xn, w->x, W->post_norm, R, H, eps));
@@ -2070,76 +2054,36 @@ int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_m
     return rc ? -1 : 0;
 }
 
-/* bench --attention: one layout's attention, over device buffers it owns; radix mode adds its scatter and gather. */
-typedef struct {
-    AttnCall call;             /* on the N rows (baseline, radix) or the N' rows (compact)                            */
-    int radix, n, n_compact;
-    bf16 *q, *k, *v, *out;     /* [n_q, .] the call's                                                                 */
-    bf16 *qc, *kc, *vc, *outc; /* radix: [N', .] compact rows, scattered into q, k, v first; out gathered into outc   */
-    int32_t *seq_start, *cu_q, *cu_k, *tiles, *gather, *scatter;
-} AttnTimed;
-static void attn_timed_free(AttnTimed *t) {
-    cudaFree(t->q), cudaFree(t->k), cudaFree(t->v), cudaFree(t->out);
-    cudaFree(t->qc), cudaFree(t->kc), cudaFree(t->vc), cudaFree(t->outc);
-    cudaFree(t->seq_start), cudaFree(t->cu_q), cudaFree(t->cu_k), cudaFree(t->tiles), cudaFree(t->gather);
-    cudaFree(t->scatter);
+/* bench --attention: one layer's attention as gpu_forward runs it, alone, in one mode on batch b: what happens
+ * between a layer's two steps (in radix mode the scatter of k and v, then gpu_attention's scatter of q and gather).
+ * The model has attention's shapes and no weights; q, k and v are random in (-1, 1), never zero. */
+typedef struct { GpuModel *g; GpuWork *w; GpuKvView kv; } AttnBench;
+static int attn_bench_run(void *ctx) {
+    AttnBench *a = (AttnBench *)ctx;
+    if (a->w->L.mode == RX_RADIX) TRY(gpu_kv_store(a->g, &a->kv, a->w));
+    return gpu_attention(a->g, a->w, &a->kv);
 }
-static int run_attention_timed(void *ctx) {
-    const AttnTimed *t = (const AttnTimed *)ctx;
-    const AttnCall *a = &t->call;
-    size_t qd = (size_t)a->n_heads * a->head_dim * sizeof(bf16);      /* bytes per row */
-    size_t kvd = (size_t)a->n_kv_heads * a->head_dim * sizeof(bf16);
-    if (!t->radix) return attention_run(0, a);
-    TRY(rows_by_index_gpu(0, t->q, t->qc, t->scatter, t->n, qd));   /* Algorithm 1, lines 20-23 */
-    TRY(rows_by_index_gpu(0, t->k, t->kc, t->scatter, t->n, kvd));
-    TRY(rows_by_index_gpu(0, t->v, t->vc, t->scatter, t->n, kvd));
-    TRY(attention_run(0, a));
-    return rows_by_index_gpu(0, t->outc, t->out, t->gather, t->n_compact, qd);
+static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k + 0.5) / 2^22 - 1, k < 2^23 */
+    float *h = (float *)rx_alloc(n * sizeof(float), "random attention inputs");
+    bf16 *hb = NULL;
+    for (size_t i = 0; h && i < n; i++) h[i] = ((float)(rx_rand(&seed) >> 41) + 0.5f) / 4194304.0f - 1.0f;
+    if (h) hb = host_bf16(h, n);
+    int rc = !hb ? rx_fail("out of host memory for %zu random inputs", n)
+                 : cuda_copy(dst, hb, n * sizeof(bf16), cudaMemcpyHostToDevice);
+    free(h); free(hb);
+    return rc;
 }
-
-/* Attention alone on batch b's layout (see radixmlp.h); q, k, v random in +-1, never zero. */
-static int time_attention(const RxBatch *b, const RadixIndex *ix, RxMode layout, int flash, int n_heads,
-                          int n_kv_heads, int head_dim, int reps, double *median_ms, AttnTimed *t) {
-    const int S = b->n_seqs, N = b->n_tokens, Nc = ix->n_compact, compact = layout == RX_COMPACT;
-    const int n_q = compact ? Nc : N, n_in = layout == RX_BASELINE ? N : Nc;   /* query rows; rows filled at random */
-    const size_t qd = (size_t)n_heads * head_dim, kvd = (size_t)n_kv_heads * head_dim;
-    int32_t *cu_q = (int32_t *)rx_alloc((S + 1) * sizeof(int32_t), "cu_q"), *tiles = NULL;
-    int32_t *seq_start = (int32_t *)rx_alloc(N * sizeof(int32_t), "the sequence starts");
-    int n_tiles = 0, rc = !cu_q || !seq_start;
-    for (int s = 0; !rc && s < S; s++)
-        for (int t = b->cu_seqlens[s]; t < b->cu_seqlens[s + 1]; t++) seq_start[t] = b->cu_seqlens[s];
-    if (!rc && compact) rc = radix_compact_cu_q(ix, b->cu_seqlens, S, cu_q);
-    else if (!rc) memcpy(cu_q, b->cu_seqlens, (S + 1) * sizeof(int32_t));
-    rc = rc || flash_tiles(cu_q, b->cu_seqlens, S, &tiles, &n_tiles) ||
-         dev_alloc((void **)&t->out, n_q * qd * sizeof(bf16), "the attention output") ||
-         dev_alloc((void **)&t->q, n_q * qd * sizeof(bf16), "the queries") ||
-         dev_alloc((void **)&t->k, n_q * kvd * sizeof(bf16), "the keys") ||
-         dev_alloc((void **)&t->v, n_q * kvd * sizeof(bf16), "the values") ||
-         upload_i32(&t->seq_start, seq_start, N, "the sequence starts") ||
-         upload_i32(&t->cu_q, cu_q, S + 1, "cu_q") || upload_i32(&t->cu_k, b->cu_seqlens, S + 1, "cu_k") ||
-         (n_tiles && upload_i32(&t->tiles, tiles, 2 * n_tiles, "the flash attention work list")) ||
-         (layout != RX_BASELINE && (upload_i32(&t->gather, ix->gather, Nc, "I_gather") ||
-                                    upload_i32(&t->scatter, ix->scatter, N, "I_scatter")));
-    free(cu_q); free(seq_start); free(tiles);
-    if (rc) return -1;
-    AttnCall *a = &t->call;
-    GpuKvView kv = {t->k, t->v, (int64_t)kvd, compact ? t->scatter : NULL};
-    a->flash = flash, a->n_q = n_q, a->n_heads = n_heads, a->n_kv_heads = n_kv_heads, a->head_dim = head_dim;
-    a->out = t->out, a->q = t->q, a->kv = kv, a->q_orig = compact ? t->gather : NULL, a->seq_start = t->seq_start;
-    a->cu_q = t->cu_q, a->cu_k = t->cu_k, a->tiles = t->tiles, a->n_tiles = n_tiles;
-    bf16 *in_q = t->q, *in_k = t->k, *in_v = t->v;   /* what holds the random inputs */
-    if (layout == RX_RADIX) {
-        t->radix = 1, t->n = N, t->n_compact = Nc;
-        DEV_ALLOC(t->qc, Nc * qd, "the compact queries");
-        DEV_ALLOC(t->kc, Nc * kvd, "the compact keys");
-        DEV_ALLOC(t->vc, Nc * kvd, "the compact values");
-        DEV_ALLOC(t->outc, Nc * qd, "the compact attention output");
-        in_q = t->qc, in_k = t->kc, in_v = t->vc;
-    }
-    TRY(fill_uniform(0, in_q, (int64_t)(n_in * qd), 3, 0.0f, 1.0f));
-    TRY(fill_uniform(0, in_k, (int64_t)(n_in * kvd), 4, 0.0f, 1.0f));
-    TRY(fill_uniform(0, in_v, (int64_t)(n_in * kvd), 5, 0.0f, 1.0f));
-    return gpu_time_median(run_attention_timed, t, reps, median_ms);
+static int time_attention(GpuModel *g, GpuWork *w, const RxBatch *b, RxMode mode, int reps, double *median_ms) {
+    const Qwen3Config *c = &g->cfg;
+    const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    TRY(layout_build(&w->L, b, NULL, mode, RX_AUTO_THRESHOLD));
+    const int radix = w->L.mode == RX_RADIX, R = w->L.R;
+    TRY(work_alloc(g, w, 0, 0, radix ? w->L.N : 0));
+    TRY(fill_random(w->q, (size_t)(R * QD), 3));
+    TRY(fill_random(w->k, (size_t)(R * KVD), 4));
+    TRY(fill_random(w->v, (size_t)(R * KVD), 5));
+    AttnBench a = {g, w, {radix ? w->k_n : w->k, radix ? w->v_n : w->v, KVD, w->kv_row}};
+    return gpu_time_median(attn_bench_run, &a, reps, median_ms);
 }
 int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
                        int reps, double *median_ms) {
@@ -2147,15 +2091,19 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
     if (!b || b->n_seqs < 1 || b->n_tokens < 1 || reps < 1 || layout < RX_BASELINE || layout > RX_COMPACT)
         return rx_fail("gpu_time_attention: needs a non-empty batch, reps >= 1, and the baseline, radix or compact "
                        "layout");
-    const int flash = kernel == RX_ATTN_FLASH || (kernel == RX_ATTN_AUTO && flash_supported(head_dim));
-    if (flash && !flash_supported(head_dim))
+    if (kernel == RX_ATTN_FLASH && !flash_supported(head_dim))
         return rx_fail("the flash attention kernel is built for head_dim %d, not %d", FLASH_D, head_dim);
-    RadixIndex ix;
-    if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
-    AttnTimed t = {};
-    int rc = time_attention(b, &ix, layout, flash, n_heads, n_kv_heads, head_dim, reps, median_ms, &t);
-    radix_index_free(&ix);
-    attn_timed_free(&t);
+    if (ragged_check("gpu_time_attention", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens))
+        return -1;
+    GpuModel g;                      /* attention's shapes; the sizes it does not use at 1 (no logits are made) */
+    memset(&g, 0, sizeof g);
+    g.cfg.n_heads = n_heads, g.cfg.n_kv_heads = n_kv_heads, g.cfg.head_dim = head_dim, g.cfg.n_layers = 1;
+    g.cfg.hidden_size = g.cfg.intermediate_size = g.cfg.vocab_size = 1;
+    g.attention = kernel;
+    GpuWork w;
+    memset(&w, 0, sizeof w);
+    int rc = time_attention(&g, &w, b, layout, reps, median_ms);
+    work_free(&w);
     return rc;
 }
 
