@@ -1435,7 +1435,7 @@ static void test_gpu_attention(void) {
 }
 
 /* The whole forward on a tiny random model (head_dim != hidden/heads, GQA), tied and untied, against the C
- * reference, in every mode. */
+ * reference, in every mode. gpu_model_random and qwen3_random on one seed are one model (bf16 vs fp32). */
 static void test_gpu_forward_matches_reference(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
@@ -1445,7 +1445,11 @@ static void test_gpu_forward_matches_reference(void) {
         Qwen3Model m;
         GpuModel *g = NULL;
         if (qwen3_random(&m, &cfg, 7 + (uint64_t)tied)) { expect(0, "qwen3_random: %s", radix_error()); return; }
-        if (gpu_model_upload(&g, &m)) { expect(0, "gpu_model_upload: %s", radix_error()); qwen3_free(&m); return; }
+        if (gpu_model_random(&g, &cfg, 7 + (uint64_t)tied)) {
+            expect(0, "gpu_model_random: %s", radix_error());
+            qwen3_free(&m);
+            return;
+        }
         RxBatch b = pattern_batch(&table7a[5], cfg.vocab_size, 21);   /* complex_sharing */
         size_t n = (size_t)b.n_tokens * cfg.vocab_size;
         float *ref = floats(n), *got = floats(n);
