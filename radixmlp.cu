@@ -1552,15 +1552,6 @@ const char *gpu_device_name(void) {
     return device_props(&p) == cudaSuccess ? p.name : "";
 }
 
-static int check_config(const Qwen3Config *c) {
-    if (c->vocab_size < 1 || c->hidden_size < 1 || c->intermediate_size < 1 || c->n_layers < 1 ||
-        c->max_position_embeddings < 1)
-        return rx_fail("the model config has a size below 1 (vocab %d, hidden %d, intermediate %d, layers %d, "
-                       "max_position_embeddings %d)", c->vocab_size, c->hidden_size, c->intermediate_size,
-                       c->n_layers, c->max_position_embeddings);
-    return check_heads(c->n_heads, c->n_kv_heads, c->head_dim);
-}
-
 /* Allocates *dst and fills it with the checkpoint tensor t (F32, F16 or BF16, as fp32, rounded to bf16 to nearest
  * even). The loader has checked t's dtype and its shape against the config (bind_model). */
 static int upload(bf16 **dst, const RxTensor *t) {
@@ -1633,7 +1624,7 @@ void gpu_model_free(GpuModel *g) {
 int gpu_model_upload(GpuModel **out, const Qwen3Model *m) {
     *out = NULL;
     if (!m) return rx_fail("gpu_model_upload needs a model");
-    if (!gpu_available() || check_config(&m->cfg)) return -1;
+    if (!gpu_available() || check_heads(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim)) return -1;
     GpuModel *g = (GpuModel *)calloc(1, sizeof *g);
     if (!g) return rx_fail("out of host memory for the GPU model");
     g->cfg = m->cfg;
@@ -1649,7 +1640,7 @@ int gpu_model_upload(GpuModel **out, const Qwen3Model *m) {
 int gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed) {
     Qwen3Model m;
     *g = NULL;
-    if (!gpu_available() || check_config(cfg) || qwen3_random(&m, cfg, seed)) return -1;
+    if (!gpu_available() || qwen3_random(&m, cfg, seed)) return -1;
     int rc = gpu_model_upload(g, &m);
     qwen3_free(&m);
     return rc;
@@ -3057,14 +3048,13 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
 }
 
 /* --------------------------------------------------------------------------- part ii: serving requests in batches */
-/* A serving engine's scheduler loop on the C reference, as SGLang's RadixAttention scheduler runs it. Requests wait
- * in a queue; each round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm:
- * sorting by matched length visits the tree depth first, so a prefix is reused while it is cached), and stops at the
- * first one that finds no room. The admitted requests' unmatched suffixes form one ragged batch (positions continue
- * after each cached prefix), one qwen3_prefill_ref
- * (gpu_prefill when o->gpu is set) computes them and writes their K/V into their pages, and each
- * request finishes: its whole pages go into the cache, its references and locks are released. At the end the cache
- * is flushed and the pool audited. */
+/* A serving engine's scheduler loop, as SGLang's RadixAttention scheduler runs it. Requests wait in a queue; each
+ * round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm: sorting by matched
+ * length visits the tree depth first, so a prefix is reused while it is cached), and stops at the first one that
+ * finds no room. The admitted requests' unmatched suffixes form one ragged batch (positions continue after each
+ * cached prefix), one qwen3_prefill_ref (gpu_prefill when o->gpu is set) computes them and writes their K/V into
+ * their pages, and each request finishes: its whole pages go into the cache, its references and locks are released.
+ * At the end the cache is flushed and the pool audited. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
 
 static int by_cached_then_index(const void *a, const void *b) {
@@ -4187,7 +4177,15 @@ static float rx_uniform(uint64_t *s, float lo, float hi) { return lo + (hi - lo)
 int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    const Qwen3Config *c = cfg;
+    const Qwen3Config *c = cfg;                     /* what rx_parse_config guarantees for a checkpoint's config */
+    if (c->vocab_size < 1 || c->hidden_size < 1 || c->intermediate_size < 1 || c->n_layers < 1 ||
+        c->max_position_embeddings < 1 || c->n_heads < 1 || c->n_kv_heads < 1)
+        return rx_fail("the model config has a size below 1 (vocab %d, hidden %d, intermediate %d, layers %d, heads "
+                       "%d, kv heads %d, max_position_embeddings %d)", c->vocab_size, c->hidden_size,
+                       c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->max_position_embeddings);
+    if (c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim % 2)
+        return rx_fail("the model config needs n_heads (%d) a multiple of n_kv_heads (%d) and an even head_dim >= 2 "
+                       "(%d)", c->n_heads, c->n_kv_heads, c->head_dim);
     int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
             in = c->intermediate_size, v = c->vocab_size;
     struct { const char *name; int64_t d0, d1; } per_layer[] = {
@@ -4599,7 +4597,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
     int rc = -1;
     float *logits = NULL;
     GpuModel *g = NULL;
-    if (check_lines(&b, tokens, &m.cfg, 1, 0) || rx_batch_check(&b, &m.cfg) ||
+    if (check_lines(&b, tokens, &m.cfg, 1, 0) ||
         radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
@@ -4694,9 +4692,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         if (write_stats(stats, lens, batch_of, cached_of, n)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
-    if (dump) {
-        if (write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
-    }
+    if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     printf("requests %d in %d batches, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
            n, st.n_batches, st.prompt_tokens, st.cached_tokens, 100.0 * st.cached_tokens / st.prompt_tokens);
     printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, pages in use by the cache %d of %d\n",
