@@ -25,7 +25,8 @@
  *               zero), timed by gpu_time_median: CUDA events, median after a warm-up.
  *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) per forward, median of rounds of the three
  *               modes in turn; the first round's logits checked (finite; radix and compact == baseline bit for bit).
- * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random), never zero.
+ * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random: qwen3_random's
+ * model, rounded).
  * Every number taken from the paper sits in a column whose name starts with "paper".
  * Results go to stdout as markdown (and --csv FILE), progress to stderr.                                    */
 #ifndef _POSIX_C_SOURCE
@@ -250,7 +251,7 @@ static int time_modes(GpuModel *g, const RxBatch *b, int vocab, int reps, double
 
 static int upload(GpuModel **g, const ModelSpec *m)
 {
-    fprintf(stderr, "bench: generating random %s weights on the device\n", m->name);
+    fprintf(stderr, "bench: generating random %s weights on the host, then uploading them\n", m->name);
     if (gpu_model_random(g, &m->cfg, SEED) == 0) return 0;
     fprintf(stderr, "bench: gpu_model_random(%s) failed: %s\n", m->name, radix_error());
     return 1;

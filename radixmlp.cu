@@ -1553,91 +1553,57 @@ const char *gpu_device_name(void) {
     return device_props(&p) == cudaSuccess ? p.name : "";
 }
 
-static int check_config(const Qwen3Config *c) {
-    if (c->vocab_size < 1 || c->hidden_size < 1 || c->intermediate_size < 1 || c->n_layers < 1 ||
-        c->max_position_embeddings < 1)
-        return rx_fail("the model config has a size below 1 (vocab %d, hidden %d, intermediate %d, layers %d, "
-                       "max_position_embeddings %d)", c->vocab_size, c->hidden_size, c->intermediate_size,
-                       c->n_layers, c->max_position_embeddings);
-    return check_heads(c->n_heads, c->n_kv_heads, c->head_dim);
-}
-
-/* Allocates one weight of n elements (what, of layer `layer`, or of the model when layer < 0) and fills it: from the
- * checkpoint tensor t of m (F32, F16 or BF16, via fp32, rounded to bf16 to nearest even), or, when m is NULL, with
- * random values made on the device: uniform in +-1/sqrt(fan_in) for matrices (nn.Linear's init scale), 0.5..1.5 for
- * norm weights (fan_in 0), which start at 1.0 in a fresh model and would hide a mistake in the multiply order. */
-static int weight(GpuModel *g, const Qwen3Model *m, bf16 **dst, const RxTensor *t, int64_t n, int fan_in,
-                  uint64_t seed, int layer, const char *what) {
-    char name[96];
-    if (layer < 0) snprintf(name, sizeof name, "%s", what);
-    else snprintf(name, sizeof name, "layers.%d.%s", layer, what);
-    DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", name, (long long)n);
-    if (!m && fan_in) return fill_uniform(g->stream, *dst, n, seed, 0.0f, 1.0f / sqrtf((float)fan_in));
-    if (!m) return fill_uniform(g->stream, *dst, n, seed, 1.0f, 0.5f);
-    if (!t) return rx_fail("the checkpoint has no tensor for %s", name);
-    if (rx_numel(t) != n)
-        return rx_fail("%s: tensor %s has %lld elements; the config says %s has %lld", t->file, t->name,
-                       (long long)rx_numel(t), name, (long long)n);
-    if (t->dtype != RX_F32 && t->dtype != RX_F16 && t->dtype != RX_BF16)
-        return rx_fail("%s: tensor %s has dtype %s; only F32, F16 and BF16 weights are supported", t->file, t->name,
-                       t->dtype_name);
-    float *f = (float *)malloc((size_t)n * sizeof(float));
-    bf16 *h = NULL;
-    if (f) {
-        rx_tensor_to_f32(t, f);
-        h = host_bf16(f, (size_t)n);
-    }
-    int rc = !h ? rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * 6))
-                : cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
-    free(f);
+/* Allocates *dst and fills it with the checkpoint tensor t (F32, F16 or BF16, as fp32, rounded to bf16 to nearest
+ * even). The loader has checked t's dtype and its shape against the config (bind_model). */
+static int upload(bf16 **dst, const RxTensor *t) {
+    int64_t n = rx_numel(t);
+    DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", t->name, (long long)n);
+    bf16 *h = (bf16 *)malloc((size_t)n * sizeof(bf16));
+    if (!h) return rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * sizeof(bf16)));
+    RX_OMP(omp parallel for schedule(static))
+    for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
+    int rc = cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
     free(h);
     return rc;
 }
 
-/* Allocates and fills every weight of g: from m, or randomly from seed when m is NULL. */
-static int model_build(GpuModel *g, const Qwen3Model *m, uint64_t seed) {
-    static const Qwen3Layer no_tensors = {};          /* the random model reads no tensor */
+/* Allocates and fills every weight of g from m. */
+static int model_build(GpuModel *g, const Qwen3Model *m) {
     const Qwen3Config *c = &g->cfg;
-    const int64_t H = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    const int64_t QD = c->n_heads * D, KVD = c->n_kv_heads * D;
     CUDA_CHECK(cudaStreamCreate(&g->stream));
     TRY(blas_create(&g->blas));
     CUBLAS_CHECK(cublasSetStream(g->blas, g->stream));
     g->layers = (GpuLayer *)calloc(c->n_layers, sizeof(GpuLayer));
     if (!g->layers) return rx_fail("out of host memory for %d layers", c->n_layers);
 
-    TRY(weight(g, m, &g->embed, m ? m->embed : NULL, c->vocab_size * H, (int)H, seed, -1, "embed_tokens"));
+    TRY(upload(&g->embed, m->embed));
     for (int l = 0; l < c->n_layers; l++) {
-        const Qwen3Layer *L = m ? &m->layers[l] : &no_tensors;
+        const Qwen3Layer *L = &m->layers[l];
         GpuLayer *G = &g->layers[l];
-        uint64_t s = seed + 16 * (uint64_t)(l + 1);   /* a distinct seed per random weight */
-        TRY(weight(g, m, &G->input_norm, L->input_norm, H, 0, s + 0, l, "input_layernorm"));
-        TRY(weight(g, m, &G->q_proj, L->q_proj, QD * H, (int)H, s + 1, l, "self_attn.q_proj"));
-        TRY(weight(g, m, &G->k_proj, L->k_proj, KVD * H, (int)H, s + 2, l, "self_attn.k_proj"));
-        TRY(weight(g, m, &G->v_proj, L->v_proj, KVD * H, (int)H, s + 3, l, "self_attn.v_proj"));
-        TRY(weight(g, m, &G->o_proj, L->o_proj, H * QD, (int)QD, s + 4, l, "self_attn.o_proj"));
-        TRY(weight(g, m, &G->q_norm, L->q_norm, D, 0, s + 5, l, "self_attn.q_norm"));
-        TRY(weight(g, m, &G->k_norm, L->k_norm, D, 0, s + 6, l, "self_attn.k_norm"));
-        TRY(weight(g, m, &G->post_norm, L->post_norm, H, 0, s + 7, l, "post_attention_layernorm"));
-        TRY(weight(g, m, &G->gate_proj, L->gate_proj, I * H, (int)H, s + 8, l, "mlp.gate_proj"));
-        TRY(weight(g, m, &G->up_proj, L->up_proj, I * H, (int)H, s + 9, l, "mlp.up_proj"));
-        TRY(weight(g, m, &G->down_proj, L->down_proj, H * I, (int)I, s + 10, l, "mlp.down_proj"));
+        TRY(upload(&G->input_norm, L->input_norm));
+        TRY(upload(&G->q_proj, L->q_proj));
+        TRY(upload(&G->k_proj, L->k_proj));
+        TRY(upload(&G->v_proj, L->v_proj));
+        TRY(upload(&G->o_proj, L->o_proj));
+        TRY(upload(&G->q_norm, L->q_norm));
+        TRY(upload(&G->k_norm, L->k_norm));
+        TRY(upload(&G->post_norm, L->post_norm));
+        TRY(upload(&G->gate_proj, L->gate_proj));
+        TRY(upload(&G->up_proj, L->up_proj));
+        TRY(upload(&G->down_proj, L->down_proj));
     }
-    TRY(weight(g, m, &g->final_norm, m ? m->final_norm : NULL, H, 0, seed + 1, -1, "norm"));
-    /* tied: the LM head is embed_tokens itself (the loader decides for a checkpoint: see bind_model) */
-    if (m ? m->lm_head == m->embed : c->tie_word_embeddings)
+    TRY(upload(&g->final_norm, m->final_norm));
+    /* the loader decided: tied (the LM head is embed_tokens itself), untied, or no head (an embedding checkpoint,
+     * gpu_embed only); see bind_model */
+    if (m->lm_head == m->embed)
         g->lm_head = g->embed;
-    else if (m && !m->lm_head)                        /* an embedding checkpoint: no head (gpu_embed only) */
-        g->lm_head = NULL;
-    else
-        TRY(weight(g, m, &g->lm_head, m ? m->lm_head : NULL, c->vocab_size * H, (int)H, seed + 2, -1, "lm_head"));
+    else if (m->lm_head)
+        TRY(upload(&g->lm_head, m->lm_head));
 
     float inv_freq[MAX_HEAD_DIM / 2];
     rope_inv_freq(inv_freq, c->head_dim, c->rope_theta);
-    DEV_ALLOC(g->inv_freq, D / 2, "the RoPE frequencies [%d]", (int)(D / 2));
-    TRY(cuda_copy(g->inv_freq, inv_freq, (size_t)(D / 2) * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaStreamSynchronize(g->stream));   /* the random fills, and any error they hit */
-    return 0;
+    DEV_ALLOC(g->inv_freq, c->head_dim / 2, "the RoPE frequencies [%d]", c->head_dim / 2);
+    return cuda_copy(g->inv_freq, inv_freq, (size_t)(c->head_dim / 2) * sizeof(float), cudaMemcpyHostToDevice);
 }
 
 void gpu_model_free(GpuModel *g) {
@@ -1656,23 +1622,30 @@ void gpu_model_free(GpuModel *g) {
     free(g);
 }
 
-static int model_create(GpuModel **out, const Qwen3Config *cfg, const Qwen3Model *m, uint64_t seed) {
+int gpu_model_upload(GpuModel **out, const Qwen3Model *m) {
     *out = NULL;
-    if (!gpu_available() || check_config(cfg)) return -1;
+    if (!m) return rx_fail("gpu_model_upload needs a model");
+    if (!gpu_available() || check_heads(m->cfg.n_heads, m->cfg.n_kv_heads, m->cfg.head_dim)) return -1;
     GpuModel *g = (GpuModel *)calloc(1, sizeof *g);
     if (!g) return rx_fail("out of host memory for the GPU model");
-    g->cfg = *cfg;
-    if (model_build(g, m, seed)) {
+    g->cfg = m->cfg;
+    if (model_build(g, m)) {
         gpu_model_free(g);
         return -1;
     }
     *out = g;
     return 0;
 }
-int gpu_model_upload(GpuModel **g, const Qwen3Model *m) {
-    return m ? model_create(g, &m->cfg, m, 0) : rx_fail("gpu_model_upload needs a model");
+/* The C reference's random model (qwen3_random), rounded to bf16: a test can compare the two forwards directly. The
+ * fp32 model lives on the host until the upload is done (4 bytes a parameter). */
+int gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed) {
+    Qwen3Model m;
+    *g = NULL;
+    if (!gpu_available() || qwen3_random(&m, cfg, seed)) return -1;
+    int rc = gpu_model_upload(g, &m);
+    qwen3_free(&m);
+    return rc;
 }
-int gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed) { return model_create(g, cfg, NULL, seed); }
 
 int gpu_set_attention(GpuModel *g, RxAttention attention) {
     if (!g) return rx_fail("gpu_set_attention needs a GPU model");
@@ -2872,14 +2845,13 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
 }
 
 /* --------------------------------------------------------------------------- part ii: serving requests in batches */
-/* A serving engine's scheduler loop on the C reference, as SGLang's RadixAttention scheduler runs it. Requests wait
- * in a queue; each round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm:
- * sorting by matched length visits the tree depth first, so a prefix is reused while it is cached), and stops at the
- * first one that finds no room. The admitted requests' unmatched suffixes form one ragged batch (positions continue
- * after each cached prefix), one qwen3_prefill_ref
- * (gpu_prefill when o->gpu is set) computes them and writes their K/V into their pages, and each
- * request finishes: its whole pages go into the cache, its references and locks are released. At the end the cache
- * is flushed and the pool audited. */
+/* A serving engine's scheduler loop, as SGLang's RadixAttention scheduler runs it. Requests wait in a queue; each
+ * round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm: sorting by matched
+ * length visits the tree depth first, so a prefix is reused while it is cached), and stops at the first one that
+ * finds no room. The admitted requests' unmatched suffixes form one ragged batch (positions continue after each
+ * cached prefix), one qwen3_prefill_ref (gpu_prefill when o->gpu is set) computes them and writes their K/V into
+ * their pages, and each request finishes: its whole pages go into the cache, its references and locks are released.
+ * At the end the cache is flushed and the pool audited. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
 
 static int by_cached_then_index(const void *a, const void *b) {
@@ -3926,7 +3898,8 @@ static float f16_to_f32(uint16_t h) {
     float f; memcpy(&f, &u, 4); return f;
 }
 
-/* Element i of a tensor as fp32 (rx_pack_weight reads weights one by one, to lay them out anew). */
+/* Element i of a tensor as fp32, exactly: F16 and BF16 are subsets of F32. memcpy because the data inside a mmap need
+ * not be aligned. */
 static float rx_tensor_at(const RxTensor *t, int64_t i) {
     const uint8_t *s = (const uint8_t *)t->data;
     float f;
@@ -3936,33 +3909,41 @@ static float rx_tensor_at(const RxTensor *t, int64_t i) {
     return t->dtype == RX_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
-/* Converts a tensor of any supported dtype to fp32 (exactly: F16 and BF16 are subsets of F32). memcpy because the
- * data inside a mmap need not be aligned. */
+/* The whole tensor as fp32: dst holds rx_numel(t) floats. */
 void rx_tensor_to_f32(const RxTensor *t, float *dst) {
     int64_t n = rx_numel(t);
-    const uint8_t *s = (const uint8_t *)t->data;
-    if (t->dtype == RX_F32) { memcpy(dst, s, (size_t)n * 4); return; }
-    for (int64_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        dst[i] = t->dtype == RX_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-    }
+    if (t->dtype == RX_F32) { memcpy(dst, t->data, (size_t)n * 4); return; }
+    for (int64_t i = 0; i < n; i++) dst[i] = rx_tensor_at(t, i);
 }
 
-/* splitmix64: a tiny seeded generator, good enough for random weights and tokens. */
+/* splitmix64: a tiny seeded generator, good enough for random weights and tokens. Its state only counts up by
+ * SPLITMIX_STEP, so the state after k draws from seed is seed + k * SPLITMIX_STEP: any draw can be made directly. */
+#define SPLITMIX_STEP 0x9E3779B97F4A7C15ull
 static uint64_t rx_rand(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (*s += SPLITMIX_STEP);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
 static float rx_uniform(uint64_t *s, float lo, float hi) { return lo + (hi - lo) * (float)((rx_rand(s) >> 40) * 0x1.0p-24); }
 
-/* A random fp32 model in memory, with the tensor names of a real checkpoint, so the rest of the code cannot tell. */
+/* A random fp32 model in memory, with the tensor names of a real checkpoint, so the rest of the code cannot tell
+ * (gpu_model_random uploads this same model, rounded to bf16). Matrices ~ U(-1/sqrt(in), 1/sqrt(in)) keep
+ * activations O(1); norm weights in [0.5, 1.5] so that a wrong weight-multiply order shows; the embedding ~ U(-1, 1).
+ * Element k of the whole model (in the order below) is splitmix64's draw k from seed: every element fills in
+ * parallel, and the model depends on the seed alone, never on the thread count. */
 int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    const Qwen3Config *c = cfg;
+    const Qwen3Config *c = cfg;                     /* what rx_parse_config guarantees for a checkpoint's config */
+    if (c->vocab_size < 1 || c->hidden_size < 1 || c->intermediate_size < 1 || c->n_layers < 1 ||
+        c->max_position_embeddings < 1 || c->n_heads < 1 || c->n_kv_heads < 1)
+        return rx_fail("the model config has a size below 1 (vocab %d, hidden %d, intermediate %d, layers %d, heads "
+                       "%d, kv heads %d, max_position_embeddings %d)", c->vocab_size, c->hidden_size,
+                       c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->max_position_embeddings);
+    if (c->n_heads % c->n_kv_heads || c->head_dim < 2 || c->head_dim % 2)
+        return rx_fail("the model config needs n_heads (%d) a multiple of n_kv_heads (%d) and an even head_dim >= 2 "
+                       "(%d)", c->n_heads, c->n_kv_heads, c->head_dim);
     int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
             in = c->intermediate_size, v = c->vocab_size;
     struct { const char *name; int64_t d0, d1; } per_layer[] = {
@@ -3978,41 +3959,42 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
     m->tensors = (RxTensor *)calloc((size_t)n, sizeof *m->tensors);
     if (!p || !m->tensors) { qwen3_free(m); return rx_fail("out of host memory"); }
     int64_t total = 0;
-    for (int pass = 0; pass < 2; pass++) {        /* pass 0 sizes one allocation, pass 1 fills it */
-        int k = 0;
-        int64_t at = 0;
-        uint64_t rng = seed;
-        for (int i = -2; i < c->n_layers * n_per + !c->tie_word_embeddings; i++, k++) {
-            char name[96];
-            int64_t d0, d1;
-            if (i == -2) { snprintf(name, sizeof name, "model.embed_tokens.weight"); d0 = v; d1 = h; }
-            else if (i == -1) { snprintf(name, sizeof name, "model.norm.weight"); d0 = h; d1 = 0; }
-            else if (i == c->n_layers * n_per) { snprintf(name, sizeof name, "lm_head.weight"); d0 = v; d1 = h; }
-            else {
-                snprintf(name, sizeof name, "model.layers.%d.%s", i / n_per, per_layer[i % n_per].name);
-                d0 = per_layer[i % n_per].d0; d1 = per_layer[i % n_per].d1;
-            }
-            int64_t numel = d0 * (d1 ? d1 : 1);
-            if (pass == 1) {
-                RxTensor *t = &m->tensors[k];
-                float *data = (float *)p->owned + at;
-                if (!(t->name = strdup(name))) { m->n_tensors = k; qwen3_free(m); return rx_fail("out of host memory"); }
-                t->dtype = RX_F32; t->dtype_name = "F32"; t->file = "(random)";
-                t->rank = d1 ? 2 : 1; t->shape[0] = d0; t->shape[1] = d1;
-                t->data = data; t->nbytes = (size_t)numel * 4;
-                /* matrices ~ U(-1/sqrt(in), 1/sqrt(in)) keep activations O(1); norm weights in [0.5, 1.5] so a
-                 * wrong weight-multiply order shows; the embedding ~ U(-1, 1). */
-                float a = d1 ? (i == -2 ? 1.0f : 1.0f / sqrtf((float)d1)) : 0.5f, mid = d1 ? 0.0f : 1.0f;
-                for (int64_t e = 0; e < numel; e++) data[e] = rx_uniform(&rng, mid - a, mid + a);
-                m->n_tensors = k + 1;
-            }
-            at += numel;
+    for (int k = 0; k < n; k++) {                   /* names and shapes: embed, norm, the layers, lm_head if untied */
+        RxTensor *t = &m->tensors[k];
+        int i = k - 2;                              /* the index into the layers' tensors */
+        char name[96];
+        int64_t d0 = v, d1 = h;
+        if (k == 0) snprintf(name, sizeof name, "model.embed_tokens.weight");
+        else if (k == 1) { snprintf(name, sizeof name, "model.norm.weight"); d0 = h; d1 = 0; }
+        else if (i == c->n_layers * n_per) snprintf(name, sizeof name, "lm_head.weight");
+        else {
+            snprintf(name, sizeof name, "model.layers.%d.%s", i / n_per, per_layer[i % n_per].name);
+            d0 = per_layer[i % n_per].d0; d1 = per_layer[i % n_per].d1;
         }
-        total = at;
-        if (pass == 0 && !(p->owned = malloc((size_t)total * sizeof(float)))) {
-            qwen3_free(m);
-            return rx_fail("out of host memory for a random model (%.1f MiB)", total * 4 / 1048576.0);
+        if (!(t->name = strdup(name))) { qwen3_free(m); return rx_fail("out of host memory"); }
+        m->n_tensors = k + 1;
+        t->dtype = RX_F32; t->dtype_name = "F32"; t->file = "(random)";
+        t->rank = d1 ? 2 : 1; t->shape[0] = d0; t->shape[1] = d1;
+        t->nbytes = (size_t)rx_numel(t) * sizeof(float);
+        total += rx_numel(t);
+    }
+    float *data = (float *)(p->owned = malloc((size_t)total * sizeof(float)));   /* every tensor, in one block */
+    if (!data) {
+        qwen3_free(m);
+        return rx_fail("out of host memory for a random model (%.1f MiB)", total * 4 / 1048576.0);
+    }
+    int64_t at = 0;                                 /* draws so far */
+    for (int k = 0; k < n; k++) {
+        RxTensor *t = &m->tensors[k];
+        int64_t numel = rx_numel(t);
+        float a = t->rank == 1 ? 0.5f : k == 0 ? 1.0f : 1.0f / sqrtf((float)t->shape[1]), mid = t->rank == 1;
+        t->data = data + at;
+        RX_OMP(omp parallel for schedule(static))
+        for (int64_t e = at; e < at + numel; e++) {
+            uint64_t s = seed + (uint64_t)e * SPLITMIX_STEP;   /* the state after e draws */
+            data[e] = rx_uniform(&s, mid - a, mid + a);
         }
+        at += numel;
     }
     qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
     if (bind_model(m, "(random model)")) { qwen3_free(m); return -1; }
@@ -4373,7 +4355,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
     int rc = -1;
     float *logits = NULL;
     GpuModel *g = NULL;
-    if (check_lines(&b, tokens, &m.cfg, 1, 0) || rx_batch_check(&b, &m.cfg) ||
+    if (check_lines(&b, tokens, &m.cfg, 1, 0) ||
         radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
@@ -4468,9 +4450,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         if (write_stats(stats, lens, batch_of, cached_of, n)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
-    if (dump) {
-        if (write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
-    }
+    if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     printf("requests %d in %d batches, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
            n, st.n_batches, st.prompt_tokens, st.cached_tokens, 100.0 * st.cached_tokens / st.prompt_tokens);
     printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, pages in use by the cache %d of %d\n",

@@ -128,7 +128,7 @@ typedef struct {
 /* Loads DIR/config.json and DIR/model.safetensors or the shards of DIR/model.safetensors.index.json,
  * validating everything (docs/qwen3.md lists the checks). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
 int  qwen3_load(Qwen3Model *m, const char *dir);
-/* A random tiny model held in memory (fp32), for the demo and tests: no download. */
+/* A random model held in memory (fp32, 4 bytes a parameter), for the demo, tests and benchmark: no download. */
 int  qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed);
 void qwen3_free(Qwen3Model *m);
 /* Prints the config and the tensor inventory. */
@@ -203,7 +203,7 @@ int  gpu_available(void);
 const char *gpu_device_name(void);
 /* Uploads a model, converting every weight to bf16. */
 int  gpu_model_upload(GpuModel **g, const Qwen3Model *m);
-/* Random bf16 weights generated on the device (for the benchmark: no checkpoint, never zeros). */
+/* qwen3_random's model for the same seed, rounded to bf16 (the benchmark's model: no checkpoint). */
 int  gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed);
 void gpu_model_free(GpuModel *g);
 

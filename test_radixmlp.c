@@ -1066,6 +1066,39 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
 
 /* The thread count changes who computes a row, never how: the logits of every mode with 2 threads equal the
  * baseline's with 1 thread bit for bit, on the Table 7a patterns (a build without OpenMP runs 1 thread twice). */
+/* qwen3_random fills its tensors in parallel: element k of the model is splitmix64's draw k from the seed, so the
+ * model is the same whatever the thread count. A config no checkpoint could have is refused in one line. */
+static void test_random_model_identical_for_1_and_2_threads(void) {
+    Qwen3Config cfg = tiny_config(), bad = tiny_config();
+    Qwen3Model one, two;
+    int threads0 = rx_threads(0), n_two = (rx_threads(2), rx_threads(0));
+    rx_threads(1);
+    int rc1 = qwen3_random(&one, &cfg, 13);
+    rx_threads(2);
+    int rc2 = qwen3_random(&two, &cfg, 13);
+    rx_threads(threads0);
+    expect(rc1 == 0 && rc2 == 0, "qwen3_random: %s", radix_error());
+    for (int i = 0; rc1 == 0 && rc2 == 0 && i < one.n_tensors; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "%s, 1 thread vs %d", one.tensors[i].name, n_two);
+        expect_identical(what, (const float *)two.tensors[i].data, (const float *)one.tensors[i].data,
+                         one.tensors[i].nbytes / sizeof(float));
+    }
+    summary("%d tensors: bit-identical on 1 and %d threads", one.n_tensors, n_two);
+    if (rc1 == 0) qwen3_free(&one);
+    if (rc2 == 0) qwen3_free(&two);
+    bad.n_kv_heads = 3;                                  /* 4 heads: not a multiple */
+    int rc = qwen3_random(&one, &bad, 13);
+    expect(rc != 0 && strstr(radix_error(), "multiple of n_kv_heads"), "n_kv_heads 3 of 4 heads not refused: '%s'",
+           radix_error());
+    note_rejected(rc, 0, "4 heads, 3 kv heads");
+    bad = tiny_config();
+    bad.intermediate_size = 0;
+    rc = qwen3_random(&one, &bad, 13);
+    expect(rc != 0 && strstr(radix_error(), "size below 1"), "intermediate_size 0 not refused: '%s'", radix_error());
+    note_rejected(rc, 0, "intermediate_size 0");
+}
+
 static void test_logits_identical_for_1_and_2_threads_every_mode(void) {
     Qwen3Config cfg = tiny_config();
     Qwen3Model m;
@@ -1505,7 +1538,7 @@ static void test_gpu_attention(void) {
 }
 
 /* The whole forward on a tiny random model (head_dim != hidden/heads, GQA), tied and untied, against the C
- * reference, in every mode. */
+ * reference, in every mode. gpu_model_random and qwen3_random on one seed are one model (bf16 vs fp32). */
 static void test_gpu_forward_matches_reference(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
@@ -1515,7 +1548,11 @@ static void test_gpu_forward_matches_reference(void) {
         Qwen3Model m;
         GpuModel *g = NULL;
         if (qwen3_random(&m, &cfg, 7 + (uint64_t)tied)) { expect(0, "qwen3_random: %s", radix_error()); return; }
-        if (gpu_model_upload(&g, &m)) { expect(0, "gpu_model_upload: %s", radix_error()); qwen3_free(&m); return; }
+        if (gpu_model_random(&g, &cfg, 7 + (uint64_t)tied)) {
+            expect(0, "gpu_model_random: %s", radix_error());
+            qwen3_free(&m);
+            return;
+        }
         RxBatch b = pattern_batch(&table7a[5], cfg.vocab_size, 21);   /* complex_sharing */
         size_t n = (size_t)b.n_tokens * cfg.vocab_size;
         float *ref = floats(n), *got = floats(n);
@@ -4294,6 +4331,7 @@ static const Test tests[] = {
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
     {"reference", "matmul_packed_equals_definition_bit_for_bit", test_matmul_packed_equals_definition_bit_for_bit},
+    {"reference", "random_model_identical_for_1_and_2_threads", test_random_model_identical_for_1_and_2_threads},
     {"reference", "logits_identical_for_1_and_2_threads_every_mode", test_logits_identical_for_1_and_2_threads_every_mode},
     {"reference", "last_token_logits_and_embeddings", test_last_token_logits_and_embeddings},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
