@@ -30,9 +30,9 @@
  *                                      the pool slots by the same layer steps as Part I (gpu_layer_qkv, GpuKvView)
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
- * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> GPU entry
- * points for the tests and benchmarks -> Part II: the paged KV pool, the prefix caches, a request's life, prefill on
- * the GPU -> the plumbing (errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and
+ * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> Part II: the
+ * paged KV pool, the prefix caches, a request's life, prefill on the GPU -> the plumbing (GPU entry points for the
+ * tests and benchmarks, errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and
  * CLI main(). The plumbing the algorithms call is declared just below the #includes.
  *
  * Non-obvious things:
@@ -75,6 +75,7 @@
 static int rx_fail(const char *fmt, ...);
 static void *rx_alloc(size_t bytes, const char *what);
 static inline double rx_now_ms(void);
+static int cmp_double(const void *a, const void *b);
 static int64_t rx_numel(const RxTensor *t);
 static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i as fp32, exactly */
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c);   /* tokens, positions, cu_seqlens in range */
@@ -994,23 +995,23 @@ __global__ void rows_by_index_kernel(Chunk *out, int64_t out_stride, const int32
     for (int64_t c = threadIdx.x; c < chunks_per_row; c += blockDim.x) to[c] = from[c];
 }
 /* out rows out_stride_bytes apart, row r at dst ? dst[r] : r; in rows row_bytes apart, row idx ? idx[r] : r. */
-static int rows_copy_gpu(cudaStream_t st, void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
+static int rows_copy_gpu(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
                          const int32_t *idx, int n_rows, size_t row_bytes) {
     if (n_rows == 0) return 0;
     if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0) {
-        rows_by_index_kernel<<<n_rows, INDEX_BLOCK, 0, st>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
+        rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
                                                              (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
         LAUNCH_CHECK();
     } else {
-        rows_by_index_kernel<<<n_rows, INDEX_BLOCK, 0, st>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
+        rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
                                                               (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
         LAUNCH_CHECK();
     }
     return 0;
 }
-static int rows_by_index_gpu(cudaStream_t st, void *out, const void *in, const int32_t *idx, int n_rows,
+static int rows_by_index_gpu(void *out, const void *in, const int32_t *idx, int n_rows,
                              size_t row_bytes) {                       /* row_bytes is even: bf16 or fp32 */
-    return rows_copy_gpu(st, out, row_bytes, NULL, in, idx, n_rows, row_bytes);
+    return rows_copy_gpu(out, row_bytes, NULL, in, idx, n_rows, row_bytes);
 }
 
 /* RMSNorm of each row, x [rows, dim] -> out [rows, dim] (input, post-attention and final norm; any space), in the
@@ -1024,8 +1025,8 @@ __global__ void rmsnorm_kernel(bf16 *out, const bf16 *x, const bf16 *w, int dim,
     float inv_rms = rsqrtf(block_sum(ss) / dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = to_bf16(f32(w[i]) * round_bf16(f32(xr[i]) * inv_rms));
 }
-static int rmsnorm(cudaStream_t st, bf16 *out, const bf16 *x, const bf16 *w, int rows, int dim, float eps) {
-    rmsnorm_kernel<<<rows, BLOCK, 0, st>>>(out, x, w, dim, eps);
+static int rmsnorm(bf16 *out, const bf16 *x, const bf16 *w, int rows, int dim, float eps) {
+    rmsnorm_kernel<<<rows, BLOCK>>>(out, x, w, dim, eps);
     LAUNCH_CHECK();
     return 0;
 }
@@ -1070,10 +1071,10 @@ __global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, 
         xh[i + half] = to_bf16(b * c + a * s);
     }
 }
-static int qk_norm_rope(cudaStream_t st, bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
+static int qk_norm_rope(bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
                         int n_heads, int head_dim, float eps) {
     TRY(check_heads(n_heads, 1, head_dim));
-    qk_norm_rope_kernel<<<blocks_for((int64_t)rows * n_heads, BLOCK / 32), BLOCK, 0, st>>>(x, w, pos, inv_freq, rows,
+    qk_norm_rope_kernel<<<blocks_for((int64_t)rows * n_heads, BLOCK / 32), BLOCK>>>(x, w, pos, inv_freq, rows,
                                                                                          n_heads, head_dim, eps);
     LAUNCH_CHECK();
     return 0;
@@ -1087,8 +1088,8 @@ __global__ void silu_mul_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int
     float g = f32(gate[i]);
     out[i] = to_bf16(g / (1.0f + expf(-g)) * f32(up[i]));
 }
-static int silu_mul(cudaStream_t st, bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
-    silu_mul_kernel<<<blocks_for(n, BLOCK), BLOCK, 0, st>>>(out, gate, up, n);
+static int silu_mul(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
+    silu_mul_kernel<<<blocks_for(n, BLOCK), BLOCK>>>(out, gate, up, n);
     LAUNCH_CHECK();
     return 0;
 }
@@ -1098,29 +1099,8 @@ __global__ void add_kernel(bf16 *x, const bf16 *y, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < n) x[i] = to_bf16(f32(x[i]) + f32(y[i]));
 }
-static int add_inplace(cudaStream_t st, bf16 *x, const bf16 *y, int64_t n) {
-    add_kernel<<<blocks_for(n, BLOCK), BLOCK, 0, st>>>(x, y, n);
-    LAUNCH_CHECK();
-    return 0;
-}
-
-/* w[i] = center + half_width * u, u uniform in (-1, 1): a hash of (seed, i), so a weight of any size fills in one
- * launch, on the device, with no state. u = (k + 0.5) / 2^22 - 1 for a 23-bit integer k is exact in fp32 and never 0,
- * so no weight is ever zero. */
-static __device__ uint64_t mix64(uint64_t z) {   /* splitmix64's finaliser */
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-__global__ void fill_uniform_kernel(bf16 *w, int64_t n, uint64_t seed, float center, float half_width) {
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    uint64_t k = mix64(seed * 0x9e3779b97f4a7c15ull + mix64((uint64_t)i)) >> 41;
-    float u = ((float)k + 0.5f) * (1.0f / 4194304.0f) - 1.0f;
-    w[i] = to_bf16(center + half_width * u);
-}
-static int fill_uniform(cudaStream_t st, bf16 *w, int64_t n, uint64_t seed, float center, float half_width) {
-    fill_uniform_kernel<<<blocks_for(n, BLOCK), BLOCK, 0, st>>>(w, n, seed, center, half_width);
+static int add_inplace(bf16 *x, const bf16 *y, int64_t n) {
+    add_kernel<<<blocks_for(n, BLOCK), BLOCK>>>(x, y, n);
     LAUNCH_CHECK();
     return 0;
 }
@@ -1179,10 +1159,10 @@ __global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const 
     for (int j = 0; j < PER_LANE; j++)
         if (lane + 32 * j < head_dim) oh[lane + 32 * j] = to_bf16(acc[j] / l);
 }
-static int attention(cudaStream_t st, bf16 *out, const bf16 *q, GpuKvView kv, int n_q, const int32_t *q_orig,
+static int attention(bf16 *out, const bf16 *q, GpuKvView kv, int n_q, const int32_t *q_orig,
                      const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     TRY(check_heads(n_heads, n_kv_heads, head_dim));
-    attention_kernel<<<blocks_for((int64_t)n_q * n_heads, BLOCK / 32), BLOCK, 0, st>>>(
+    attention_kernel<<<blocks_for((int64_t)n_q * n_heads, BLOCK / 32), BLOCK>>>(
         out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
     LAUNCH_CHECK();
     return 0;
@@ -1450,7 +1430,7 @@ static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, int
 }
 
 static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
-static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
+static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
                            const int32_t *cu_k, const int32_t *tiles, int n_tiles, int n_heads, int n_kv_heads,
                            int head_dim) {
     TRY(check_heads(n_heads, n_kv_heads, head_dim));
@@ -1467,7 +1447,7 @@ static int flash_attention(cudaStream_t st, bf16 *out, const bf16 *q, GpuKvView 
      * it is made before every launch (a host-side call, cheap beside the kernel), never cached in a static. */
     CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
-    flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem, st>>>(
+    flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
         out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
     LAUNCH_CHECK();
     return 0;
@@ -1519,8 +1499,7 @@ struct GpuModel {
     bf16 *final_norm;                /* [hidden]                                   */
     bf16 *lm_head;                   /* [vocab, hidden]; == embed when tied        */
     float *inv_freq;                 /* [head_dim/2] RoPE frequencies              */
-    cudaStream_t stream;             /* every kernel and GEMM of a forward         */
-    cublasHandle_t blas;             /* bound to stream                            */
+    cublasHandle_t blas;             /* its GEMMs, on the default stream as every kernel */
     RxAttention attention;           /* gpu_set_attention; RX_ATTN_AUTO (0) at first */
 };
 
@@ -1570,9 +1549,7 @@ static int upload(bf16 **dst, const RxTensor *t) {
 /* Allocates and fills every weight of g from m. */
 static int model_build(GpuModel *g, const Qwen3Model *m) {
     const Qwen3Config *c = &g->cfg;
-    CUDA_CHECK(cudaStreamCreate(&g->stream));
     TRY(blas_create(&g->blas));
-    CUBLAS_CHECK(cublasSetStream(g->blas, g->stream));
     g->layers = (GpuLayer *)calloc(c->n_layers, sizeof(GpuLayer));
     if (!g->layers) return rx_fail("out of host memory for %d layers", c->n_layers);
 
@@ -1618,7 +1595,6 @@ void gpu_model_free(GpuModel *g) {
     cudaFree(g->embed), cudaFree(g->final_norm), cudaFree(g->inv_freq);
     free(g->layers);
     if (g->blas) cublasDestroy(g->blas);
-    if (g->stream) cudaStreamDestroy(g->stream);
     free(g);
 }
 
@@ -1762,8 +1738,8 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
 
 /* Line 9, started inside the timed region: the embedding is a row gather from the table, h0 = E[x~]  [R, hidden]. */
 static int embed_rows(GpuModel *g, GpuWork *w) {
-    CUDA_CHECK(cudaEventRecord(w->t0, g->stream));
-    return rows_by_index_gpu(g->stream, w->x, g->embed, w->ids, w->L.R, g->cfg.hidden_size * sizeof(bf16));
+    CUDA_CHECK(cudaEventRecord(w->t0, 0));
+    return rows_by_index_gpu(w->x, g->embed, w->ids, w->L.R, g->cfg.hidden_size * sizeof(bf16));
 }
 
 /* Layer l up to attention, on the R rows (lines 15-18), as layer_qkv_ref. */
@@ -1772,13 +1748,12 @@ static int gpu_layer_qkv(GpuModel *g, int l, GpuWork *w) {
     const GpuLayer *W = &g->layers[l];
     const int R = w->L.R, H = c->hidden_size, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
-    cudaStream_t st = g->stream;
-    TRY(rmsnorm(st, w->xn, w->x, W->input_norm, R, H, eps));   /* xn = input_layernorm(x) [R, hidden]              */
+    TRY(rmsnorm(w->xn, w->x, W->input_norm, R, H, eps));   /* xn = input_layernorm(x) [R, hidden]              */
     TRY(gemm(g->blas, w->q, w->xn, W->q_proj, R, H, QD));      /* q = xn @ Wq^T     [R, n_heads*head_dim]          */
     TRY(gemm(g->blas, w->k, w->xn, W->k_proj, R, H, KVD));     /* k = xn @ Wk^T     [R, n_kv*head_dim]             */
     TRY(gemm(g->blas, w->v, w->xn, W->v_proj, R, H, KVD));     /* v = xn @ Wv^T     [R, n_kv*head_dim]             */
-    TRY(qk_norm_rope(st, w->q, W->q_norm, w->pos, g->inv_freq, R, c->n_heads, c->head_dim, eps));
-    return qk_norm_rope(st, w->k, W->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps);
+    TRY(qk_norm_rope(w->q, W->q_norm, w->pos, g->inv_freq, R, c->n_heads, c->head_dim, eps));
+    return qk_norm_rope(w->k, W->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps);
 }
 
 /* The new tokens' k and v into the rows of kv that attention reads them from, as kv_store_ref: new token i's row
@@ -1787,8 +1762,8 @@ static int gpu_layer_qkv(GpuModel *g, int l, GpuWork *w) {
 static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w) {
     const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
     const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16), stride = kv->row_stride * sizeof(bf16);
-    TRY(rows_copy_gpu(g->stream, (bf16 *)kv->k, stride, w->kv_dst, w->k, src, w->L.N, row));
-    return rows_copy_gpu(g->stream, (bf16 *)kv->v, stride, w->kv_dst, w->v, src, w->L.N, row);
+    TRY(rows_copy_gpu((bf16 *)kv->k, stride, w->kv_dst, w->k, src, w->L.N, row));
+    return rows_copy_gpu((bf16 *)kv->v, stride, w->kv_dst, w->v, src, w->L.N, row);
 }
 
 /* Attention with its keys wherever kv says (lines 20-23): radix mode scatters q to the N original rows, attends and
@@ -1800,13 +1775,13 @@ static int gpu_attention(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     const int radix = w->L.mode == RX_RADIX, n_q = radix ? w->L.N : w->L.R;
     const size_t qd = (size_t)c->n_heads * c->head_dim * sizeof(bf16);   /* bytes per query row */
     bf16 *q = radix ? w->q_n : w->q, *out = radix ? w->att_n : w->att;
-    if (radix) TRY(rows_by_index_gpu(g->stream, w->q_n, w->q, w->scatter, n_q, qd));    /* [N', .] -> [N, .] */
+    if (radix) TRY(rows_by_index_gpu(w->q_n, w->q, w->scatter, n_q, qd));    /* [N', .] -> [N, .] */
     if (w->flash)
-        TRY(flash_attention(g->stream, out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, c->n_heads,
+        TRY(flash_attention(out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, c->n_heads,
                             c->n_kv_heads, c->head_dim));
     else
-        TRY(attention(g->stream, out, q, *kv, n_q, w->q_tok, w->seq_start, c->n_heads, c->n_kv_heads, c->head_dim));
-    return radix ? rows_by_index_gpu(g->stream, w->att, w->att_n, w->gather, w->L.R, qd) : 0;  /* [N, .] -> [N', .] */
+        TRY(attention(out, q, *kv, n_q, w->q_tok, w->seq_start, c->n_heads, c->n_kv_heads, c->head_dim));
+    return radix ? rows_by_index_gpu(w->att, w->att_n, w->gather, w->L.R, qd) : 0;  /* [N, .] -> [N', .] */
 }
 
 /* The rest of layer l (lines 20-28), as layer_attn_mlp_ref: attention, o_proj and the residual, the MLP and its
@@ -1816,16 +1791,15 @@ static int gpu_layer_attn_mlp(GpuModel *g, int l, GpuWork *w, const GpuKvView *k
     const GpuLayer *W = &g->layers[l];
     const int R = w->L.R, H = c->hidden_size, I = c->intermediate_size, QD = c->n_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
-    cudaStream_t st = g->stream;
     TRY(gpu_attention(g, w, kv));
     TRY(gemm(g->blas, w->xn, w->att, W->o_proj, R, QD, H));    /* xn = att @ Wo^T   [R, hidden]                    */
-    TRY(add_inplace(st, w->x, w->xn, (int64_t)R * H));
-    TRY(rmsnorm(st, w->xn, w->x, W->post_norm, R, H, eps));
+    TRY(add_inplace(w->x, w->xn, (int64_t)R * H));
+    TRY(rmsnorm(w->xn, w->x, W->post_norm, R, H, eps));
     TRY(gemm(g->blas, w->gate, w->xn, W->gate_proj, R, H, I)); /* gate = xn @ Wg^T  [R, intermediate]              */
     TRY(gemm(g->blas, w->up, w->xn, W->up_proj, R, H, I));     /* up = xn @ Wu^T    [R, intermediate]              */
-    TRY(silu_mul(st, w->gate, w->gate, w->up, (int64_t)R * I));
+    TRY(silu_mul(w->gate, w->gate, w->up, (int64_t)R * I));
     TRY(gemm(g->blas, w->xn, w->gate, W->down_proj, R, I, H)); /* xn = (silu(gate)*up) @ Wd^T [R, hidden]          */
-    return add_inplace(st, w->x, w->xn, (int64_t)R * H);
+    return add_inplace(w->x, w->xn, (int64_t)R * H);
 }
 
 /* Lines 31-33: the final norm and the LM head, only on the rows whose logits are wanted; the GPU time; the copy back.
@@ -1833,21 +1807,20 @@ static int gpu_layer_attn_mlp(GpuModel *g, int l, GpuWork *w, const GpuKvView *k
 static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, float *embed) {
     const int H = g->cfg.hidden_size, V = g->cfg.vocab_size, S = w->L.S, n_out = last_only ? S : w->L.R;
     const float eps = (float)g->cfg.rms_norm_eps;
-    cudaStream_t st = g->stream;
     const bf16 *h = w->x;
     bf16 *hn = w->xn;
     if (last_only) {   /* each sequence's last token: its row in the R rows, w->last */
-        TRY(rows_by_index_gpu(st, w->x_last, w->x, w->last, S, H * sizeof(bf16)));
+        TRY(rows_by_index_gpu(w->x_last, w->x, w->last, S, H * sizeof(bf16)));
         h = hn = w->x_last;
     }
-    TRY(rmsnorm(st, hn, h, g->final_norm, n_out, H, eps));
+    TRY(rmsnorm(hn, h, g->final_norm, n_out, H, eps));
     if (!embed) TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_out, H, V));   /* logits = hn @ W_lm^T [n_out, V] */
     const bf16 *out = w->logits;
     if (w->L.mode != RX_BASELINE && !last_only && !embed) {                 /* y = y_c[I_scatter]  [N, vocab] */
-        TRY(rows_by_index_gpu(st, w->logits_n, w->logits, w->scatter, w->L.N, V * sizeof(bf16)));
+        TRY(rows_by_index_gpu(w->logits_n, w->logits, w->scatter, w->L.N, V * sizeof(bf16)));
         out = w->logits_n;
     }
-    CUDA_CHECK(cudaEventRecord(w->t1, st));
+    CUDA_CHECK(cudaEventRecord(w->t1, 0));
     CUDA_CHECK(cudaEventSynchronize(w->t1));
     CUDA_CHECK(cudaEventElapsedTime(&w->ms, w->t0, w->t1));
     if (embed) {                      /* [n_seqs, hidden]: the bf16 normed states, L2-normalised on the host in fp32 */
@@ -1909,233 +1882,6 @@ int gpu_forward(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshol
 int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, float *embed, GpuRunInfo *info) {
     return embed ? forward(g, b, mode, auto_threshold, 1, NULL, embed, info) : rx_fail("gpu_embed needs an output");
 }
-
-/* ------------------------------------------------------------------ gpu entry points for the tests and benchmarks */
-/* What test_radixmlp.c and bench.c build their checks and timings from (radixmlp.h says the shapes): device memory,
- * each kernel of the forward alone on device buffers (a thin call of its launcher), and one timing harness. */
-
-int gpu_upload(void **dev, const void *host, size_t bytes) {
-    TRY(dev_alloc(dev, bytes, "a buffer of %zu bytes", bytes));
-    if (host && cuda_copy(*dev, host, bytes, cudaMemcpyHostToDevice)) {
-        cudaFree(*dev);
-        *dev = NULL;
-        return -1;
-    }
-    return 0;
-}
-int gpu_upload_bf16(void **dev, const float *host, size_t n) {
-    bf16 *h = host ? host_bf16(host, n) : NULL;
-    *dev = NULL;
-    if (host && !h) return rx_fail("out of host memory converting %zu values to bf16", n);
-    int rc = gpu_upload(dev, h, n * sizeof(bf16));
-    free(h);
-    return rc;
-}
-int gpu_download(void *host, const void *dev, size_t bytes) {
-    return cuda_copy(host, dev, bytes, cudaMemcpyDeviceToHost);
-}
-int gpu_download_bf16(float *host, const void *dev, size_t n) { return download_bf16(host, (const bf16 *)dev, n); }
-void gpu_free(void *dev) { cudaFree(dev); }
-int gpu_copy(void *dst, const void *src, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
-    return 0;
-}
-
-int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes) {
-    if (row_bytes % 2) return rx_fail("gpu_rows_by_index: rows of %zu bytes; bf16 and fp32 rows are even", row_bytes);
-    return rows_by_index_gpu(0, out, in, idx, rows_out, row_bytes);
-}
-int gpu_rmsnorm(void *out, const void *x, const void *w, int rows, int dim, float eps) {
-    return rmsnorm(0, (bf16 *)out, (const bf16 *)x, (const bf16 *)w, rows, dim, eps);
-}
-int gpu_qk_norm_rope(void *x, const void *w, const int32_t *pos, int rows, int n_heads, int head_dim, float eps,
-                     double rope_theta) {
-    float inv_freq[MAX_HEAD_DIM / 2];
-    void *d_inv_freq;
-    TRY(check_heads(n_heads, 1, head_dim));                /* head_dim fits inv_freq */
-    rope_inv_freq(inv_freq, head_dim, rope_theta);
-    TRY(gpu_upload(&d_inv_freq, inv_freq, head_dim / 2 * sizeof(float)));
-    int rc = qk_norm_rope(0, (bf16 *)x, (const bf16 *)w, pos, (const float *)d_inv_freq, rows, n_heads, head_dim, eps);
-    cudaFree(d_inv_freq);                                  /* after the kernel: cudaFree waits for the device */
-    return rc;
-}
-int gpu_silu_mul(void *out, const void *gate, const void *up, size_t n) {
-    return silu_mul(0, (bf16 *)out, (const bf16 *)gate, (const bf16 *)up, (int64_t)n);
-}
-int gpu_gemm(GpuModel *g, void *y, const void *x, const void *w, int rows, int in, int out) {
-    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
-    return gemm(g->blas, (bf16 *)y, (const bf16 *)x, (const bf16 *)w, rows, in, out);
-}
-int gpu_attention(void *out, const void *q, const void *k, const void *v, int n_q, const int32_t *q_orig,
-                  const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads, int head_dim) {
-    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
-    return attention(0, (bf16 *)out, (const bf16 *)q, kv, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
-}
-/* cu_q and cu_k are host arrays here: the work list is made from them (flash_tiles), then all three go up. */
-int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
-                        const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
-                        int head_dim) {
-    if (n_seqs < 1 || cu_q[0] != 0 || cu_k[0] != 0)
-        return rx_fail("gpu_flash_attention: needs n_seqs >= 1 and cu_q[0] = cu_k[0] = 0");
-    for (int s = 0; s < n_seqs; s++)
-        if (cu_q[s + 1] < cu_q[s] || cu_k[s + 1] - cu_k[s] < cu_q[s + 1] - cu_q[s])
-            return rx_fail("gpu_flash_attention: sequence %d has %d queries and %d keys; it needs 0 <= queries <= "
-                           "keys", s, cu_q[s + 1] - cu_q[s], cu_k[s + 1] - cu_k[s]);
-    int32_t *tiles, *d_cu_q = NULL, *d_cu_k = NULL, *d_tiles = NULL;
-    int n_tiles;
-    TRY(flash_tiles(cu_q, cu_k, n_seqs, &tiles, &n_tiles));
-    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
-    int rc = upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") || upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
-             (n_tiles && upload_i32(&d_tiles, tiles, 2 * n_tiles, "the flash attention work list")) ||
-             flash_attention(0, (bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,
-                             n_kv_heads, head_dim);
-    free(tiles);
-    cudaFree(d_cu_q), cudaFree(d_cu_k), cudaFree(d_tiles);
-    return rc ? -1 : 0;
-}
-
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-static int time_reps(int (*run)(void *ctx), void *ctx, int reps, float *ms, cudaEvent_t *ev) {
-    CUDA_CHECK(cudaEventCreate(&ev[0]));
-    CUDA_CHECK(cudaEventCreate(&ev[1]));
-    TRY(run(ctx));                                         /* warm-up, not counted */
-    for (int i = 0; i < reps; i++) {
-        CUDA_CHECK(cudaEventRecord(ev[0], 0));
-        TRY(run(ctx));
-        CUDA_CHECK(cudaEventRecord(ev[1], 0));
-        CUDA_CHECK(cudaEventSynchronize(ev[1]));
-        CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[0], ev[1]));
-    }
-    return 0;
-}
-int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_ms) {
-    if (!gpu_available()) return -1;
-    if (!run || reps < 1) return rx_fail("gpu_time_median needs a function to time and reps >= 1, not %d", reps);
-    cudaEvent_t ev[2] = {NULL, NULL};
-    float *ms = (float *)rx_alloc(reps * sizeof(float), "the timings");
-    int rc = !ms || time_reps(run, ctx, reps, ms, ev);
-    if (rc == 0) {
-        qsort(ms, reps, sizeof(float), cmp_float);
-        *median_ms = ms[reps / 2];
-    }
-    for (int i = 0; i < 2; i++)
-        if (ev[i]) cudaEventDestroy(ev[i]);
-    free(ms);
-    return rc ? -1 : 0;
-}
-
-/* bench --attention: one layer's attention as gpu_forward runs it, alone, in one mode on batch b: what happens
- * between a layer's two steps (in radix mode the scatter of k and v, then gpu_attention's scatter of q and gather).
- * The model has attention's shapes and no weights; q, k and v are random in (-1, 1), never zero. */
-typedef struct { GpuModel *g; GpuWork *w; GpuKvView kv; } AttnBench;
-static int attn_bench_run(void *ctx) {
-    AttnBench *a = (AttnBench *)ctx;
-    if (a->w->L.mode == RX_RADIX) TRY(gpu_kv_store(a->g, &a->kv, a->w));
-    return gpu_attention(a->g, a->w, &a->kv);
-}
-static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k + 0.5) / 2^22 - 1, k < 2^23 */
-    float *h = (float *)rx_alloc(n * sizeof(float), "random attention inputs");
-    bf16 *hb = NULL;
-    for (size_t i = 0; h && i < n; i++) h[i] = ((float)(rx_rand(&seed) >> 41) + 0.5f) / 4194304.0f - 1.0f;
-    if (h) hb = host_bf16(h, n);
-    int rc = !hb ? rx_fail("out of host memory for %zu random inputs", n)
-                 : cuda_copy(dst, hb, n * sizeof(bf16), cudaMemcpyHostToDevice);
-    free(h); free(hb);
-    return rc;
-}
-static int time_attention(GpuModel *g, GpuWork *w, const RxBatch *b, RxMode mode, int reps, double *median_ms) {
-    const Qwen3Config *c = &g->cfg;
-    const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
-    TRY(layout_build(&w->L, b, NULL, mode, RX_AUTO_THRESHOLD));
-    const int radix = w->L.mode == RX_RADIX, R = w->L.R;
-    TRY(work_alloc(g, w, 0, 0, radix ? w->L.N : 0));
-    TRY(fill_random(w->q, (size_t)(R * QD), 3));
-    TRY(fill_random(w->k, (size_t)(R * KVD), 4));
-    TRY(fill_random(w->v, (size_t)(R * KVD), 5));
-    AttnBench a = {g, w, {radix ? w->k_n : w->k, radix ? w->v_n : w->v, KVD, w->kv_row}};
-    return gpu_time_median(attn_bench_run, &a, reps, median_ms);
-}
-int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
-                       int reps, double *median_ms) {
-    if (!gpu_available() || check_heads(n_heads, n_kv_heads, head_dim)) return -1;
-    if (!b || b->n_seqs < 1 || b->n_tokens < 1 || reps < 1 || layout < RX_BASELINE || layout > RX_COMPACT)
-        return rx_fail("gpu_time_attention: needs a non-empty batch, reps >= 1, and the baseline, radix or compact "
-                       "layout");
-    if (kernel == RX_ATTN_FLASH && !flash_supported(head_dim))
-        return rx_fail("the flash attention kernel is built for head_dim %d, not %d", FLASH_D, head_dim);
-    if (ragged_check("gpu_time_attention", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens))
-        return -1;
-    GpuModel g;                      /* attention's shapes; the sizes it does not use at 1 (no logits are made) */
-    memset(&g, 0, sizeof g);
-    g.cfg.n_heads = n_heads, g.cfg.n_kv_heads = n_kv_heads, g.cfg.head_dim = head_dim, g.cfg.n_layers = 1;
-    g.cfg.hidden_size = g.cfg.intermediate_size = g.cfg.vocab_size = 1;
-    g.attention = kernel;
-    GpuWork w;
-    memset(&w, 0, sizeof w);
-    int rc = time_attention(&g, &w, b, layout, reps, median_ms);
-    work_free(&w);
-    return rc;
-}
-
-/* A cudaDeviceReset(): every allocation, stream and cudaFuncSetAttribute setting of this process on the device is
- * gone; a GpuModel made after it must still run (the flash launch sets its shared-memory attribute every time). */
-int gpu_test_device_reset(void) {
-    if (!gpu_available()) return -1;
-    CUDA_CHECK(cudaDeviceReset());
-    return 0;
-}
-
-/* Every kernel's launch as its launcher above makes it, for the resource gate (`make resource-gate`, no device):
- * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
-static const GpuLaunchShape launch_shapes[] = {
-    {"rows_by_index_kernel", INDEX_BLOCK, 0, 0},
-    {"rmsnorm_kernel", BLOCK, 0, 0},
-    {"qk_norm_rope_kernel", BLOCK, 0, 0},
-    {"silu_mul_kernel", BLOCK, 0, 0},
-    {"add_kernel", BLOCK, 0, 0},
-    {"fill_uniform_kernel", BLOCK, 0, 0},
-    {"attention_kernel", BLOCK, 0, 0},
-    {"flash_attention_d128_kernel", FLASH_WARPS * 32, FLASH_SMEM_BYTES, FlashSmem<FLASH_D>::END * (int)sizeof(bf16)},
-};
-int gpu_launch_shapes(const GpuLaunchShape **shapes) {
-    *shapes = launch_shapes;
-    return (int)(sizeof launch_shapes / sizeof launch_shapes[0]);
-}
-
-#else /* RADIXMLP_HOST_ONLY */
-/* Built by a plain C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
- * function reports that there is no device. (Unnamed parameters: this file is always compiled as C++.) */
-int gpu_available(void) { rx_fail("no GPU: this is a host-only build (RADIXMLP_HOST_ONLY)"); return 0; }
-const char *gpu_device_name(void) { return ""; }
-static int no_gpu(void) { gpu_available(); return -1; }
-int gpu_model_upload(GpuModel **, const Qwen3Model *) { return no_gpu(); }
-int gpu_model_random(GpuModel **, const Qwen3Config *, uint64_t) { return no_gpu(); }
-void gpu_model_free(GpuModel *) {}
-int gpu_set_attention(GpuModel *, RxAttention) { return no_gpu(); }
-int gpu_forward(GpuModel *, const RxBatch *, RxMode, double, int, float *, GpuRunInfo *) { return no_gpu(); }
-int gpu_embed(GpuModel *, const RxBatch *, RxMode, double, float *, GpuRunInfo *) { return no_gpu(); }
-int gpu_upload(void **dev, const void *, size_t) { *dev = NULL; return no_gpu(); }
-int gpu_upload_bf16(void **dev, const float *, size_t) { *dev = NULL; return no_gpu(); }
-int gpu_download(void *, const void *, size_t) { return no_gpu(); }
-int gpu_download_bf16(float *, const void *, size_t) { return no_gpu(); }
-void gpu_free(void *) {}
-int gpu_copy(void *, const void *, size_t) { return no_gpu(); }
-int gpu_rows_by_index(void *, const void *, const int32_t *, int, size_t) { return no_gpu(); }
-int gpu_rmsnorm(void *, const void *, const void *, int, int, float) { return no_gpu(); }
-int gpu_qk_norm_rope(void *, const void *, const int32_t *, int, int, int, float, double) { return no_gpu(); }
-int gpu_silu_mul(void *, const void *, const void *, size_t) { return no_gpu(); }
-int gpu_gemm(GpuModel *, void *, const void *, const void *, int, int, int) { return no_gpu(); }
-int gpu_attention(void *, const void *, const void *, const void *, int, const int32_t *, const int32_t *,
-                  const int32_t *, int, int, int) { return no_gpu(); }
-int gpu_flash_attention(void *, const void *, const void *, const void *, const int32_t *, const int32_t *,
-                        const int32_t *, int, int, int, int) { return no_gpu(); }
-int gpu_time_median(int (*)(void *), void *, int, double *) { return no_gpu(); }
-int gpu_time_attention(const RxBatch *, RxMode, RxAttention, int, int, int, int, double *) { return no_gpu(); }
-int gpu_test_device_reset(void) { return no_gpu(); }
-int gpu_launch_shapes(const GpuLaunchShape **shapes) { *shapes = NULL; return 0; }
 #endif /* RADIXMLP_HOST_ONLY */
 
 /* --------------------------------------------------------------------------------------- part ii: a paged kv pool */
@@ -2942,7 +2688,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     }
     if (rx_kv_pool_init(&pool, o->n_pages ? o->n_pages : (int)need, P, o->gpu ? 0 : m->cfg.n_layers,
                         o->gpu ? 0 : m->cfg.n_kv_heads * m->cfg.head_dim) ||
-        (o->gpu && gpu_kv_pool_create(&gpu_kv, o->gpu, pool.n_pages, P)) || rx_cache_create(&c, o->cache, &pool))
+        (o->gpu && gpu_kv_pool_create(&gpu_kv, o->gpu, &pool)) || rx_cache_create(&c, o->cache, &pool))
         goto done;
     for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
     t0 = rx_now_ms();
@@ -3008,25 +2754,23 @@ done:
  * Each layer first writes its new K/V into their slots (gpu_kv_store: compact row I_scatter[i] -> the slot of new
  * token i), then attends: the same layer steps as Part I, with another view. */
 struct GpuKvPool {
-    int n_pages, page_size, n_layers, kv_dim;
+    const RxKvPool *host;            /* the host pool whose page ids index this one (its bookkeeping)          */
+    int n_layers, kv_dim;
     bf16 *k, *v;                     /* [n_pages * page_size, n_layers, kv_dim] bf16, slot-major, as RxKvPool */
 };
 
-int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, int n_pages, int page_size) {
+int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, const RxKvPool *host) {
     *out = NULL;
-    if (!g) return rx_fail("gpu_kv_pool_create needs a GPU model");
-    if (n_pages < 1 || page_size < 1 || (int64_t)n_pages * page_size > INT32_MAX)
-        return rx_fail("KV pool of %d pages x %d tokens: both must be >= 1 and their product fit in 32 bits", n_pages,
-                       page_size);
+    if (!g || !host) return rx_fail("gpu_kv_pool_create needs a GPU model and the host pool it mirrors");
     GpuKvPool *p = (GpuKvPool *)calloc(1, sizeof *p);
     if (!p) return rx_fail("out of host memory for a GPU KV pool");
-    p->n_pages = n_pages, p->page_size = page_size, p->n_layers = g->cfg.n_layers;
-    p->kv_dim = g->cfg.n_kv_heads * g->cfg.head_dim;
-    const size_t n = (size_t)n_pages * page_size * p->n_layers * p->kv_dim;
-    int rc = dev_alloc((void **)&p->k, n * sizeof(bf16), "the KV pool's K [%d slots, %d layers, %d]", n_pages * page_size,
+    p->host = host, p->n_layers = g->cfg.n_layers, p->kv_dim = g->cfg.n_kv_heads * g->cfg.head_dim;
+    const int slots = host->n_pages * host->page_size;                  /* rx_kv_pool_init: fits in 32 bits */
+    const size_t n = (size_t)slots * p->n_layers * p->kv_dim;
+    int rc = dev_alloc((void **)&p->k, n * sizeof(bf16), "the KV pool's K [%d slots, %d layers, %d]", slots,
                        p->n_layers, p->kv_dim) ||
-             dev_alloc((void **)&p->v, n * sizeof(bf16), "the KV pool's V [%d slots, %d layers, %d]",
-                       n_pages * page_size, p->n_layers, p->kv_dim);
+             dev_alloc((void **)&p->v, n * sizeof(bf16), "the KV pool's V [%d slots, %d layers, %d]", slots,
+                       p->n_layers, p->kv_dim);
     /* every byte 0xff, a bf16 NaN: a slot read before a forward wrote it poisons the logits instead of hiding */
     if (!rc && (cudaMemset(p->k, 0xff, n * sizeof(bf16)) != cudaSuccess ||
                 cudaMemset(p->v, 0xff, n * sizeof(bf16)) != cudaSuccess))
@@ -3043,7 +2787,7 @@ void gpu_kv_pool_free(GpuKvPool *p) {
 }
 
 int gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v) {
-    const size_t n = (size_t)p->n_pages * p->page_size * p->n_layers * p->kv_dim;
+    const size_t n = (size_t)p->host->n_pages * p->host->page_size * p->n_layers * p->kv_dim;
     TRY(download_bf16(k, p->k, n));
     return download_bf16(v, p->v, n);
 }
@@ -3072,10 +2816,7 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
     if (info) memset(info, 0, sizeof *info);
     if (!g || !kv || !suffixes || !pf) return rx_fail("gpu_prefill needs a GPU model, its KV pool, a batch and pf");
     if (!g->lm_head) return no_lm_head();
-    const RxKvPool *p = pf->pool;
-    if (!p || p->n_pages != kv->n_pages || p->page_size != kv->page_size)
-        return rx_fail("gpu_prefill: the host pool (%d pages of %d) and the GPU pool (%d pages of %d) must be one",
-                       p ? p->n_pages : 0, p ? p->page_size : 0, kv->n_pages, kv->page_size);
+    if (pf->pool != kv->host) return rx_fail("gpu_prefill: pf->pool is not the host pool the GPU pool mirrors");
     if (kv->n_layers != g->cfg.n_layers || kv->kv_dim != g->cfg.n_kv_heads * g->cfg.head_dim)
         return rx_fail("gpu_prefill: the GPU KV pool was made for another model");
     if (rx_batch_check(suffixes, &g->cfg) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
@@ -3087,8 +2828,231 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
     work_free(&w);
     return rc;
 }
+
+/* ------------------------------------------------------------------ gpu entry points for the tests and benchmarks */
+/* What test_radixmlp.c and bench.c build their checks and timings from (radixmlp.h says the shapes): device memory,
+ * each kernel of the forward alone on device buffers (a thin call of its launcher), and one timing harness. */
+
+int gpu_upload(void **dev, const void *host, size_t bytes) {
+    TRY(dev_alloc(dev, bytes, "a buffer of %zu bytes", bytes));
+    if (host && cuda_copy(*dev, host, bytes, cudaMemcpyHostToDevice)) {
+        cudaFree(*dev);
+        *dev = NULL;
+        return -1;
+    }
+    return 0;
+}
+int gpu_upload_bf16(void **dev, const float *host, size_t n) {
+    bf16 *h = host ? host_bf16(host, n) : NULL;
+    *dev = NULL;
+    if (host && !h) return rx_fail("out of host memory converting %zu values to bf16", n);
+    int rc = gpu_upload(dev, h, n * sizeof(bf16));
+    free(h);
+    return rc;
+}
+int gpu_download(void *host, const void *dev, size_t bytes) {
+    return cuda_copy(host, dev, bytes, cudaMemcpyDeviceToHost);
+}
+int gpu_download_bf16(float *host, const void *dev, size_t n) { return download_bf16(host, (const bf16 *)dev, n); }
+void gpu_free(void *dev) { cudaFree(dev); }
+int gpu_copy(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+    return 0;
+}
+
+int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes) {
+    if (row_bytes % 2) return rx_fail("gpu_rows_by_index: rows of %zu bytes; bf16 and fp32 rows are even", row_bytes);
+    return rows_by_index_gpu(out, in, idx, rows_out, row_bytes);
+}
+int gpu_rmsnorm(void *out, const void *x, const void *w, int rows, int dim, float eps) {
+    return rmsnorm((bf16 *)out, (const bf16 *)x, (const bf16 *)w, rows, dim, eps);
+}
+int gpu_qk_norm_rope(void *x, const void *w, const int32_t *pos, int rows, int n_heads, int head_dim, float eps,
+                     double rope_theta) {
+    float inv_freq[MAX_HEAD_DIM / 2];
+    void *d_inv_freq;
+    TRY(check_heads(n_heads, 1, head_dim));                /* head_dim fits inv_freq */
+    rope_inv_freq(inv_freq, head_dim, rope_theta);
+    TRY(gpu_upload(&d_inv_freq, inv_freq, head_dim / 2 * sizeof(float)));
+    int rc = qk_norm_rope((bf16 *)x, (const bf16 *)w, pos, (const float *)d_inv_freq, rows, n_heads, head_dim, eps);
+    cudaFree(d_inv_freq);                                  /* after the kernel: cudaFree waits for the device */
+    return rc;
+}
+int gpu_silu_mul(void *out, const void *gate, const void *up, size_t n) {
+    return silu_mul((bf16 *)out, (const bf16 *)gate, (const bf16 *)up, (int64_t)n);
+}
+int gpu_gemm(GpuModel *g, void *y, const void *x, const void *w, int rows, int in, int out) {
+    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
+    return gemm(g->blas, (bf16 *)y, (const bf16 *)x, (const bf16 *)w, rows, in, out);
+}
+int gpu_attention(void *out, const void *q, const void *k, const void *v, int n_q, const int32_t *q_orig,
+                  const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads, int head_dim) {
+    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
+    return attention((bf16 *)out, (const bf16 *)q, kv, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
+}
+/* cu_q and cu_k are host arrays here: the work list is made from them (flash_tiles), then all three go up. */
+int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
+                        const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
+                        int head_dim) {
+    if (n_seqs < 1 || cu_q[0] != 0 || cu_k[0] != 0)
+        return rx_fail("gpu_flash_attention: needs n_seqs >= 1 and cu_q[0] = cu_k[0] = 0");
+    for (int s = 0; s < n_seqs; s++)
+        if (cu_q[s + 1] < cu_q[s] || cu_k[s + 1] - cu_k[s] < cu_q[s + 1] - cu_q[s])
+            return rx_fail("gpu_flash_attention: sequence %d has %d queries and %d keys; it needs 0 <= queries <= "
+                           "keys", s, cu_q[s + 1] - cu_q[s], cu_k[s + 1] - cu_k[s]);
+    int32_t *tiles, *d_cu_q = NULL, *d_cu_k = NULL, *d_tiles = NULL;
+    int n_tiles;
+    TRY(flash_tiles(cu_q, cu_k, n_seqs, &tiles, &n_tiles));
+    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
+    int rc = upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") || upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
+             (n_tiles && upload_i32(&d_tiles, tiles, 2 * n_tiles, "the flash attention work list")) ||
+             flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,
+                             n_kv_heads, head_dim);
+    free(tiles);
+    cudaFree(d_cu_q), cudaFree(d_cu_k), cudaFree(d_tiles);
+    return rc ? -1 : 0;
+}
+
+static int time_reps(int (*run)(void *ctx), void *ctx, int reps, double *ms, cudaEvent_t *ev) {
+    CUDA_CHECK(cudaEventCreate(&ev[0]));
+    CUDA_CHECK(cudaEventCreate(&ev[1]));
+    TRY(run(ctx));                                         /* warm-up, not counted */
+    for (int i = 0; i < reps; i++) {
+        CUDA_CHECK(cudaEventRecord(ev[0], 0));
+        TRY(run(ctx));
+        CUDA_CHECK(cudaEventRecord(ev[1], 0));
+        CUDA_CHECK(cudaEventSynchronize(ev[1]));
+        float t;
+        CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[1]));
+        ms[i] = t;
+    }
+    return 0;
+}
+int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_ms) {
+    if (!gpu_available()) return -1;
+    if (!run || reps < 1) return rx_fail("gpu_time_median needs a function to time and reps >= 1, not %d", reps);
+    cudaEvent_t ev[2] = {NULL, NULL};
+    double *ms = (double *)rx_alloc(reps * sizeof(double), "the timings");
+    int rc = !ms || time_reps(run, ctx, reps, ms, ev);
+    if (rc == 0) {
+        qsort(ms, reps, sizeof(double), cmp_double);
+        *median_ms = ms[reps / 2];
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    free(ms);
+    return rc ? -1 : 0;
+}
+
+/* bench --attention: one layer's attention as gpu_forward runs it, alone, in one mode on batch b: what happens
+ * between a layer's two steps (in radix mode the scatter of k and v, then gpu_attention's scatter of q and gather).
+ * The model has attention's shapes and no weights; q, k and v are random in (-1, 1), never zero. */
+typedef struct { GpuModel *g; GpuWork *w; GpuKvView kv; } AttnBench;
+static int attn_bench_run(void *ctx) {
+    AttnBench *a = (AttnBench *)ctx;
+    if (a->w->L.mode == RX_RADIX) TRY(gpu_kv_store(a->g, &a->kv, a->w));
+    return gpu_attention(a->g, a->w, &a->kv);
+}
+static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k + 0.5) / 2^22 - 1, k < 2^23 */
+    float *h = (float *)rx_alloc(n * sizeof(float), "random attention inputs");
+    bf16 *hb = NULL;
+    for (size_t i = 0; h && i < n; i++) h[i] = ((float)(rx_rand(&seed) >> 41) + 0.5f) / 4194304.0f - 1.0f;
+    if (h) hb = host_bf16(h, n);
+    int rc = !hb ? rx_fail("out of host memory for %zu random inputs", n)
+                 : cuda_copy(dst, hb, n * sizeof(bf16), cudaMemcpyHostToDevice);
+    free(h); free(hb);
+    return rc;
+}
+static int time_attention(GpuModel *g, GpuWork *w, const RxBatch *b, RxMode mode, int reps, double *median_ms) {
+    const Qwen3Config *c = &g->cfg;
+    const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    TRY(layout_build(&w->L, b, NULL, mode, RX_AUTO_THRESHOLD));
+    const int radix = w->L.mode == RX_RADIX, R = w->L.R;
+    TRY(work_alloc(g, w, 0, 0, radix ? w->L.N : 0));
+    TRY(fill_random(w->q, (size_t)(R * QD), 3));
+    TRY(fill_random(w->k, (size_t)(R * KVD), 4));
+    TRY(fill_random(w->v, (size_t)(R * KVD), 5));
+    AttnBench a = {g, w, {radix ? w->k_n : w->k, radix ? w->v_n : w->v, KVD, w->kv_row}};
+    return gpu_time_median(attn_bench_run, &a, reps, median_ms);
+}
+int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
+                       int reps, double *median_ms) {
+    if (!gpu_available() || check_heads(n_heads, n_kv_heads, head_dim)) return -1;
+    if (!b || b->n_seqs < 1 || b->n_tokens < 1 || reps < 1 || layout < RX_BASELINE || layout > RX_COMPACT)
+        return rx_fail("gpu_time_attention: needs a non-empty batch, reps >= 1, and the baseline, radix or compact "
+                       "layout");
+    if (kernel == RX_ATTN_FLASH && !flash_supported(head_dim))
+        return rx_fail("the flash attention kernel is built for head_dim %d, not %d", FLASH_D, head_dim);
+    if (ragged_check("gpu_time_attention", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens))
+        return -1;
+    GpuModel g;                      /* attention's shapes; the sizes it does not use at 1 (no logits are made) */
+    memset(&g, 0, sizeof g);
+    g.cfg.n_heads = n_heads, g.cfg.n_kv_heads = n_kv_heads, g.cfg.head_dim = head_dim, g.cfg.n_layers = 1;
+    g.cfg.hidden_size = g.cfg.intermediate_size = g.cfg.vocab_size = 1;
+    g.attention = kernel;
+    GpuWork w;
+    memset(&w, 0, sizeof w);
+    int rc = time_attention(&g, &w, b, layout, reps, median_ms);
+    work_free(&w);
+    return rc;
+}
+
+/* A cudaDeviceReset(): every allocation, stream and cudaFuncSetAttribute setting of this process on the device is
+ * gone; a GpuModel made after it must still run (the flash launch sets its shared-memory attribute every time). */
+int gpu_test_device_reset(void) {
+    if (!gpu_available()) return -1;
+    CUDA_CHECK(cudaDeviceReset());
+    return 0;
+}
+
+/* Every kernel's launch as its launcher above makes it, for the resource gate (`make resource-gate`, no device):
+ * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
+static const GpuLaunchShape launch_shapes[] = {
+    {"rows_by_index_kernel", INDEX_BLOCK, 0, 0},
+    {"rmsnorm_kernel", BLOCK, 0, 0},
+    {"qk_norm_rope_kernel", BLOCK, 0, 0},
+    {"silu_mul_kernel", BLOCK, 0, 0},
+    {"add_kernel", BLOCK, 0, 0},
+    {"attention_kernel", BLOCK, 0, 0},
+    {"flash_attention_d128_kernel", FLASH_WARPS * 32, FLASH_SMEM_BYTES, FlashSmem<FLASH_D>::END * (int)sizeof(bf16)},
+};
+int gpu_launch_shapes(const GpuLaunchShape **shapes) {
+    *shapes = launch_shapes;
+    return (int)(sizeof launch_shapes / sizeof launch_shapes[0]);
+}
+
 #else /* RADIXMLP_HOST_ONLY */
-int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *, int, int) { *out = NULL; return no_gpu(); }
+/* Built by a plain C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
+ * function reports that there is no device. (Unnamed parameters: this file is always compiled as C++.) */
+int gpu_available(void) { rx_fail("no GPU: this is a host-only build (RADIXMLP_HOST_ONLY)"); return 0; }
+const char *gpu_device_name(void) { return ""; }
+static int no_gpu(void) { gpu_available(); return -1; }
+int gpu_model_upload(GpuModel **, const Qwen3Model *) { return no_gpu(); }
+int gpu_model_random(GpuModel **, const Qwen3Config *, uint64_t) { return no_gpu(); }
+void gpu_model_free(GpuModel *) {}
+int gpu_set_attention(GpuModel *, RxAttention) { return no_gpu(); }
+int gpu_forward(GpuModel *, const RxBatch *, RxMode, double, int, float *, GpuRunInfo *) { return no_gpu(); }
+int gpu_embed(GpuModel *, const RxBatch *, RxMode, double, float *, GpuRunInfo *) { return no_gpu(); }
+int gpu_upload(void **dev, const void *, size_t) { *dev = NULL; return no_gpu(); }
+int gpu_upload_bf16(void **dev, const float *, size_t) { *dev = NULL; return no_gpu(); }
+int gpu_download(void *, const void *, size_t) { return no_gpu(); }
+int gpu_download_bf16(float *, const void *, size_t) { return no_gpu(); }
+void gpu_free(void *) {}
+int gpu_copy(void *, const void *, size_t) { return no_gpu(); }
+int gpu_rows_by_index(void *, const void *, const int32_t *, int, size_t) { return no_gpu(); }
+int gpu_rmsnorm(void *, const void *, const void *, int, int, float) { return no_gpu(); }
+int gpu_qk_norm_rope(void *, const void *, const int32_t *, int, int, int, float, double) { return no_gpu(); }
+int gpu_silu_mul(void *, const void *, const void *, size_t) { return no_gpu(); }
+int gpu_gemm(GpuModel *, void *, const void *, const void *, int, int, int) { return no_gpu(); }
+int gpu_attention(void *, const void *, const void *, const void *, int, const int32_t *, const int32_t *,
+                  const int32_t *, int, int, int) { return no_gpu(); }
+int gpu_flash_attention(void *, const void *, const void *, const void *, const int32_t *, const int32_t *,
+                        const int32_t *, int, int, int, int) { return no_gpu(); }
+int gpu_time_median(int (*)(void *), void *, int, double *) { return no_gpu(); }
+int gpu_time_attention(const RxBatch *, RxMode, RxAttention, int, int, int, int, double *) { return no_gpu(); }
+int gpu_test_device_reset(void) { return no_gpu(); }
+int gpu_launch_shapes(const GpuLaunchShape **shapes) { *shapes = NULL; return 0; }
+int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *, const RxKvPool *) { *out = NULL; return no_gpu(); }
 void gpu_kv_pool_free(GpuKvPool *) {}
 int gpu_kv_pool_read(const GpuKvPool *, float *, float *) { return no_gpu(); }
 int gpu_prefill(GpuModel *, GpuKvPool *, const RxBatch *, const RxPrefill *, RxMode, float *, int *, GpuRunInfo *) {
@@ -3113,6 +3077,11 @@ static inline double rx_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+static int cmp_double(const void *a, const void *b) {     /* qsort's order for medians */
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
 }
 
 /* malloc that reports what did not fit; callers check for NULL. */
@@ -4167,10 +4136,6 @@ static double cpu_ms(void) {   /* CPU time of this process, in ms */
     struct timespec t;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
-}
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 /* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; -1 with radix_error() set when
  * either holds a NaN or Inf (what names got), which is a failure, never a small difference. */

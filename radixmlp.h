@@ -400,8 +400,9 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPref
  * bookkeeping (page refs, free list, the cache) stays in a host RxKvPool of the same n_pages and page_size, whose
  * page ids index both. That host pool needs no K/V arrays: make it with n_layers = kv_dim = 0.                   */
 typedef struct GpuKvPool GpuKvPool;
-/* A pool for g's shape, every value NaN (bf16 0xffff) until a prefill writes it. */
-int  gpu_kv_pool_create(GpuKvPool **p, const GpuModel *g, int n_pages, int page_size);
+/* A pool for g's shape, mirroring host's pages (host must outlive it), every value NaN (bf16 0xffff) until a
+ * prefill writes it. */
+int  gpu_kv_pool_create(GpuKvPool **p, const GpuModel *g, const RxKvPool *host);
 void gpu_kv_pool_free(GpuKvPool *p);
 /* The whole pool copied back as fp32, k and v [n_pages * page_size, n_layers, kv_dim] each (tests). */
 int  gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v);

@@ -4199,7 +4199,7 @@ static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind
     RxPrefixCache *cache = NULL;
     GpuKvPool *gk = NULL;
     if (rx_kv_pool_init(&pool, n_pages, P, c->n_layers, W / c->n_layers) || rx_cache_create(&cache, kind, &pool) ||
-        gpu_kv_pool_create(&gk, g, n_pages, P)) {
+        gpu_kv_pool_create(&gk, g, &pool)) {
         expect(0, "the pools: %s", radix_error());
         rx_cache_free(cache); rx_kv_pool_free(&pool);
         return;
