@@ -2475,11 +2475,9 @@ void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
 }
 
 /* -------------------------------------------------------------- part ii: prefill on a cached prefix (c reference) */
-/* Part II: across requests. A KV prefix cache keeps the K/V of prompts it has seen in a paged pool (RxKvPool), and a
- * new request whose prompt begins with a cached page-aligned prefix only prefills the rest. The pool, the radix and
- * hash caches over it and the request lifecycle live with the cache; this section is the forward's side. It reuses
- * Part I's pieces (embed_ref, layer_qkv_ref, layer_attn_mlp_ref, head_ref) and changes one thing: where attention
- * reads its keys (a KvView over the pool instead of the batch's own rows).
+/* The forward's side of Part II: a request whose prompt begins with a cached page-aligned prefix prefills only the
+ * rest. It reuses Part I's steps (layout_build, embed_ref, layer_qkv_ref, kv_store_ref, layer_attn_mlp_ref, head_ref)
+ * and changes one thing: where attention reads its keys (a KvView over the pool instead of the batch's own rows).
  *
  *   request s:  | cached_len[s] tokens: K/V in the pool | L_s new tokens: this batch |
  *   pages[s]:   [ p7 ][ p2 ][ p9 ]                      [ p4 ][ p5 ]                 (page_size tokens each)
@@ -2745,9 +2743,9 @@ done:
  * index this pool. Attention reads every key, cached or new, through one index, as compact mode reads its keys
  * through I_scatter:
  *
- *   attention's token space M (sequence by sequence, cached then new positions)
+ *   attention's token space T (sequence by sequence, cached then new positions; Layout)
  *       seq 0: | pos 0  pos 1  pos 2  pos 3 | pos 4  pos 5 |     cached_len 4, page size 2, pages [7 2 | 5]
- *   kv_row  [M]:  14     15     4      5       10     11         slot = pages[pos / 2] * 2 + pos % 2
+ *   kv_row  [T]:  14     15     4      5       10     11         slot = pages[pos / 2] * 2 + pos % 2
  *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride): the flash kernel's
  *   cu_k spans all 6 positions, its cu_q only the 2 new ones (or their compact rows), the last positions of the 6.
  *

@@ -1319,6 +1319,31 @@ static int dev_finish(DevBufs *d, int rc, float *got, const void *out, size_t n)
     return rc || d->failed;
 }
 
+/* Each kernel test below is a case function, called on fixed edge shapes by its own test and on random shapes by
+ * gpu/kernels_and_forward_match_reference_on_random_shapes. rng: the caller's generator, advanced. */
+static void rows_by_index_case(int ri, int ro, int dim, int elem, uint64_t *rng) {
+    float *in = rand_floats((size_t)ri * dim, -4.0f, 4.0f, rng), *ref = floats((size_t)ro * dim);
+    float *got = floats((size_t)ro * dim);
+    int32_t *idx = (int32_t *)malloc((size_t)ro * sizeof(int32_t));
+    if (elem == 2) round_to_bf16(in, (size_t)ri * dim);
+    for (int r = 0; r < ro; r++) {
+        idx[r] = rng_int(rng, ri);
+        memcpy(ref + (size_t)r * dim, in + (size_t)idx[r] * dim, (size_t)dim * sizeof(float));
+    }
+    char what[96];
+    snprintf(what, sizeof what, "rows_by_index %s [%d, %d] -> [%d, %d] (a copy: exact)", elem == 2 ? "bf16" : "fp32",
+             ri, dim, ro, dim);
+    DevBufs d = {0};
+    size_t n_in = (size_t)ri * dim, n_out = (size_t)ro * dim;
+    void *d_in = elem == 2 ? dev_bf16(&d, in, n_in) : dev_raw(&d, in, n_in * sizeof(float));
+    void *d_out = dev_raw(&d, NULL, n_out * elem);
+    const int32_t *d_idx = (const int32_t *)dev_raw(&d, idx, (size_t)ro * sizeof(int32_t));
+    int rc = d.failed || gpu_rows_by_index(d_out, d_in, d_idx, ro, (size_t)dim * elem) ||
+             (elem == 4 && gpu_download(got, d_out, n_out * sizeof(float)));
+    expect_close(what, dev_finish(&d, rc, elem == 2 ? got : NULL, d_out, n_out), got, ref, n_out, 0.0);
+    free(in); free(ref); free(got); free(idx);
+}
+
 static void test_gpu_rows_by_index(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     /* {rows_in, rows_out, dim}: a single row; 257 rows out of 3 (repeated indices, as a scatter has); dim 1001 makes
@@ -1326,52 +1351,53 @@ static void test_gpu_rows_by_index(void) {
     static const int shapes[][3] = {{1, 1, 8}, {3, 257, 1000}, {257, 3, 72}, {5, 9, 1001}};
     uint64_t rng = 11;
     for (int c = 0; c < 4; c++)
-        for (int elem = 2; elem <= 4; elem += 2) {
-            int ri = shapes[c][0], ro = shapes[c][1], dim = shapes[c][2];
-            float *in = rand_floats((size_t)ri * dim, -4.0f, 4.0f, &rng), *ref = floats((size_t)ro * dim);
-            float *got = floats((size_t)ro * dim);
-            int32_t *idx = (int32_t *)malloc((size_t)ro * sizeof(int32_t));
-            if (elem == 2) round_to_bf16(in, (size_t)ri * dim);
-            for (int r = 0; r < ro; r++) {
-                idx[r] = rng_int(&rng, ri);
-                memcpy(ref + (size_t)r * dim, in + (size_t)idx[r] * dim, (size_t)dim * sizeof(float));
-            }
-            char what[96];
-            snprintf(what, sizeof what, "rows_by_index %s [%d, %d] -> [%d, %d] (a copy: exact)",
-                     elem == 2 ? "bf16" : "fp32", ri, dim, ro, dim);
-            DevBufs d = {0};
-            size_t n_in = (size_t)ri * dim, n_out = (size_t)ro * dim;
-            void *d_in = elem == 2 ? dev_bf16(&d, in, n_in) : dev_raw(&d, in, n_in * sizeof(float));
-            void *d_out = dev_raw(&d, NULL, n_out * elem);
-            const int32_t *d_idx = (const int32_t *)dev_raw(&d, idx, (size_t)ro * sizeof(int32_t));
-            int rc = d.failed || gpu_rows_by_index(d_out, d_in, d_idx, ro, (size_t)dim * elem) ||
-                     (elem == 4 && gpu_download(got, d_out, n_out * sizeof(float)));
-            expect_close(what, dev_finish(&d, rc, elem == 2 ? got : NULL, d_out, n_out), got, ref, n_out, 0.0);
-            free(in); free(ref); free(got); free(idx);
-        }
+        for (int elem = 2; elem <= 4; elem += 2) rows_by_index_case(shapes[c][0], shapes[c][1], shapes[c][2], elem, &rng);
+}
+
+static void rmsnorm_case(int rows, int dim, uint64_t *rng) {
+    size_t n = (size_t)rows * dim;
+    float *x = rand_floats(n, -2.0f, 2.0f, rng), *w = rand_floats((size_t)dim, 0.5f, 1.5f, rng);
+    float *ref = floats(n), *got = floats(n);
+    round_to_bf16(x, n);
+    round_to_bf16(w, (size_t)dim);
+    rx_rmsnorm_ref(ref, x, w, rows, dim, 1e-6f);
+    char what[96];
+    snprintf(what, sizeof what, "rmsnorm [%d, %d]", rows, dim);
+    /* two roundings, Hugging Face's order: x * rsqrt(...) to bf16, then w * that to bf16 */
+    DevBufs d = {0};
+    void *d_x = dev_bf16(&d, x, n), *d_w = dev_bf16(&d, w, (size_t)dim), *d_out = dev_bf16(&d, NULL, n);
+    int rc = d.failed || gpu_rmsnorm(d_out, d_x, d_w, rows, dim, 1e-6f);
+    expect_close(what, dev_finish(&d, rc, got, d_out, n), got, ref, n, 3 * BF16_U);
+    free(x); free(w); free(ref); free(got);
 }
 
 static void test_gpu_rmsnorm(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     static const int shapes[][2] = {{1, 72}, {3, 1000}, {257, 64}, {2, 4096}, {5, 1001}};   /* {rows, dim} */
     uint64_t rng = 12;
-    for (int c = 0; c < 5; c++) {
-        int rows = shapes[c][0], dim = shapes[c][1];
-        size_t n = (size_t)rows * dim;
-        float *x = rand_floats(n, -2.0f, 2.0f, &rng), *w = rand_floats((size_t)dim, 0.5f, 1.5f, &rng);
-        float *ref = floats(n), *got = floats(n);
-        round_to_bf16(x, n);
-        round_to_bf16(w, (size_t)dim);
-        rx_rmsnorm_ref(ref, x, w, rows, dim, 1e-6f);
-        char what[96];
-        snprintf(what, sizeof what, "rmsnorm [%d, %d]", rows, dim);
-        /* two roundings, Hugging Face's order: x * rsqrt(...) to bf16, then w * that to bf16 */
-        DevBufs d = {0};
-        void *d_x = dev_bf16(&d, x, n), *d_w = dev_bf16(&d, w, (size_t)dim), *d_out = dev_bf16(&d, NULL, n);
-        int rc = d.failed || gpu_rmsnorm(d_out, d_x, d_w, rows, dim, 1e-6f);
-        expect_close(what, dev_finish(&d, rc, got, d_out, n), got, ref, n, 3 * BF16_U);
-        free(x); free(w); free(ref); free(got);
-    }
+    for (int c = 0; c < 5; c++) rmsnorm_case(shapes[c][0], shapes[c][1], &rng);
+}
+
+static void qk_norm_rope_case(int rows, int heads, int hd, uint64_t *rng) {
+    size_t n = (size_t)rows * heads * hd;
+    float *x = rand_floats(n, -2.0f, 2.0f, rng), *w = rand_floats((size_t)hd, 0.5f, 1.5f, rng);
+    float *ref = floats(n), *got = floats(n);
+    int32_t *pos = (int32_t *)malloc((size_t)rows * sizeof(int32_t));
+    round_to_bf16(x, n);
+    round_to_bf16(w, (size_t)hd);
+    for (int r = 0; r < rows; r++) pos[r] = rng_int(rng, 4096);
+    memcpy(ref, x, n * sizeof(float));
+    rx_qk_norm_rope_ref(ref, w, pos, rows, heads, hd, 1e-6f, 1e6);
+    char what[96];
+    snprintf(what, sizeof what, "qk_norm_rope [%d, %d heads x %d]", rows, heads, hd);
+    /* the norm's two roundings, then the rotation mixes two such values, then one more rounding:
+     * (2 sqrt 2 + 1) 2^-8 of the pair's length; the fp32 angle is computed as in the reference */
+    DevBufs d = {0};
+    void *d_x = dev_bf16(&d, x, n), *d_w = dev_bf16(&d, w, (size_t)hd);
+    const int32_t *d_pos = (const int32_t *)dev_raw(&d, pos, (size_t)rows * sizeof(int32_t));
+    int rc = d.failed || gpu_qk_norm_rope(d_x, d_w, d_pos, rows, heads, hd, 1e-6f, 1e6);
+    expect_close(what, dev_finish(&d, rc, got, d_x, n), got, ref, n, 5 * BF16_U);
+    free(x); free(w); free(ref); free(got); free(pos);
 }
 
 static void test_gpu_qk_norm_rope(void) {
@@ -1379,28 +1405,7 @@ static void test_gpu_qk_norm_rope(void) {
     /* {rows, n_heads, head_dim}; head_dim 72 has 36 rotate-half pairs: some lanes own two, others one */
     static const int shapes[][3] = {{1, 1, 32}, {3, 4, 72}, {257, 2, 128}, {2, 3, 256}};
     uint64_t rng = 13;
-    for (int c = 0; c < 4; c++) {
-        int rows = shapes[c][0], heads = shapes[c][1], hd = shapes[c][2];
-        size_t n = (size_t)rows * heads * hd;
-        float *x = rand_floats(n, -2.0f, 2.0f, &rng), *w = rand_floats((size_t)hd, 0.5f, 1.5f, &rng);
-        float *ref = floats(n), *got = floats(n);
-        int32_t *pos = (int32_t *)malloc((size_t)rows * sizeof(int32_t));
-        round_to_bf16(x, n);
-        round_to_bf16(w, (size_t)hd);
-        for (int r = 0; r < rows; r++) pos[r] = rng_int(&rng, 4096);
-        memcpy(ref, x, n * sizeof(float));
-        rx_qk_norm_rope_ref(ref, w, pos, rows, heads, hd, 1e-6f, 1e6);
-        char what[96];
-        snprintf(what, sizeof what, "qk_norm_rope [%d, %d heads x %d]", rows, heads, hd);
-        /* the norm's two roundings, then the rotation mixes two such values, then one more rounding:
-         * (2 sqrt 2 + 1) 2^-8 of the pair's length; the fp32 angle is computed as in the reference */
-        DevBufs d = {0};
-        void *d_x = dev_bf16(&d, x, n), *d_w = dev_bf16(&d, w, (size_t)hd);
-        const int32_t *d_pos = (const int32_t *)dev_raw(&d, pos, (size_t)rows * sizeof(int32_t));
-        int rc = d.failed || gpu_qk_norm_rope(d_x, d_w, d_pos, rows, heads, hd, 1e-6f, 1e6);
-        expect_close(what, dev_finish(&d, rc, got, d_x, n), got, ref, n, 5 * BF16_U);
-        free(x); free(w); free(ref); free(got); free(pos);
-    }
+    for (int c = 0; c < 4; c++) qk_norm_rope_case(shapes[c][0], shapes[c][1], shapes[c][2], &rng);
 }
 
 static void test_gpu_silu_mul(void) {
@@ -1424,6 +1429,24 @@ static void test_gpu_silu_mul(void) {
     }
 }
 
+static void gemm_case(GpuModel *g, int rows, int in, int out, uint64_t *rng) {
+    float s = 1.0f / sqrtf((float)in);
+    float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, rng), *w = rand_floats((size_t)out * in, -s, s, rng);
+    float *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
+    round_to_bf16(x, (size_t)rows * in);
+    round_to_bf16(w, (size_t)out * in);
+    rx_matmul_ref(ref, x, w, rows, in, out);
+    char what[96];
+    snprintf(what, sizeof what, "gemm [%d, %d] @ [%d, %d]^T", rows, in, out, in);
+    /* one rounding of y; fp32 sums in another order differ by ~in * 2^-24 relative, far below it */
+    DevBufs d = {0};
+    void *d_x = dev_bf16(&d, x, (size_t)rows * in), *d_w = dev_bf16(&d, w, (size_t)out * in);
+    void *d_y = dev_bf16(&d, NULL, (size_t)rows * out);
+    int rc = d.failed || gpu_gemm(g, d_y, d_x, d_w, rows, in, out);
+    expect_close(what, dev_finish(&d, rc, got, d_y, (size_t)rows * out), got, ref, (size_t)rows * out, 2 * BF16_U);
+    free(x); free(w); free(ref); free(got);
+}
+
 static void test_gpu_gemm(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     static const int shapes[][3] = {{1, 64, 64}, {3, 1000, 72}, {257, 72, 1000}, {5, 1024, 3}};   /* rows, in, out */
@@ -1431,24 +1454,7 @@ static void test_gpu_gemm(void) {
     Qwen3Config cfg = tiny_config();
     GpuModel *g = NULL;                                /* its cuBLAS handle runs the GEMM (see gpu_gemm) */
     if (gpu_model_random(&g, &cfg, 15)) { expect(0, "gpu_model_random: %s", radix_error()); return; }
-    for (int c = 0; c < 4; c++) {
-        int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
-        float s = 1.0f / sqrtf((float)in);
-        float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng), *w = rand_floats((size_t)out * in, -s, s, &rng);
-        float *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
-        round_to_bf16(x, (size_t)rows * in);
-        round_to_bf16(w, (size_t)out * in);
-        rx_matmul_ref(ref, x, w, rows, in, out);
-        char what[96];
-        snprintf(what, sizeof what, "gemm [%d, %d] @ [%d, %d]^T", rows, in, out, in);
-        /* one rounding of y; fp32 sums in another order differ by ~in * 2^-24 relative, far below it */
-        DevBufs d = {0};
-        void *d_x = dev_bf16(&d, x, (size_t)rows * in), *d_w = dev_bf16(&d, w, (size_t)out * in);
-        void *d_y = dev_bf16(&d, NULL, (size_t)rows * out);
-        int rc = d.failed || gpu_gemm(g, d_y, d_x, d_w, rows, in, out);
-        expect_close(what, dev_finish(&d, rc, got, d_y, (size_t)rows * out), got, ref, (size_t)rows * out, 2 * BF16_U);
-        free(x); free(w); free(ref); free(got);
-    }
+    for (int c = 0; c < 4; c++) gemm_case(g, shapes[c][0], shapes[c][1], shapes[c][2], &rng);
     gpu_model_free(g);
 }
 
@@ -1468,28 +1474,22 @@ static int attention_on_gpu(const float *q, const float *k, const float *v, floa
     return dev_finish(&d, rc, out, d_out, nq);
 }
 
-/* Attention in its three index modes on a shared-prefix batch: sequences 0-2 share a 5-token prefix (sequence 2 is
- * the prefix itself), sequence 3 shares nothing. */
-static void test_gpu_attention(void) {
-    if (!gpu_available()) { skip_test(radix_error()); return; }
-    static const int heads[][3] = {{4, 2, 32}, {2, 2, 72}, {8, 1, 128}};   /* n_heads, n_kv, head_dim: GQA MHA MQA */
-    int lens[4] = {9, 7, 5, 4};
-    int32_t ids[25] = {5, 6, 7, 8, 9, 1, 2, 3, 4,   5, 6, 7, 8, 9, 3, 3,   5, 6, 7, 8, 9,   6, 6, 7, 8};
-    RxBatch b = batch_of(4, lens, ids, NULL);
+/* Attention in its three index modes on batch b: baseline, radix (compact rows scattered to the N original rows) and
+ * compact (the N' rows, q_orig = I_gather, kv_row = I_scatter), and compact row j equal to radix row I_gather[j]. */
+static void attention_case(const RxBatch *b, int nh, int nkv, int hd, uint64_t *rngp) {
     RadixIndex ix;
-    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
+    if (radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) {
         expect(0, "radix_index_build: %s", radix_error());
-        rx_batch_free(&b);
         return;
     }
-    int N = b.n_tokens, Nc = ix.n_compact;
+    int N = b->n_tokens, Nc = ix.n_compact;
     int32_t *seq_start = (int32_t *)malloc((size_t)N * sizeof(int32_t));
-    for (int s = 0; s < b.n_seqs; s++)
-        for (int t = b.cu_seqlens[s]; t < b.cu_seqlens[s + 1]; t++) seq_start[t] = b.cu_seqlens[s];
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->cu_seqlens[s]; t < b->cu_seqlens[s + 1]; t++) seq_start[t] = b->cu_seqlens[s];
     note("batch: N = %d, N' = %d", N, Nc);
-    uint64_t rng = 16;
-    for (int c = 0; c < 3; c++) {
-        int nh = heads[c][0], nkv = heads[c][1], hd = heads[c][2], qd = nh * hd, kvd = nkv * hd;
+    uint64_t rng = *rngp;
+    {
+        int qd = nh * hd, kvd = nkv * hd;
         size_t nq = (size_t)N * qd, nkv_n = (size_t)N * kvd, nq_c = (size_t)Nc * qd, nkv_c = (size_t)Nc * kvd;
         char what[96];
         /* baseline: N independent rows, no indices. out is a convex combination of rows of v, rounded once. */
@@ -1532,43 +1532,111 @@ static void test_gpu_attention(void) {
         free(q); free(k); free(v); free(qc); free(kc); free(vc);
         free(ref_n); free(got_n); free(ref_c); free(got_c);
     }
+    *rngp = rng;
     free(seq_start);
     radix_index_free(&ix);
+}
+
+/* A shared-prefix batch: sequences 0-2 share a 5-token prefix (sequence 2 is the prefix itself), sequence 3 shares
+ * nothing. */
+static void test_gpu_attention(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const int heads[][3] = {{4, 2, 32}, {2, 2, 72}, {8, 1, 128}};   /* n_heads, n_kv, head_dim: GQA MHA MQA */
+    int lens[4] = {9, 7, 5, 4};
+    int32_t ids[25] = {5, 6, 7, 8, 9, 1, 2, 3, 4,   5, 6, 7, 8, 9, 3, 3,   5, 6, 7, 8, 9,   6, 6, 7, 8};
+    RxBatch b = batch_of(4, lens, ids, NULL);
+    uint64_t rng = 16;
+    for (int c = 0; c < 3; c++) attention_case(&b, heads[c][0], heads[c][1], heads[c][2], &rng);
     rx_batch_free(&b);
 }
 
+/* gpu_forward on the random model of cfg and seed, in every mode, against the C reference's logits, within the bf16
+ * budget. gpu_model_random and qwen3_random on one seed are one model (bf16 vs fp32). */
+static void forward_case(const Qwen3Config *cfg, uint64_t seed, const RxBatch *b, const char *label) {
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    Qwen3Model m;
+    GpuModel *g = NULL;
+    if (qwen3_random(&m, cfg, seed)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    if (gpu_model_random(&g, cfg, seed)) {
+        expect(0, "gpu_model_random: %s", radix_error());
+        qwen3_free(&m);
+        return;
+    }
+    size_t n = (size_t)b->n_tokens * cfg->vocab_size;
+    float *ref = floats(n), *got = floats(n);
+    int rc_ref = qwen3_forward_ref(&m, b, RX_BASELINE, ref);
+    expect(rc_ref == 0, "qwen3_forward_ref: %s", radix_error());
+    for (int k = 0; rc_ref == 0 && k < 3; k++) {
+        char what[256];
+        snprintf(what, sizeof what, "forward %s, %s, vs the C reference (bf16 budget)", rx_mode_name(modes[k]), label);
+        expect_close(what, gpu_forward(g, b, modes[k], RX_AUTO_THRESHOLD, 0, got, NULL), got, ref, n, FORWARD_TOL);
+    }
+    free(ref); free(got);
+    gpu_model_free(g);
+    qwen3_free(&m);
+}
+
 /* The whole forward on a tiny random model (head_dim != hidden/heads, GQA), tied and untied, against the C
- * reference, in every mode. gpu_model_random and qwen3_random on one seed are one model (bf16 vs fp32). */
+ * reference, in every mode. */
 static void test_gpu_forward_matches_reference(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
-    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
     for (int tied = 0; tied <= 1; tied++) {
         Qwen3Config cfg = tiny_config();
         cfg.tie_word_embeddings = tied;
-        Qwen3Model m;
-        GpuModel *g = NULL;
-        if (qwen3_random(&m, &cfg, 7 + (uint64_t)tied)) { expect(0, "qwen3_random: %s", radix_error()); return; }
-        if (gpu_model_random(&g, &cfg, 7 + (uint64_t)tied)) {
-            expect(0, "gpu_model_random: %s", radix_error());
-            qwen3_free(&m);
-            return;
-        }
         RxBatch b = pattern_batch(&table7a[5], cfg.vocab_size, 21);   /* complex_sharing */
-        size_t n = (size_t)b.n_tokens * cfg.vocab_size;
-        float *ref = floats(n), *got = floats(n);
-        int rc_ref = qwen3_forward_ref(&m, &b, RX_BASELINE, ref);
-        expect(rc_ref == 0, "qwen3_forward_ref: %s", radix_error());
-        for (int k = 0; rc_ref == 0 && k < 3; k++) {
-            char what[96];
-            snprintf(what, sizeof what, "forward %s, %s, vs the C reference (bf16 budget)", rx_mode_name(modes[k]),
-                     tied ? "tied" : "untied");
-            expect_close(what, gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, got, NULL), got, ref, n, FORWARD_TOL);
-        }
-        free(ref); free(got);
+        forward_case(&cfg, 7 + (uint64_t)tied, &b, tied ? "tied" : "untied");
         rx_batch_free(&b);
-        gpu_model_free(g);
-        qwen3_free(&m);
     }
+}
+
+/* 1 to max_seqs sequences of 1 to max_len tokens in [0, vocab), each sharing a random prefix of the one before. */
+static RxBatch random_shared_batch(uint64_t *rng, int max_seqs, int max_len, int vocab) {
+    int n_seqs = 1 + rng_int(rng, max_seqs), lens[8], at = 0;
+    int32_t ids[8 * 32];
+    for (int s = 0; s < n_seqs; s++) {
+        lens[s] = 1 + rng_int(rng, max_len);
+        int share = s ? rng_int(rng, (lens[s] < lens[s - 1] ? lens[s] : lens[s - 1]) + 1) : 0;
+        for (int i = 0; i < lens[s]; i++) ids[at + i] = i < share ? ids[at - lens[s - 1] + i] : rng_int(rng, vocab);
+        at += lens[s];
+    }
+    return batch_of(n_seqs, lens, ids, NULL);
+}
+
+/* The case functions above on random shapes: every kernel, then the whole forward on a random Qwen3 config (GQA or
+ * not, any even head_dim, tied or not, 1 or 2 layers; hidden >= 8, below which bf16 rounding alone can exceed the
+ * forward's budget) and a random shared-prefix batch. The same tolerances as the fixed shapes. */
+static void test_gpu_random_shapes(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    uint64_t rng = 2026;
+    Qwen3Config tiny = tiny_config();
+    GpuModel *g = NULL;                                /* its cuBLAS handle runs gemm_case */
+    if (gpu_model_random(&g, &tiny, 3)) { expect(0, "gpu_model_random: %s", radix_error()); return; }
+    for (int it = 0; it < 4; it++) {
+        rows_by_index_case(1 + rng_int(&rng, 300), 1 + rng_int(&rng, 300), 1 + rng_int(&rng, 1100),
+                           rng_int(&rng, 2) ? 4 : 2, &rng);
+        rmsnorm_case(1 + rng_int(&rng, 40), 1 + rng_int(&rng, 5000), &rng);
+        qk_norm_rope_case(1 + rng_int(&rng, 30), 1 + rng_int(&rng, 6), 2 * (1 + rng_int(&rng, 128)), &rng);
+        gemm_case(g, 1 + rng_int(&rng, 70), 1 + rng_int(&rng, 600), 1 + rng_int(&rng, 300), &rng);
+        RxBatch b = random_shared_batch(&rng, 5, 24, 9);
+        int nkv = 1 + rng_int(&rng, 4);
+        attention_case(&b, nkv * (1 + rng_int(&rng, 4)), nkv, 2 * (1 + rng_int(&rng, 128)), &rng);
+        rx_batch_free(&b);
+        Qwen3Config c = {.vocab_size = 20 + rng_int(&rng, 681), .hidden_size = 8 + rng_int(&rng, 113),
+                         .intermediate_size = 4 + rng_int(&rng, 197), .n_layers = 1 + rng_int(&rng, 2),
+                         .n_kv_heads = 1 + rng_int(&rng, 3), .head_dim = 2 * (1 + rng_int(&rng, 48)),
+                         .max_position_embeddings = 64, .rms_norm_eps = 1e-6};
+        c.n_heads = c.n_kv_heads * (1 + rng_int(&rng, 3));
+        c.rope_theta = rng_int(&rng, 2) ? 1e6 : 1e4;
+        c.tie_word_embeddings = rng_int(&rng, 2);
+        RxBatch fb = random_shared_batch(&rng, 6, 30, c.vocab_size);
+        char label[160];
+        snprintf(label, sizeof label, "vocab %d hidden %d inter %d layers %d heads %d/%d dim %d tied %d, N %d",
+                 c.vocab_size, c.hidden_size, c.intermediate_size, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+                 c.tie_word_embeddings, fb.n_tokens);
+        forward_case(&c, rng_next(&rng), &fb, label);
+        rx_batch_free(&fb);
+    }
+    gpu_model_free(g);
 }
 
 /* The config variants on the GPU (the upload follows the loader: a tied config's own stored head, head_dim 128 from
@@ -4345,6 +4413,7 @@ static const Test tests[] = {
     {"gpu", "gemm_matches_reference", test_gpu_gemm},
     {"gpu", "attention_matches_reference_in_all_index_modes", test_gpu_attention},
     {"gpu", "forward_matches_c_reference", test_gpu_forward_matches_reference},
+    {"gpu", "kernels_and_forward_match_reference_on_random_shapes", test_gpu_random_shapes},
     {"gpu", "forward_on_config_variants", test_gpu_forward_on_config_variants},
     {"gpu", "radix_and_compact_match_baseline_table7a", test_gpu_radix_and_compact_match_baseline_table7a},
     {"gpu", "last_only_logits_equal_rows_of_full_logits", test_gpu_last_only_logits_equal_rows_of_full_logits},
