@@ -26,7 +26,8 @@
  *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) per forward, median of rounds of the three
  *               modes in turn; the first round's logits checked (finite; radix and compact == baseline bit for bit).
  * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random: qwen3_random's
- * model, rounded).
+ * model, rounded). That model is made on the host in fp32 first: 4 bytes of host memory per parameter (computed,
+ * not measured: ~33 GB for the 8B configuration, untied, while it is uploaded).
  * Every number taken from the paper sits in a column whose name starts with "paper".
  * Results go to stdout as markdown (and --csv FILE), progress to stderr.                                    */
 #ifndef _POSIX_C_SOURCE

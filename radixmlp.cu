@@ -614,17 +614,18 @@ static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n +
  *   R  the rows every position-wise op runs on: N in baseline mode, N' (one per trie node) in radix and compact mode
  *   T  attention's tokens: the batch itself in Part I (T = N); in Part II (pf given) each sequence's cached positions,
  *      then its new ones (T = N + the cached lengths), because a query also sees the keys of its cached prefix
- * kv_row is a KvView's index; in Part II position p of sequence s is in slot pages[s][p / P] * P + p % P (page size P). */
+ * kv_row is a KvView's index; in Part II position p of sequence s is in slot pages[s][p / P] * P + p % P (page size
+ * P). q_tok is what the attention functions call q_orig. */
 typedef struct {
     RxMode mode;             /* as run: RX_AUTO resolved                                                         */
     int N, R, S, T;          /* batch tokens, rows computed on, sequences, attention's tokens                     */
-    RadixIndex ix;           /* I_gather [N'], I_scatter [N] (Algorithm 2); empty in baseline mode                */
+    RadixIndex ix;           /* I_gather [N'], I_scatter [N] (Algorithm 2); not built when baseline is asked for  */
     double index_ms;         /* the time to build it                                                             */
     int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
     int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
     int32_t *kv_row;         /* [T] each token's key row                                                         */
     int32_t *q_tok;          /* [n_q] the token each query row stands for; n_q = N' in compact mode, else N       */
-    int32_t *kv_dst;         /* [N] the key row each new token's K and V are written to: radix i, Part II a slot  */
+    int32_t *kv_dst;         /* [N] the key row each new token's K and V are written to: i in Part I, or a slot   */
     int32_t *cu_q, *cu_k;    /* [S+1] each sequence's query rows and its keys in T (the flash kernel's layout)    */
     int32_t *last;           /* [S] the row holding each sequence's last token                                   */
 } Layout;
@@ -1115,8 +1116,8 @@ typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; }
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
  *   q, out [n_q, n_heads*head_dim]   query rows: N original rows, or N' compact rows
  *   k, v, kv_stride, kv_row          key/value rows, as GpuKvView above
- *   seq_start [N], kv_row [N]        attention's token space (original space)
- * Query row r stands for original position g = q_orig ? q_orig[r] : r and attends to the original positions
+ *   seq_start [T], kv_row [T]        attention's token space: the N original positions in Part I
+ * Query row r stands for token g = q_orig ? q_orig[r] : r of that space and attends to its tokens
  * t = seq_start[g] .. g, whose key/value rows are kv_row ? kv_row[t] : t. Query head h reads kv head
  * h / (n_heads / n_kv).
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
@@ -1667,7 +1668,7 @@ typedef struct {
     bf16 *k_n, *v_n;         /* radix, Part I only: [N, n_kv*head_dim] original space (Part II: the pool)        */
     bf16 *x_last;            /* last_only: [S, hidden]                                                           */
     bf16 *logits;            /* [R or S, vocab] as computed                                                      */
-    bf16 *logits_n;          /* compact modes, every token: [N, vocab] scattered back to original order         */
+    bf16 *logits_n;          /* radix and compact, every token: [N, vocab] scattered back to original order      */
     cudaEvent_t t0, t1;
     float ms;                /* the GPU time between them                                                        */
 } GpuWork;
@@ -1690,8 +1691,9 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
     const Layout *L = &w->L;
     const int N = L->N, R = L->R, S = L->S, T = L->T, H = c->hidden_size, I = c->intermediate_size;
     const int V = c->vocab_size, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
-    const int compact = L->mode != RX_BASELINE, n_q = L->mode == RX_COMPACT ? R : N, n_out = last_only ? S : R;
-    const char *sp = compact ? "N'" : "N";
+    const int rows_are_nodes = L->mode != RX_BASELINE, n_q = L->mode == RX_COMPACT ? R : N;
+    const int n_out = last_only ? S : R;
+    const char *sp = rows_are_nodes ? "N'" : "N";
     w->flash = g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim);
     if (w->flash) {
         int32_t *tiles;
@@ -1703,8 +1705,8 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
     TRY(upload_i32(&w->ids, L->tok, R, "the token ids"));
     TRY(upload_i32(&w->pos, L->pos, R, "the positions"));
     TRY(upload_i32(&w->last, L->last, S, "the last-token rows"));
-    if (compact) TRY(upload_i32(&w->gather, L->ix.gather, R, "I_gather"));
-    if (compact) TRY(upload_i32(&w->scatter, L->ix.scatter, N, "I_scatter"));
+    if (rows_are_nodes) TRY(upload_i32(&w->gather, L->ix.gather, R, "I_gather"));
+    if (rows_are_nodes) TRY(upload_i32(&w->scatter, L->ix.scatter, N, "I_scatter"));
     TRY(upload_i32(&w->seq_start, L->seq_start, T, "the sequence starts"));
     TRY(upload_i32(&w->kv_row, L->kv_row, T, "the key rows"));
     TRY(upload_i32(&w->q_tok, L->q_tok, n_q, "the query rows' tokens"));
@@ -1730,7 +1732,8 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
     if (last_only) DEV_ALLOC(w->x_last, (size_t)S * H, "the last tokens' states [n_seqs=%d, hidden=%d]", S, H);
     if (want_logits)
         DEV_ALLOC(w->logits, (size_t)n_out * V, "the logits [%s=%d, vocab=%d]", last_only ? "n_seqs" : sp, n_out, V);
-    if (want_logits && compact && !last_only) DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
+    if (want_logits && rows_are_nodes && !last_only)
+        DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
     CUDA_CHECK(cudaEventCreate(&w->t0));
     CUDA_CHECK(cudaEventCreate(&w->t1));
     return 0;
@@ -1761,7 +1764,8 @@ static int gpu_layer_qkv(GpuModel *g, int l, GpuWork *w) {
  * space (line 20); Part II: the write into the pool's slots. */
 static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w) {
     const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
-    const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16), stride = kv->row_stride * sizeof(bf16);
+    const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16);     /* bytes of one K or V row */
+    const size_t stride = kv->row_stride * sizeof(bf16);
     TRY(rows_copy_gpu((bf16 *)kv->k, stride, w->kv_dst, w->k, src, w->L.N, row));
     return rows_copy_gpu((bf16 *)kv->v, stride, w->kv_dst, w->v, src, w->L.N, row);
 }
@@ -1770,7 +1774,7 @@ static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w) {
  * gathers the output back; baseline attends with its N rows, compact with the N' rows. Either kernel reads the same
  * key index: the naive kernel's kv_row by token t of attention's space, the flash kernel's by cu_k[s] + t', t' the
  * key's position in its sequence, and that is t, because cu_k holds the sequences' starts in that space. */
-static int gpu_attention(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
+static int attention_step(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     const Qwen3Config *c = &g->cfg;
     const int radix = w->L.mode == RX_RADIX, n_q = radix ? w->L.N : w->L.R;
     const size_t qd = (size_t)c->n_heads * c->head_dim * sizeof(bf16);   /* bytes per query row */
@@ -1791,7 +1795,7 @@ static int gpu_layer_attn_mlp(GpuModel *g, int l, GpuWork *w, const GpuKvView *k
     const GpuLayer *W = &g->layers[l];
     const int R = w->L.R, H = c->hidden_size, I = c->intermediate_size, QD = c->n_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
-    TRY(gpu_attention(g, w, kv));
+    TRY(attention_step(g, w, kv));
     TRY(gemm(g->blas, w->xn, w->att, W->o_proj, R, QD, H));    /* xn = att @ Wo^T   [R, hidden]                    */
     TRY(add_inplace(w->x, w->xn, (int64_t)R * H));
     TRY(rmsnorm(w->xn, w->x, W->post_norm, R, H, eps));
@@ -1831,11 +1835,12 @@ static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, floa
     return logits ? download_bf16(logits, out, (size_t)(last_only ? S : w->L.N) * V) : 0;
 }
 
-/* What a forward reports, from its layout (baseline builds no trie and reports N' = N) and its GPU time. */
+/* What a forward reports, from its layout (asked for baseline, it builds no trie and reports N' = N) and its GPU
+ * time. */
 static void run_info(const GpuWork *w, GpuRunInfo *info) {
     if (!info) return;
     info->mode = w->L.mode, info->n_tokens = w->L.N, info->index_ms = w->L.index_ms, info->forward_ms = w->ms;
-    info->n_compact = w->L.mode == RX_BASELINE ? w->L.N : w->L.ix.n_compact;
+    info->n_compact = w->L.ix.n_tokens ? w->L.ix.n_compact : w->L.N;
 }
 
 /* Part I's forward: embed -> layers -> final norm -> LM head, as forward_ref, attention reading the batch's own rows
@@ -2753,9 +2758,20 @@ done:
  * token i), then attends: the same layer steps as Part I, with another view. */
 struct GpuKvPool {
     const RxKvPool *host;            /* the host pool whose page ids index this one (its bookkeeping)          */
-    int n_layers, kv_dim;
+    int n_slots, n_layers, kv_dim;   /* n_slots = n_pages * page_size of host, when this pool was made        */
     bf16 *k, *v;                     /* [n_pages * page_size, n_layers, kv_dim] bf16, slot-major, as RxKvPool */
 };
+
+/* Allocates both halves; every byte 0xff, a bf16 NaN: a slot read before a forward wrote it poisons the logits
+ * instead of hiding. */
+static int pool_alloc(GpuKvPool *p) {
+    const size_t n = (size_t)p->n_slots * p->n_layers * p->kv_dim;
+    DEV_ALLOC(p->k, n, "the KV pool's K [%d slots, %d layers, %d]", p->n_slots, p->n_layers, p->kv_dim);
+    DEV_ALLOC(p->v, n, "the KV pool's V [%d slots, %d layers, %d]", p->n_slots, p->n_layers, p->kv_dim);
+    CUDA_CHECK(cudaMemset(p->k, 0xff, n * sizeof(bf16)));
+    CUDA_CHECK(cudaMemset(p->v, 0xff, n * sizeof(bf16)));
+    return 0;
+}
 
 int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, const RxKvPool *host) {
     *out = NULL;
@@ -2763,17 +2779,8 @@ int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, const RxKvPool *host)
     GpuKvPool *p = (GpuKvPool *)calloc(1, sizeof *p);
     if (!p) return rx_fail("out of host memory for a GPU KV pool");
     p->host = host, p->n_layers = g->cfg.n_layers, p->kv_dim = g->cfg.n_kv_heads * g->cfg.head_dim;
-    const int slots = host->n_pages * host->page_size;                  /* rx_kv_pool_init: fits in 32 bits */
-    const size_t n = (size_t)slots * p->n_layers * p->kv_dim;
-    int rc = dev_alloc((void **)&p->k, n * sizeof(bf16), "the KV pool's K [%d slots, %d layers, %d]", slots,
-                       p->n_layers, p->kv_dim) ||
-             dev_alloc((void **)&p->v, n * sizeof(bf16), "the KV pool's V [%d slots, %d layers, %d]", slots,
-                       p->n_layers, p->kv_dim);
-    /* every byte 0xff, a bf16 NaN: a slot read before a forward wrote it poisons the logits instead of hiding */
-    if (!rc && (cudaMemset(p->k, 0xff, n * sizeof(bf16)) != cudaSuccess ||
-                cudaMemset(p->v, 0xff, n * sizeof(bf16)) != cudaSuccess))
-        rc = rx_fail("CUDA error filling the KV pool: %s", cudaGetErrorString(cudaGetLastError()));
-    if (rc) { gpu_kv_pool_free(p); return -1; }
+    p->n_slots = host->n_pages * host->page_size;                       /* rx_kv_pool_init: fits in 32 bits */
+    if (pool_alloc(p)) { gpu_kv_pool_free(p); return -1; }
     *out = p;
     return 0;
 }
@@ -2785,7 +2792,7 @@ void gpu_kv_pool_free(GpuKvPool *p) {
 }
 
 int gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v) {
-    const size_t n = (size_t)p->host->n_pages * p->host->page_size * p->n_layers * p->kv_dim;
+    const size_t n = (size_t)p->n_slots * p->n_layers * p->kv_dim;
     TRY(download_bf16(k, p->k, n));
     return download_bf16(v, p->v, n);
 }
@@ -2814,7 +2821,8 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
     if (info) memset(info, 0, sizeof *info);
     if (!g || !kv || !suffixes || !pf) return rx_fail("gpu_prefill needs a GPU model, its KV pool, a batch and pf");
     if (!g->lm_head) return no_lm_head();
-    if (pf->pool != kv->host) return rx_fail("gpu_prefill: pf->pool is not the host pool the GPU pool mirrors");
+    if (pf->pool != kv->host || pf->pool->n_pages * pf->pool->page_size != kv->n_slots)
+        return rx_fail("gpu_prefill: pf->pool is not the host pool the GPU pool was made to mirror");
     if (kv->n_layers != g->cfg.n_layers || kv->kv_dim != g->cfg.n_kv_heads * g->cfg.head_dim)
         return rx_fail("gpu_prefill: the GPU KV pool was made for another model");
     if (rx_batch_check(suffixes, &g->cfg) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
@@ -2943,13 +2951,13 @@ int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_m
 }
 
 /* bench --attention: one layer's attention as gpu_forward runs it, alone, in one mode on batch b: what happens
- * between a layer's two steps (in radix mode the scatter of k and v, then gpu_attention's scatter of q and gather).
+ * between a layer's two steps (in radix mode the scatter of k and v, then attention_step's scatter of q and gather).
  * The model has attention's shapes and no weights; q, k and v are random in (-1, 1), never zero. */
 typedef struct { GpuModel *g; GpuWork *w; GpuKvView kv; } AttnBench;
 static int attn_bench_run(void *ctx) {
     AttnBench *a = (AttnBench *)ctx;
     if (a->w->L.mode == RX_RADIX) TRY(gpu_kv_store(a->g, &a->kv, a->w));
-    return gpu_attention(a->g, a->w, &a->kv);
+    return attention_step(a->g, a->w, &a->kv);
 }
 static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k + 0.5) / 2^22 - 1, k < 2^23 */
     float *h = (float *)rx_alloc(n * sizeof(float), "random attention inputs");
@@ -2983,6 +2991,8 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
         return rx_fail("the flash attention kernel is built for head_dim %d, not %d", FLASH_D, head_dim);
     if (ragged_check("gpu_time_attention", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens))
         return -1;
+    for (int s = 0; s < b->n_seqs; s++)           /* layout_build, as every forward, takes no empty sequence */
+        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("gpu_time_attention: sequence %d is empty", s);
     GpuModel g;                      /* attention's shapes; the sizes it does not use at 1 (no logits are made) */
     memset(&g, 0, sizeof g);
     g.cfg.n_heads = n_heads, g.cfg.n_kv_heads = n_kv_heads, g.cfg.head_dim = head_dim, g.cfg.n_layers = 1;

@@ -125,8 +125,8 @@ typedef struct {
     void *priv;
 } Qwen3Model;
 
-/* Loads DIR/config.json and DIR/model.safetensors or the shards of DIR/model.safetensors.index.json,
- * validating everything (docs/qwen3.md lists the checks). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
+/* Loads DIR/config.json and DIR/model.safetensors or the shards of DIR/model.safetensors.index.json, validating
+ * everything (docs/qwen3.md lists the checks). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
 int  qwen3_load(Qwen3Model *m, const char *dir);
 /* A random model held in memory (fp32, 4 bytes a parameter), for the demo, tests and benchmark: no download. */
 int  qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed);
@@ -170,8 +170,9 @@ int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, f
  *   q   [n_q, n_heads*head_dim]  query rows (N original rows, or N' compact rows)
  *   k,v [*,  n_kv*head_dim]      key/value rows, addressed through kv_row
  *   out [n_q, n_heads*head_dim]
- * Query row r stands for original position g = q_orig ? q_orig[r] : r; it attends to original positions
- * t = seq_start[g] .. g, whose key/value rows are kv_row ? kv_row[t] : t.                              */
+ * Query row r stands for token g = q_orig ? q_orig[r] : r of attention's token space (the N original positions in
+ * Part I; every cached and new position in Part II's prefill); it attends to tokens t = seq_start[g] .. g, whose
+ * key/value rows are kv_row ? kv_row[t] : t.                                                                        */
 int  rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
                       const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
                       int n_heads, int n_kv_heads, int head_dim);
@@ -258,7 +259,7 @@ int gpu_silu_mul(void *out, const void *gate, const void *up, size_t n);        
  * benchmark repeats, so the caller brings one; any GpuModel serves (a tiny gpu_model_random for a test). */
 int gpu_gemm(GpuModel *g, void *y, const void *x, const void *w, int rows, int in, int out);
 /* The naive kernel, as rx_attention_ref: q, out [n_q, n_heads*head_dim]; k, v [*, n_kv*head_dim], rows addressed
- * through kv_row; q_orig [n_q] or NULL; seq_start and kv_row (or NULL) [N], N the original tokens. */
+ * through kv_row; q_orig [n_q] or NULL; seq_start and kv_row (or NULL) [T], T attention's tokens (N in Part I). */
 int gpu_attention(void *out, const void *q, const void *k, const void *v, int n_q, const int32_t *q_orig,
                   const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads, int head_dim);
 /* The flash kernel (head_dim 128) in its varlen layout: query i of sequence s is row cu_q[s] + i, at key position
@@ -419,8 +420,9 @@ int  gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPr
 int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed);
 /* Serves requests through a prefix cache on the C reference (a serving engine's scheduler loop): each round admits up
  * to `batch` waiting requests, in arrival order (fcfs) or longest cached prefix first (lpm), runs one
- * qwen3_prefill_ref (gpu_prefill when o->gpu is set) on their unmatched suffixes, and finishes them. At the end it audits the pool and flushes the
- * cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL) are in request order.          */
+ * qwen3_prefill_ref (gpu_prefill when o->gpu is set) on their unmatched suffixes, and finishes them. At the end it
+ * audits the pool and flushes the cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL)
+ * are in request order.                                                                                          */
 typedef struct {
     RxCacheKind cache;
     int page_size;

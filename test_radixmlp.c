@@ -2153,6 +2153,12 @@ static void test_gpu_attention_timer(void) {
     expect(gpu_time_attention(&b, RX_COMPACT, RX_ATTN_FLASH, 2, 1, 64, 1, &ms) != 0 && strstr(radix_error(), "128"),
            "the flash timer accepted head_dim 64");
     rx_batch_free(&b);
+    int lens[2] = {0, 3};                    /* an empty first sequence: refused in one line, never read before row 0 */
+    int32_t ids[3] = {1, 2, 3};
+    RxBatch e = batch_of(2, lens, ids, NULL);
+    expect(gpu_time_attention(&e, RX_RADIX, RX_ATTN_NAIVE, 2, 1, 32, 1, &ms) != 0 && strstr(radix_error(), "empty"),
+           "the timer took a batch with an empty sequence: %s", radix_error());
+    rx_batch_free(&e);
 }
 
 /* A model whose head_dim (128) the flash kernel takes, small enough for the C reference: tiny_config's other sizes. */
