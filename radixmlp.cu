@@ -7,12 +7,8 @@
  * embedding, the norms, the Q/K/V/O projections, RoPE and the MLP on the N' compact rows; only attention needs the
  * original N-row layout, so scatter before attention and gather after it (Algorithm 1). Speedup -> N/N'.
  *
- * Build and run:   make run        (tiny random Qwen3, CPU reference or GPU; no download)
- *                  make test       (host tests everywhere; GPU tests where a GPU is present)
- *                  ./radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits F]
- *                             [--last-only | --embed F]      (last-token logits; Qwen3-Embedding embeddings)
- *                  ./radixmlp --check --model DIR
- *                  ./radixmlp --show-index --tokens FILE     (the trie, I_gather and I_scatter; no model)
+ * Build and run: `make run` (a tiny random Qwen3, CPU reference or GPU; no download) and `make test`; README.md
+ * has the commands for real checkpoints, and `./radixmlp --help` lists every flag.
  *
  * Map from the paper to this file:
  *   Sec. 2.1 causal block, eq. 1-3  -> layer_qkv_ref() + layer_attn_mlp_ref() (C), gpu_forward()
@@ -24,27 +20,22 @@
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
- *   Part II: prefill on a KV cache  -> qwen3_prefill_ref(): Part I's layer steps, keys read from the pool through a
- *                                      KvView; the trie keyed by cached prefix: radix_index_build_keyed()
- *   Part II on the GPU              -> gpu_prefill(): a bf16 KV pool in device memory (GpuKvPool), keys read through
- *                                      the pool slots by the same layer steps as Part I (gpu_layer_qkv, GpuKvView)
+ *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
+ *                                      from the pool's slots; radix_index_build_keyed(): a trie root per cached prefix
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
- * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> Part II: the
- * paged KV pool, the prefix caches, a request's life, prefill on the GPU -> the plumbing (GPU entry points for the
- * tests and benchmarks, errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and
- * CLI main(). The plumbing the algorithms call is declared just below the #includes.
+ * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> Part II (the
+ * paged KV pool, the prefix caches, a request's life, prefill in C, serving in batches, prefill on the GPU) -> the
+ * plumbing (GPU entry points for the tests and benchmarks, errors, JSON, safetensors, config, loading, token files)
+ * -> the demo and CLI main().
  *
  * Non-obvious things:
- *   - N vs N': every buffer says which token space it lives in. [N, ...] is the user's ragged batch,
- *     [N', ...] is one row per trie node. gather: [N'] compact -> original, scatter: [N] original -> compact.
- *   - Trie nodes are keyed by (token, position) *and* their parent: the same token at the same position after
- *     different prefixes is a different node (its history differs).
+ *   - Every buffer says which token space it lives in: [N, ...] the user's ragged batch (original space), [N', ...]
+ *     one row per trie node (compact space). Layout adds R and T.
  *   - Attention is the only op that mixes rows, and it mixes them by original sequence (cu_seqlens). That is why
  *     it alone needs the original layout, and why the compact mode can skip it by indexing keys via I_scatter.
- *   - The C reference computes each row with exactly the same arithmetic in every mode, so its radix and
- *     baseline logits agree bit for bit. The GPU uses bf16 and cuBLAS, whose results can depend on the matrix
- *     shape (N vs N' rows), so GPU radix and baseline differ in the last bf16 bits.
+ *   - The GPU computes in bf16 with cuBLAS, whose results can depend on the matrix shape (N vs N' rows): its radix
+ *     and baseline logits differ in the last bf16 bits, where the C reference's agree bit for bit.
  *   - cuBLAS is column-major, our tensors row-major: see gemm() for the transpose trick.
  */
 #include <ctype.h>
@@ -334,10 +325,8 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 /* ---------------------------------------------------------------------------------- the plain-c reference forward */
 /* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
  * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
- * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first;
- * forward_ref(), at the end of the section, is Algorithm 1: the layout (layout_build: the trie, where attention finds
- * each query and key) -> embed -> layers -> final norm -> LM head, its activations in one struct (RefActs), one layer
- * in two steps (layer_qkv_ref, layer_attn_mlp_ref) that Part II's prefill and the GPU forward repeat.
+ * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first,
+ * then Algorithm 1's steps (Part II's prefill and the GPU forward repeat them), then forward_ref(), which runs them.
  *
  * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
  * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
@@ -411,9 +400,9 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
  *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the strip's panel)
  *
  * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
- * last row (and stores nothing for it); the narrow strip is computed as the last MM_COLS outputs, its step-i
- * weights gathered from the two panels they lie in, and stores only its own columns. Threads share out the tiles,
- * strip by strip. Only a matrix narrower than one tile (tiny test models) takes the plain loop, every row alike. */
+ * last row (and stores nothing for it); the narrow strip copies its step-i weights into MM_COLS lanes padded with
+ * zeros, and stores only its own columns (a lane is one output: the padding touches no other). Threads share out the
+ * tiles, strip by strip. */
 enum { MM_ROWS = 4, MM_COLS = 16 };
 
 void rx_pack_weight(float *wp, const RxTensor *W) {
@@ -433,32 +422,19 @@ void rx_pack_weight(float *wp, const RxTensor *W) {
 }
 
 void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out) {
-    if (out < MM_COLS) {                                                      /* wp is one narrow strip [in][out] */
-        RX_OMP(omp parallel for schedule(static))
-        for (int r = 0; r < rows; r++)
-            for (int o = 0; o < out; o++) {
-                float acc = 0.0f;
-                for (int i = 0; i < in; i++) acc += x[(size_t)r * in + i] * wp[(size_t)i * out + o];
-                y[(size_t)r * out + o] = acc;
-            }
-        return;
-    }
-    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_full = out / MM_COLS, rem = out % MM_COLS;
-    int n_ct = n_full + (rem > 0);
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_ct = (out + MM_COLS - 1) / MM_COLS;
     RX_OMP(omp parallel for schedule(static))
     for (long t = 0; t < (long)n_rt * n_ct; t++) {
-        int r0 = (int)(t % n_rt) * MM_ROWS, s = (int)(t / n_rt), c_lo = s * MM_COLS;   /* strip major */
-        int narrow = s == n_full, skip = narrow ? MM_COLS - rem : 0;    /* the narrow strip: outputs out-16.. */
-        const float *panel = wp + (size_t)c_lo * in;                    /* [in][MM_COLS], or [in][rem]       */
-        const float *prev = narrow ? panel - (size_t)MM_COLS * in : panel;   /* narrow: the panel before it */
+        int r0 = (int)(t % n_rt) * MM_ROWS, c_lo = (int)(t / n_rt) * MM_COLS;          /* strip major */
+        int width = out - c_lo < MM_COLS ? out - c_lo : MM_COLS;                      /* < MM_COLS: the narrow strip */
+        const float *panel = wp + (size_t)c_lo * in;                                   /* [in][width] */
         const float *xr[MM_ROWS];
         for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
-        float acc[MM_ROWS][MM_COLS] = {{0.0f}}, wl[MM_COLS];
+        float acc[MM_ROWS][MM_COLS] = {{0.0f}}, wl[MM_COLS] = {0.0f};
         for (int i = 0; i < in; i++) {
             const float *wi = panel + (size_t)i * MM_COLS;             /* W[c_lo .. c_lo+15][i] */
-            if (narrow) {                                               /* W[out-16 .. out-1][i] */
-                memcpy(wl, prev + (size_t)i * MM_COLS + rem, sizeof(float) * (size_t)skip);
-                memcpy(wl + skip, panel + (size_t)i * rem, sizeof(float) * (size_t)rem);
+            if (width < MM_COLS) {                                      /* W[c_lo .. out-1][i], then zeros */
+                memcpy(wl, panel + (size_t)i * width, sizeof(float) * (size_t)width);
                 wi = wl;
             }
 #pragma GCC unroll 4
@@ -469,7 +445,7 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
             }
         }
         for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
-            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j] + skip, sizeof(float) * (size_t)(MM_COLS - skip));
+            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j], sizeof(float) * (size_t)width);
     }
 }
 
