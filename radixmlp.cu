@@ -675,24 +675,21 @@ typedef struct {
     float *gate, *up;    /* [R, intermediate]                                                                       */
     float *qN, *attN;    /* [N, n_heads*head_dim]   radix mode: q scattered to original space, attention's output   */
     float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode, Part I: k and v scattered to original space         */
-    float *x_out;        /* [n_out, hidden]         the final hidden states asked for (when n_out <= R)             */
-    float *logits_R;     /* [R, vocab]              the LM head on every row (when n_out > R)                       */
+    float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
+    float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
     float *w32;          /* one weight matrix in fp32, sized for the largest                                       */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
-    int32_t *out_row;    /* [n_out]                 the row that holds each output                                  */
 } RefActs;
 
 static void acts_free(RefActs *a) {
     free(a->h); free(a->xn); free(a->q); free(a->k); free(a->v); free(a->att); free(a->gate); free(a->up);
-    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_out); free(a->logits_R); free(a->w32);
-    free(a->norm_w); free(a->out_row);
+    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_last); free(a->logits_R); free(a->w32);
+    free(a->norm_w);
     memset(a, 0, sizeof *a);
 }
 
 /* kv_rows: the rows of kN and vN (N in Part I's radix mode, else 0: the keys are elsewhere). */
-static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int n_out, int logits, int kv_rows) {
-    memset(a, 0, sizeof *a);
-    a->n_out = n_out;
+static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits, int kv_rows) {
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
     size_t wmax = V * H > I * H ? V * H : I * H;
@@ -700,23 +697,21 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int n_o
     a->h = floats(R * H); a->xn = floats(R * H); a->q = floats(R * QD); a->att = floats(R * QD);
     a->k = floats(R * KVD); a->v = floats(R * KVD); a->gate = floats(R * I); a->up = floats(R * I);
     a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(kv_rows * KVD); a->vN = floats(kv_rows * KVD);
-    a->x_out = floats(logits && n_out <= L->R ? n_out * H : 0);
-    a->logits_R = floats(logits && n_out > L->R ? R * V : 0);
+    a->x_last = floats(last_only ? (size_t)L->S * H : 0);
+    a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
     a->w32 = floats(wmax); a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
-    a->out_row = ints(n_out);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_out || !a->logits_R || !a->w32 || !a->norm_w || !a->out_row) {
+        !a->vN || !a->x_last || !a->logits_R || !a->w32 || !a->norm_w) {
         acts_free(a);
         return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
     return 0;
 }
 
-/* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], each row's token from the layout (lines 6-8). */
+/* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], a row gather from the table by each row's token (lines 6-8). */
 static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
-    int H = m->cfg.hidden_size;
-    rx_tensor_to_f32(m->embed, a->w32);
-    for (int r = 0; r < L->R; r++) memcpy(a->h + (size_t)r * H, a->w32 + (size_t)L->tok[r] * H, sizeof(float) * H);
+    rx_tensor_to_f32(m->embed, a->w32);                                           /* [vocab, hidden] */
+    rows_by_index(a->h, a->w32, L->tok, L->R, m->cfg.hidden_size);
 }
 
 /* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
@@ -749,23 +744,18 @@ static void kv_store_ref(const KvView *kv, const Layout *L, const RefActs *a, in
     }
 }
 
-/* The rest of layer l (lines 20-28): attention, o_proj and the residual, the MLP and its residual. Attention's keys
- * and values are wherever kv says (this layer's new ones already there). Its queries: baseline mode attends with the
- * N rows; radix mode scatters q to N rows, attends, and gathers the output back to N' rows (the paper's sandwich);
- * compact mode attends with the N' rows directly. Query row r stands for token q_tok[r] of attention's space. */
+/* The rest of layer l (lines 20-28): attention, o_proj and the residual, the MLP and its residual. Attention reads
+ * keys through kv (this layer's new ones already there) and queries from the R rows, except in radix mode, which
+ * scatters q to the N original rows, attends, and gathers the output back: the paper's sandwich. */
 static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a, const KvView *kv) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *W = &m->layers[l];
     int R = L->R, N = L->N, H = c->hidden_size, QD = c->n_heads * c->head_dim, I = c->intermediate_size;
-    int rc;
-    if (L->mode == RX_RADIX) {
-        rows_by_index(a->qN, a->q, L->ix.scatter, N, QD);   /* [N', .] -> [N, .] */
-        rc = attention_ref(a->qN, kv, a->attN, N, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
-        rows_by_index(a->att, a->attN, L->ix.gather, R, QD);  /* [N, .] -> [N', .] */
-    } else {
-        rc = attention_ref(a->q, kv, a->att, R, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
-    }
-    if (rc) return -1;
+    const int radix = L->mode == RX_RADIX, n_q = radix ? N : R;
+    float *q = radix ? a->qN : a->q, *att = radix ? a->attN : a->att;
+    if (radix) rows_by_index(a->qN, a->q, L->ix.scatter, N, QD);                      /* [N', .] -> [N, .] */
+    if (attention_ref(q, kv, att, n_q, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim)) return -1;
+    if (radix) rows_by_index(a->att, a->attN, L->ix.gather, R, QD);                   /* [N, .] -> [N', .] */
     float eps = (float)c->rms_norm_eps;
     linear_ref(a->xn, a->att, W->o_proj, a->w32, R);    /* a = att @ Wo^T                 [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
@@ -779,32 +769,44 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefAc
     return 0;
 }
 
-/* Algorithm 1 lines 31-33: the final norm, then the outputs asked for: every token of the batch, or each sequence's
- * last token (last_only), in original order; either may be NULL: hidden [n_out, hidden], the final hidden state
- * after the norm, and logits [n_out, vocab]. The LM head runs on whichever is fewer, the n_out rows or all R rows, and
- * rows_by_index puts the result in original order: per-row arithmetic, the same logits either way. */
-static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_only, float *logits, float *hidden) {
-    int H = m->cfg.hidden_size, n_out = a->n_out;
-    rx_tensor_to_f32(m->final_norm, a->norm_w);
-    rx_rmsnorm_ref(a->xn, a->h, a->norm_w, L->R, H, (float)m->cfg.rms_norm_eps);
-    for (int o = 0; o < n_out; o++)                     /* original token -> its row: I_scatter, or itself */
-        a->out_row[o] = last_only ? L->last[o] : L->mode == RX_BASELINE ? o : L->ix.scatter[o];
-    if (hidden) rows_by_index(hidden, a->xn, a->out_row, n_out, H);
-    if (!logits) return;
-    if (n_out <= L->R) {
-        rows_by_index(a->x_out, a->xn, a->out_row, n_out, H);
-        linear_ref(logits, a->x_out, m->lm_head, a->w32, n_out);            /* logits = x @ W_lm^T  [n_out, V] */
-    } else {
-        linear_ref(a->logits_R, a->xn, m->lm_head, a->w32, L->R);            /* logits = xn @ W_lm^T [N', V]   */
-        rows_by_index(logits, a->logits_R, a->out_row, n_out, m->cfg.vocab_size);   /* [N', V] -> [N, V] */
+/* out [rows, dim] = x / ||x||_2, row by row (torch.nn.functional.normalize, as sentence-transformers' Normalize). */
+static void l2_normalize_rows(float *out, const float *x, int rows, int dim) {
+    for (int r = 0; r < rows; r++, x += dim, out += dim) {
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+        double norm = sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12;
+        for (int i = 0; i < dim; i++) out[i] = (float)(x[i] / norm);
     }
 }
 
-/* Algorithm 1 in plain C: embed -> layers -> final norm -> LM head, on R rows (N in baseline mode, N' in radix and
- * compact mode), with the scatter and gather around attention in radix mode only. Outputs as head_ref says;
- * rows_out (may be NULL): R. */
+/* Algorithm 1 lines 31-33, as the GPU's work_head: the final norm and the LM head, only on the rows whose outputs are
+ * asked for (either may be NULL). last_only: each sequence's last token, logits [S, vocab] and embed [S, hidden], its
+ * state after the norm, L2-normalised (last-token pooling). Otherwise logits [N, vocab], every token in original
+ * order: the LM head on the R rows, then y = y~[I_scatter] in radix and compact mode (line 33). */
+static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_only, float *logits, float *embed) {
+    const int H = m->cfg.hidden_size, V = m->cfg.vocab_size, n = last_only ? L->S : L->R;
+    const float *h = a->h;
+    float *xn = a->xn;
+    if (last_only) {                                    /* each sequence's last token: its row in the R rows */
+        rows_by_index(a->x_last, a->h, L->last, L->S, H);
+        h = xn = a->x_last;
+    }
+    rx_tensor_to_f32(m->final_norm, a->norm_w);
+    rx_rmsnorm_ref(xn, h, a->norm_w, n, H, (float)m->cfg.rms_norm_eps);      /* [n, hidden] */
+    if (embed) l2_normalize_rows(embed, xn, n, H);
+    if (!logits) return;
+    if (last_only || L->mode == RX_BASELINE) {
+        linear_ref(logits, xn, m->lm_head, a->w32, n);                      /* logits = xn @ W_lm^T  [n, V] */
+    } else {
+        linear_ref(a->logits_R, xn, m->lm_head, a->w32, n);                 /* logits = xn @ W_lm^T  [N', V] */
+        rows_by_index(logits, a->logits_R, L->ix.scatter, L->N, V);         /* [N', V] -> [N, V] */
+    }
+}
+
+/* Algorithm 1 in plain C: embed -> layers -> final norm -> LM head on the layout's R rows, with the scatter and gather
+ * around attention in radix mode only. Outputs as head_ref says; rows_out (may be NULL): R. */
 static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int last_only, float *logits,
-                       float *hidden, int *rows_out) {
+                       float *embed, int *rows_out) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
@@ -814,7 +816,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     memset(&a, 0, sizeof a);
     int rc = -1;
     if (layout_build(&L, b, NULL, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, last_only ? b->n_seqs : b->n_tokens, logits != NULL, L.mode == RX_RADIX ? L.N : 0))
+        acts_alloc(&a, c, &L, last_only, logits != NULL, L.mode == RX_RADIX ? L.N : 0))
         goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
@@ -826,7 +828,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
         }
         if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
-    head_ref(m, &L, &a, last_only, logits, hidden);                     /* lines 31-33 */
+    head_ref(m, &L, &a, last_only, logits, embed);                      /* lines 31-33 */
     if (rows_out) *rows_out = L.R;
     rc = 0;
 done:
@@ -839,22 +841,9 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
     return forward_ref(m, b, mode, 0, logits, NULL, NULL);
 }
 
-/* out [rows, dim] = x / ||x||_2, row by row (torch.nn.functional.normalize, as sentence-transformers' Normalize). */
-static void l2_normalize_rows(float *out, const float *x, int rows, int dim) {
-    for (int r = 0; r < rows; r++, x += dim, out += dim) {
-        double ss = 0.0;
-        for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
-        double norm = sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12;
-        for (int i = 0; i < dim; i++) out[i] = (float)(x[i] / norm);
-    }
-}
-
-/* Reranking and embedding need one row per sequence: the final hidden state of its last token, then the LM head on
- * those n_seqs rows only (the same per-row arithmetic as the full forward: the same logits, bit for bit). */
+/* Reranking and embedding read one row per sequence, its last token's: head_ref with last_only. */
 int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed) {
-    int rc = forward_ref(m, b, mode, 1, logits, embed, NULL);
-    if (rc == 0 && embed) l2_normalize_rows(embed, embed, b->n_seqs, m->cfg.hidden_size);   /* [n_seqs, hidden] */
-    return rc;
+    return forward_ref(m, b, mode, 1, logits, embed, NULL);
 }
 
 #ifndef RADIXMLP_HOST_ONLY
@@ -2538,7 +2527,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     memset(&a, 0, sizeof a);
     int rc = -1;
     if (layout_build(&L, b, pf, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, b->n_seqs, last_logits != NULL, 0))
+        acts_alloc(&a, c, &L, 1, last_logits != NULL, 0))
         goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
