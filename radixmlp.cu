@@ -23,11 +23,9 @@
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
  *                                      from the pool's slots; radix_index_build_keyed(): a trie root per cached prefix
  *
- * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
- * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> Part II (the
- * paged KV pool, the prefix caches, a request's life, prefill in C, serving in batches, prefill on the GPU) -> the
- * plumbing (GPU entry points for the tests and benchmarks, errors, JSON, safetensors, config, loading, token files)
- * -> the demo and CLI main().
+ * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1) ->
+ * the CUDA kernels, attention, cuBLAS and the GPU forward -> Part II: the paged KV pool, the prefix caches, prefill
+ * and serving -> the plumbing (GPU entry points, errors, JSON, safetensors, config, loading, token files) -> main().
  *
  * Non-obvious things:
  *   - Every buffer says which token space it lives in: [N, ...] the user's ragged batch (original space), [N', ...]
@@ -132,9 +130,8 @@ static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     return (TrieSlot *)calloc(*mask + 1, sizeof(TrieSlot));
 }
 
-/* The shape of a ragged batch as a C API caller hands it over, before anything reads it: n_seqs >= 0, cu_seqlens
- * starting at 0 and never decreasing, the arrays present; n_tokens >= 0 must equal cu_seqlens[n_seqs] (n_tokens < 0:
- * not given, the trie reads N from cu_seqlens). who starts the message. */
+/* The shape of a ragged batch as a C API caller hands it over, checked before anything reads it. n_tokens < 0: not
+ * given (the trie reads N from cu_seqlens). who starts the message. */
 static int ragged_check(const char *who, const int32_t *input_ids, const int32_t *position_ids,
                         const int32_t *cu_seqlens, int n_seqs, int n_tokens) {
     if (n_seqs < 0) return rx_fail("%s: n_seqs is %d; it must be >= 0", who, n_seqs);
@@ -330,16 +327,23 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  *
  * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
  * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
- * the compiler vectorizes them without reordering any sum (no -ffast-math). A thread or a SIMD lane computes exactly
- * what the plain loop would: mul, round, add, round, in increasing i. The Makefile builds with -ffp-contract=off,
- * so that no compiler fuses a mul and an add into one FMA in one place and not in another (a tile's unrolled body
- * vs a plain loop); without -fopenmp (the emulator's build) the pragmas vanish and one thread runs the same code. */
+ * the compiler vectorizes them without reordering any sum (no -ffast-math). -ffp-contract=off (Makefile) keeps any
+ * compiler from fusing a mul and an add into one FMA in one place and not in another; without -fopenmp (the
+ * emulator's build) the pragmas vanish and one thread runs the same code. */
 #ifdef _OPENMP
 #define RX_OMP(directive) _Pragma(#directive)
 static int rx_thread(void) { return omp_get_thread_num(); }
+int rx_threads(int n) {
+    if (n > 0) omp_set_num_threads(n);
+    return omp_get_max_threads();
+}
 #else
 #define RX_OMP(directive)
 static int rx_thread(void) { return 0; }
+int rx_threads(int n) {
+    (void)n;
+    return 1;
+}
 #endif
 /* A loop over independent lanes of unknown length: gcc -O2 vectorizes it only when told; clang does at -O2 on its
  * own, and at -O1 (the sanitizer builds) would warn that it cannot. */
@@ -348,16 +352,6 @@ static int rx_thread(void) { return 0; }
 #else
 #define RX_SIMD
 #endif
-
-int rx_threads(int n) {
-#ifdef _OPENMP
-    if (n > 0) omp_set_num_threads(n);
-    return omp_get_max_threads();
-#else
-    (void)n;
-    return 1;
-#endif
-}
 
 static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
     float ss = 0.0f;
@@ -391,9 +385,8 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
  * with rows out * 4 bytes apart; at out = 3072 that is a multiple of 4 KiB, and every row of a strip would fall into
  * the same cache set.)
  *
- * A tile of MM_ROWS rows x MM_COLS outputs keeps its MM_ROWS*MM_COLS sums in registers; each step i adds
- * x[r][i] * W[o][i] to them, one SIMD lane per output: every sum still runs over i in increasing order, and the
- * tile reads each weight once for MM_ROWS rows.
+ * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
+ * weight once for MM_ROWS rows:
  *
  *            o0 ... o0+15              every lane of every row of the tile does the same thing:
  *     r0   [ acc acc ... acc ]            acc = acc + x[r][i] * W[o][i]   (two roundings, i = 0, 1, ...)
@@ -474,23 +467,20 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* Where attention reads keys and values: the key row of token t of attention's token space is
- * k + (kv_row ? kv_row[t] : t) * row_stride, and likewise for v. One idea serves every caller:
+/* Attention reads its keys through an index: the key row of token t of attention's token space is
+ * k + (kv_row ? kv_row[t] : t) * row_stride, kv head h at offset h * head_dim in it, and likewise for v. That one
+ * idea serves every caller; only what they pass differs:
  *   Part I, baseline and radix mode: the batch's own rows [N, n_kv*head_dim], no index
  *   Part I, compact mode:            the compact rows [N', n_kv*head_dim], read through I_scatter
- *   Part II, prefill:                one layer's slice of the paged pool [slot, n_layers, n_kv*head_dim], read
- *                                    through each token's slot                                                   */
+ *   Part II, prefill:                layer l of the paged pool [slot, n_layers, n_kv*head_dim], read through slots */
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
-/* rx_attention_ref with its keys and values wherever kv says. One (query row, head) pair at a time, the pairs shared
- * out across threads. The keys are first copied transposed, kt [n_kv_heads, head_dim, n_t], so that a query's scores
- * s_t = q . k_t are summed over i in increasing order (exactly the dot product's arithmetic) with the loop running
- * across keys t, side by side in memory: that loop vectorizes, a dot product's serial sum would not. */
+/* rx_attention_ref, its keys and values read through kv. The keys are first copied transposed, kt [n_kv_heads,
+ * head_dim, n_t], so that a query's scores s_t = q . k_t are summed over i in increasing order (exactly the dot
+ * product's arithmetic) by a loop across keys t, side by side in memory: it vectorizes, a dot product would not. */
 static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
-    const float *k = kv->k, *v = kv->v;
     const int32_t *kv_row = kv->kv_row;
-    size_t kv_stride = kv->row_stride;
     int longest = 1, n_t = 0;                        /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r;
@@ -506,7 +496,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
     }
     RX_OMP(omp parallel for schedule(static))
     for (int t = 0; t < n_t; t++) {
-        const float *kr = k + (size_t)(kv_row ? kv_row[t] : t) * kv_stride;
+        const float *kr = kv->k + (size_t)(kv_row ? kv_row[t] : t) * kv->row_stride;
         for (int d = 0; d < n_kv_heads * head_dim; d++) kt[(size_t)d * n_t + t] = kr[d];
     }
     int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
@@ -528,7 +518,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         float *o = out + (size_t)r * qd + h * head_dim;
         for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
         for (int j = 0; j < len; j++) {
-            const float *vt = v + (size_t)(kv_row ? kv_row[t0 + j] : t0 + j) * kv_stride + kvh * head_dim;
+            const float *vt = kv->v + (size_t)(kv_row ? kv_row[t0 + j] : t0 + j) * kv->row_stride + kvh * head_dim;
             float pt = p[j] / z;
             RX_SIMD
             for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
@@ -574,7 +564,6 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold) {
     return n_tokens > 0 && (double)n_compact / n_tokens < threshold ? RX_COMPACT : RX_BASELINE;
 }
 
-/* An untied embedding checkpoint stores no LM head (Qwen3Model, see bind_model): it has embeddings, not logits. */
 static int no_lm_head(void) {
     return rx_fail("the checkpoint has no LM head (no lm_head.weight, tie_word_embeddings false): an embedding model "
                    "gives embeddings (--embed), not logits");
@@ -589,9 +578,7 @@ static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n +
  *   N  the batch's tokens, sequence by sequence (original space)
  *   R  the rows every position-wise op runs on: N in baseline mode, N' (one per trie node) in radix and compact mode
  *   T  attention's tokens: the batch itself in Part I (T = N); in Part II (pf given) each sequence's cached positions,
- *      then its new ones (T = N + the cached lengths), because a query also sees the keys of its cached prefix
- * kv_row is a KvView's index; in Part II position p of sequence s is in slot pages[s][p / P] * P + p % P (page size
- * P). q_tok is what the attention functions call q_orig. */
+ *      then its new ones (T = N + the cached lengths), because a query also sees the keys of its cached prefix */
 typedef struct {
     RxMode mode;             /* as run: RX_AUTO resolved                                                         */
     int N, R, S, T;          /* batch tokens, rows computed on, sequences, attention's tokens                     */
@@ -599,8 +586,8 @@ typedef struct {
     double index_ms;         /* the time to build it                                                             */
     int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
     int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
-    int32_t *kv_row;         /* [T] each token's key row                                                         */
-    int32_t *q_tok;          /* [n_q] the token each query row stands for; n_q = N' in compact mode, else N       */
+    int32_t *kv_row;         /* [T] each token's key row: a KvView's index (Part II: the token's pool slot)       */
+    int32_t *q_tok;          /* [n_q] each query row's token, attention's q_orig; n_q = N' in compact mode, else N */
     int32_t *kv_dst;         /* [N] the key row each new token's K and V are written to: i in Part I, or a slot   */
     int32_t *cu_q, *cu_k;    /* [S+1] each sequence's query rows and its keys in T (the flash kernel's layout)    */
     int32_t *last;           /* [S] the row holding each sequence's last token                                   */
@@ -664,9 +651,8 @@ static int layout_build(Layout *L, const RxBatch *b, const RxPrefill *pf, RxMode
 }
 
 /* The activations of one forward, allocated and freed in one place (as llm.c's ActivationTensors, llama2.c's
- * RunState), on the R rows of its Layout (N in baseline mode, N' in radix and compact mode). */
+ * RunState), on the R rows of its Layout. */
 typedef struct {
-    int n_out;           /* outputs asked for: every token, or each sequence's last                               */
     float *h;            /* [R, hidden]             the residual stream                                            */
     float *xn;           /* [R, hidden]             a normed h, or a block's output before the residual add         */
     float *q;            /* [R, n_heads*head_dim]                                                                   */
@@ -732,8 +718,7 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     rx_qk_norm_rope_ref(a->k, a->norm_w, L->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
 }
 
-/* The new tokens' k and v into the rows of kv that attention will read them from: new token i's row is row i of the
- * R rows (baseline) or its compact row I_scatter[i], and it goes to key row kv_dst[i]. In Part I's radix mode that is
+/* The new tokens' K and V into the key rows attention reads them from (Layout's kv_dst): in Part I's radix mode,
  * Algorithm 1's scatter of K and V to original space (line 20); in Part II, the write into the pool's slots. */
 static void kv_store_ref(const KvView *kv, const Layout *L, const RefActs *a, int kv_dim) {
     for (int i = 0; i < L->N; i++) {
