@@ -7,12 +7,8 @@
  * embedding, the norms, the Q/K/V/O projections, RoPE and the MLP on the N' compact rows; only attention needs the
  * original N-row layout, so scatter before attention and gather after it (Algorithm 1). Speedup -> N/N'.
  *
- * Build and run:   make run        (tiny random Qwen3, CPU reference or GPU; no download)
- *                  make test       (host tests everywhere; GPU tests where a GPU is present)
- *                  ./radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits F]
- *                             [--last-only | --embed F]      (last-token logits; Qwen3-Embedding embeddings)
- *                  ./radixmlp --check --model DIR
- *                  ./radixmlp --show-index --tokens FILE     (the trie, I_gather and I_scatter; no model)
+ * Build and run: `make run` (a tiny random Qwen3, CPU reference or GPU; no download) and `make test`; README.md
+ * has the commands for real checkpoints, and `./radixmlp --help` lists every flag.
  *
  * Map from the paper to this file:
  *   Sec. 2.1 causal block, eq. 1-3  -> layer_qkv_ref() + layer_attn_mlp_ref() (C), gpu_forward()
@@ -24,27 +20,20 @@
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
- *   Part II: prefill on a KV cache  -> qwen3_prefill_ref(): Part I's layer steps, keys read from the pool through a
- *                                      KvView; the trie keyed by cached prefix: radix_index_build_keyed()
- *   Part II on the GPU              -> gpu_prefill(): a bf16 KV pool in device memory (GpuKvPool), keys read through
- *                                      the pool slots by the same layer steps as Part I (gpu_layer_qkv, GpuKvView)
+ *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
+ *                                      from the pool's slots; radix_index_build_keyed(): a trie root per cached prefix
  *
- * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
- * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> Part II: the
- * paged KV pool, the prefix caches, a request's life, prefill on the GPU -> the plumbing (GPU entry points for the
- * tests and benchmarks, errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and
- * CLI main(). The plumbing the algorithms call is declared just below the #includes.
+ * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1) ->
+ * the CUDA kernels, attention, cuBLAS and the GPU forward -> Part II: the paged KV pool, the prefix caches, prefill
+ * and serving -> the plumbing (GPU entry points, errors, JSON, safetensors, config, loading, token files) -> main().
  *
  * Non-obvious things:
- *   - N vs N': every buffer says which token space it lives in. [N, ...] is the user's ragged batch,
- *     [N', ...] is one row per trie node. gather: [N'] compact -> original, scatter: [N] original -> compact.
- *   - Trie nodes are keyed by (token, position) *and* their parent: the same token at the same position after
- *     different prefixes is a different node (its history differs).
+ *   - Every buffer says which token space it lives in: [N, ...] the user's ragged batch (original space), [N', ...]
+ *     one row per trie node (compact space). Layout adds R and T.
  *   - Attention is the only op that mixes rows, and it mixes them by original sequence (cu_seqlens). That is why
  *     it alone needs the original layout, and why the compact mode can skip it by indexing keys via I_scatter.
- *   - The C reference computes each row with exactly the same arithmetic in every mode, so its radix and
- *     baseline logits agree bit for bit. The GPU uses bf16 and cuBLAS, whose results can depend on the matrix
- *     shape (N vs N' rows), so GPU radix and baseline differ in the last bf16 bits.
+ *   - The GPU computes in bf16 with cuBLAS, whose results can depend on the matrix shape (N vs N' rows): its radix
+ *     and baseline logits differ in the last bf16 bits, where the C reference's agree bit for bit.
  *   - cuBLAS is column-major, our tensors row-major: see gemm() for the transpose trick.
  */
 #include <ctype.h>
@@ -141,9 +130,8 @@ static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     return (TrieSlot *)calloc(*mask + 1, sizeof(TrieSlot));
 }
 
-/* The shape of a ragged batch as a C API caller hands it over, before anything reads it: n_seqs >= 0, cu_seqlens
- * starting at 0 and never decreasing, the arrays present; n_tokens >= 0 must equal cu_seqlens[n_seqs] (n_tokens < 0:
- * not given, the trie reads N from cu_seqlens). who starts the message. */
+/* The shape of a ragged batch as a C API caller hands it over, checked before anything reads it. n_tokens < 0: not
+ * given (the trie reads N from cu_seqlens). who starts the message. */
 static int ragged_check(const char *who, const int32_t *input_ids, const int32_t *position_ids,
                         const int32_t *cu_seqlens, int n_seqs, int n_tokens) {
     if (n_seqs < 0) return rx_fail("%s: n_seqs is %d; it must be >= 0", who, n_seqs);
@@ -334,23 +322,28 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 /* ---------------------------------------------------------------------------------- the plain-c reference forward */
 /* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
  * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
- * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first;
- * forward_ref(), at the end of the section, is Algorithm 1: the layout (layout_build: the trie, where attention finds
- * each query and key) -> embed -> layers -> final norm -> LM head, its activations in one struct (RefActs), one layer
- * in two steps (layer_qkv_ref, layer_attn_mlp_ref) that Part II's prefill and the GPU forward repeat.
+ * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first,
+ * then Algorithm 1's steps (Part II's prefill and the GPU forward repeat them), then forward_ref(), which runs them.
  *
  * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
  * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
- * the compiler vectorizes them without reordering any sum (no -ffast-math). A thread or a SIMD lane computes exactly
- * what the plain loop would: mul, round, add, round, in increasing i. The Makefile builds with -ffp-contract=off,
- * so that no compiler fuses a mul and an add into one FMA in one place and not in another (a tile's unrolled body
- * vs a plain loop); without -fopenmp (the emulator's build) the pragmas vanish and one thread runs the same code. */
+ * the compiler vectorizes them without reordering any sum (no -ffast-math). -ffp-contract=off (Makefile) keeps any
+ * compiler from fusing a mul and an add into one FMA in one place and not in another; without -fopenmp (the
+ * emulator's build) the pragmas vanish and one thread runs the same code. */
 #ifdef _OPENMP
 #define RX_OMP(directive) _Pragma(#directive)
 static int rx_thread(void) { return omp_get_thread_num(); }
+int rx_threads(int n) {
+    if (n > 0) omp_set_num_threads(n);
+    return omp_get_max_threads();
+}
 #else
 #define RX_OMP(directive)
 static int rx_thread(void) { return 0; }
+int rx_threads(int n) {
+    (void)n;
+    return 1;
+}
 #endif
 /* A loop over independent lanes of unknown length: gcc -O2 vectorizes it only when told; clang does at -O2 on its
  * own, and at -O1 (the sanitizer builds) would warn that it cannot. */
@@ -359,16 +352,6 @@ static int rx_thread(void) { return 0; }
 #else
 #define RX_SIMD
 #endif
-
-int rx_threads(int n) {
-#ifdef _OPENMP
-    if (n > 0) omp_set_num_threads(n);
-    return omp_get_max_threads();
-#else
-    (void)n;
-    return 1;
-#endif
-}
 
 static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
     float ss = 0.0f;
@@ -402,18 +385,17 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
  * with rows out * 4 bytes apart; at out = 3072 that is a multiple of 4 KiB, and every row of a strip would fall into
  * the same cache set.)
  *
- * A tile of MM_ROWS rows x MM_COLS outputs keeps its MM_ROWS*MM_COLS sums in registers; each step i adds
- * x[r][i] * W[o][i] to them, one SIMD lane per output: every sum still runs over i in increasing order, and the
- * tile reads each weight once for MM_ROWS rows.
+ * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
+ * weight once for MM_ROWS rows:
  *
  *            o0 ... o0+15              every lane of every row of the tile does the same thing:
  *     r0   [ acc acc ... acc ]            acc = acc + x[r][i] * W[o][i]   (two roundings, i = 0, 1, ...)
  *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the strip's panel)
  *
  * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
- * last row (and stores nothing for it); the narrow strip is computed as the last MM_COLS outputs, its step-i
- * weights gathered from the two panels they lie in, and stores only its own columns. Threads share out the tiles,
- * strip by strip. Only a matrix narrower than one tile (tiny test models) takes the plain loop, every row alike. */
+ * last row (and stores nothing for it); the narrow strip copies its step-i weights into MM_COLS lanes padded with
+ * zeros, and stores only its own columns (a lane is one output: the padding touches no other). Threads share out the
+ * tiles, strip by strip. */
 enum { MM_ROWS = 4, MM_COLS = 16 };
 
 void rx_pack_weight(float *wp, const RxTensor *W) {
@@ -433,32 +415,19 @@ void rx_pack_weight(float *wp, const RxTensor *W) {
 }
 
 void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out) {
-    if (out < MM_COLS) {                                                      /* wp is one narrow strip [in][out] */
-        RX_OMP(omp parallel for schedule(static))
-        for (int r = 0; r < rows; r++)
-            for (int o = 0; o < out; o++) {
-                float acc = 0.0f;
-                for (int i = 0; i < in; i++) acc += x[(size_t)r * in + i] * wp[(size_t)i * out + o];
-                y[(size_t)r * out + o] = acc;
-            }
-        return;
-    }
-    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_full = out / MM_COLS, rem = out % MM_COLS;
-    int n_ct = n_full + (rem > 0);
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_ct = (out + MM_COLS - 1) / MM_COLS;
     RX_OMP(omp parallel for schedule(static))
     for (long t = 0; t < (long)n_rt * n_ct; t++) {
-        int r0 = (int)(t % n_rt) * MM_ROWS, s = (int)(t / n_rt), c_lo = s * MM_COLS;   /* strip major */
-        int narrow = s == n_full, skip = narrow ? MM_COLS - rem : 0;    /* the narrow strip: outputs out-16.. */
-        const float *panel = wp + (size_t)c_lo * in;                    /* [in][MM_COLS], or [in][rem]       */
-        const float *prev = narrow ? panel - (size_t)MM_COLS * in : panel;   /* narrow: the panel before it */
+        int r0 = (int)(t % n_rt) * MM_ROWS, c_lo = (int)(t / n_rt) * MM_COLS;          /* strip major */
+        int width = out - c_lo < MM_COLS ? out - c_lo : MM_COLS;                      /* < MM_COLS: the narrow strip */
+        const float *panel = wp + (size_t)c_lo * in;                                   /* [in][width] */
         const float *xr[MM_ROWS];
         for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
-        float acc[MM_ROWS][MM_COLS] = {{0.0f}}, wl[MM_COLS];
+        float acc[MM_ROWS][MM_COLS] = {{0.0f}}, wl[MM_COLS] = {0.0f};
         for (int i = 0; i < in; i++) {
             const float *wi = panel + (size_t)i * MM_COLS;             /* W[c_lo .. c_lo+15][i] */
-            if (narrow) {                                               /* W[out-16 .. out-1][i] */
-                memcpy(wl, prev + (size_t)i * MM_COLS + rem, sizeof(float) * (size_t)skip);
-                memcpy(wl + skip, panel + (size_t)i * rem, sizeof(float) * (size_t)rem);
+            if (width < MM_COLS) {                                      /* W[c_lo .. out-1][i], then zeros */
+                memcpy(wl, panel + (size_t)i * width, sizeof(float) * (size_t)width);
                 wi = wl;
             }
 #pragma GCC unroll 4
@@ -469,7 +438,7 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
             }
         }
         for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
-            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j] + skip, sizeof(float) * (size_t)(MM_COLS - skip));
+            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j], sizeof(float) * (size_t)width);
     }
 }
 
@@ -498,23 +467,20 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* Where attention reads keys and values: the key row of token t of attention's token space is
- * k + (kv_row ? kv_row[t] : t) * row_stride, and likewise for v. One idea serves every caller:
+/* Attention reads its keys through an index: the key row of token t of attention's token space is
+ * k + (kv_row ? kv_row[t] : t) * row_stride, kv head h at offset h * head_dim in it, and likewise for v. That one
+ * idea serves every caller; only what they pass differs:
  *   Part I, baseline and radix mode: the batch's own rows [N, n_kv*head_dim], no index
  *   Part I, compact mode:            the compact rows [N', n_kv*head_dim], read through I_scatter
- *   Part II, prefill:                one layer's slice of the paged pool [slot, n_layers, n_kv*head_dim], read
- *                                    through each token's slot                                                   */
+ *   Part II, prefill:                layer l of the paged pool [slot, n_layers, n_kv*head_dim], read through slots */
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
-/* rx_attention_ref with its keys and values wherever kv says. One (query row, head) pair at a time, the pairs shared
- * out across threads. The keys are first copied transposed, kt [n_kv_heads, head_dim, n_t], so that a query's scores
- * s_t = q . k_t are summed over i in increasing order (exactly the dot product's arithmetic) with the loop running
- * across keys t, side by side in memory: that loop vectorizes, a dot product's serial sum would not. */
+/* rx_attention_ref, its keys and values read through kv. The keys are first copied transposed, kt [n_kv_heads,
+ * head_dim, n_t], so that a query's scores s_t = q . k_t are summed over i in increasing order (exactly the dot
+ * product's arithmetic) by a loop across keys t, side by side in memory: it vectorizes, a dot product would not. */
 static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
-    const float *k = kv->k, *v = kv->v;
     const int32_t *kv_row = kv->kv_row;
-    size_t kv_stride = kv->row_stride;
     int longest = 1, n_t = 0;                        /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
     for (int r = 0; r < n_q; r++) {
         int g = q_orig ? q_orig[r] : r;
@@ -530,7 +496,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
     }
     RX_OMP(omp parallel for schedule(static))
     for (int t = 0; t < n_t; t++) {
-        const float *kr = k + (size_t)(kv_row ? kv_row[t] : t) * kv_stride;
+        const float *kr = kv->k + (size_t)(kv_row ? kv_row[t] : t) * kv->row_stride;
         for (int d = 0; d < n_kv_heads * head_dim; d++) kt[(size_t)d * n_t + t] = kr[d];
     }
     int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
@@ -552,7 +518,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         float *o = out + (size_t)r * qd + h * head_dim;
         for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
         for (int j = 0; j < len; j++) {
-            const float *vt = v + (size_t)(kv_row ? kv_row[t0 + j] : t0 + j) * kv_stride + kvh * head_dim;
+            const float *vt = kv->v + (size_t)(kv_row ? kv_row[t0 + j] : t0 + j) * kv->row_stride + kvh * head_dim;
             float pt = p[j] / z;
             RX_SIMD
             for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
@@ -598,7 +564,6 @@ RxMode rx_auto_mode(int n_compact, int n_tokens, double threshold) {
     return n_tokens > 0 && (double)n_compact / n_tokens < threshold ? RX_COMPACT : RX_BASELINE;
 }
 
-/* An untied embedding checkpoint stores no LM head (Qwen3Model, see bind_model): it has embeddings, not logits. */
 static int no_lm_head(void) {
     return rx_fail("the checkpoint has no LM head (no lm_head.weight, tie_word_embeddings false): an embedding model "
                    "gives embeddings (--embed), not logits");
@@ -613,9 +578,7 @@ static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n +
  *   N  the batch's tokens, sequence by sequence (original space)
  *   R  the rows every position-wise op runs on: N in baseline mode, N' (one per trie node) in radix and compact mode
  *   T  attention's tokens: the batch itself in Part I (T = N); in Part II (pf given) each sequence's cached positions,
- *      then its new ones (T = N + the cached lengths), because a query also sees the keys of its cached prefix
- * kv_row is a KvView's index; in Part II position p of sequence s is in slot pages[s][p / P] * P + p % P (page size
- * P). q_tok is what the attention functions call q_orig. */
+ *      then its new ones (T = N + the cached lengths), because a query also sees the keys of its cached prefix */
 typedef struct {
     RxMode mode;             /* as run: RX_AUTO resolved                                                         */
     int N, R, S, T;          /* batch tokens, rows computed on, sequences, attention's tokens                     */
@@ -623,8 +586,8 @@ typedef struct {
     double index_ms;         /* the time to build it                                                             */
     int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
     int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
-    int32_t *kv_row;         /* [T] each token's key row                                                         */
-    int32_t *q_tok;          /* [n_q] the token each query row stands for; n_q = N' in compact mode, else N       */
+    int32_t *kv_row;         /* [T] each token's key row: a KvView's index (Part II: the token's pool slot)       */
+    int32_t *q_tok;          /* [n_q] each query row's token, attention's q_orig; n_q = N' in compact mode, else N */
     int32_t *kv_dst;         /* [N] the key row each new token's K and V are written to: i in Part I, or a slot   */
     int32_t *cu_q, *cu_k;    /* [S+1] each sequence's query rows and its keys in T (the flash kernel's layout)    */
     int32_t *last;           /* [S] the row holding each sequence's last token                                   */
@@ -688,9 +651,8 @@ static int layout_build(Layout *L, const RxBatch *b, const RxPrefill *pf, RxMode
 }
 
 /* The activations of one forward, allocated and freed in one place (as llm.c's ActivationTensors, llama2.c's
- * RunState), on the R rows of its Layout (N in baseline mode, N' in radix and compact mode). */
+ * RunState), on the R rows of its Layout. */
 typedef struct {
-    int n_out;           /* outputs asked for: every token, or each sequence's last                               */
     float *h;            /* [R, hidden]             the residual stream                                            */
     float *xn;           /* [R, hidden]             a normed h, or a block's output before the residual add         */
     float *q;            /* [R, n_heads*head_dim]                                                                   */
@@ -699,24 +661,21 @@ typedef struct {
     float *gate, *up;    /* [R, intermediate]                                                                       */
     float *qN, *attN;    /* [N, n_heads*head_dim]   radix mode: q scattered to original space, attention's output   */
     float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode, Part I: k and v scattered to original space         */
-    float *x_out;        /* [n_out, hidden]         the final hidden states asked for (when n_out <= R)             */
-    float *logits_R;     /* [R, vocab]              the LM head on every row (when n_out > R)                       */
+    float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
+    float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
     float *w32;          /* one weight matrix in fp32, sized for the largest                                       */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
-    int32_t *out_row;    /* [n_out]                 the row that holds each output                                  */
 } RefActs;
 
 static void acts_free(RefActs *a) {
     free(a->h); free(a->xn); free(a->q); free(a->k); free(a->v); free(a->att); free(a->gate); free(a->up);
-    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_out); free(a->logits_R); free(a->w32);
-    free(a->norm_w); free(a->out_row);
+    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_last); free(a->logits_R); free(a->w32);
+    free(a->norm_w);
     memset(a, 0, sizeof *a);
 }
 
 /* kv_rows: the rows of kN and vN (N in Part I's radix mode, else 0: the keys are elsewhere). */
-static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int n_out, int logits, int kv_rows) {
-    memset(a, 0, sizeof *a);
-    a->n_out = n_out;
+static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits, int kv_rows) {
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
     size_t wmax = V * H > I * H ? V * H : I * H;
@@ -724,23 +683,21 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int n_o
     a->h = floats(R * H); a->xn = floats(R * H); a->q = floats(R * QD); a->att = floats(R * QD);
     a->k = floats(R * KVD); a->v = floats(R * KVD); a->gate = floats(R * I); a->up = floats(R * I);
     a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(kv_rows * KVD); a->vN = floats(kv_rows * KVD);
-    a->x_out = floats(logits && n_out <= L->R ? n_out * H : 0);
-    a->logits_R = floats(logits && n_out > L->R ? R * V : 0);
+    a->x_last = floats(last_only ? (size_t)L->S * H : 0);
+    a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
     a->w32 = floats(wmax); a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
-    a->out_row = ints(n_out);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_out || !a->logits_R || !a->w32 || !a->norm_w || !a->out_row) {
+        !a->vN || !a->x_last || !a->logits_R || !a->w32 || !a->norm_w) {
         acts_free(a);
         return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
     return 0;
 }
 
-/* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], each row's token from the layout (lines 6-8). */
+/* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], a row gather from the table by each row's token (lines 6-8). */
 static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
-    int H = m->cfg.hidden_size;
-    rx_tensor_to_f32(m->embed, a->w32);
-    for (int r = 0; r < L->R; r++) memcpy(a->h + (size_t)r * H, a->w32 + (size_t)L->tok[r] * H, sizeof(float) * H);
+    rx_tensor_to_f32(m->embed, a->w32);                                           /* [vocab, hidden] */
+    rows_by_index(a->h, a->w32, L->tok, L->R, m->cfg.hidden_size);
 }
 
 /* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
@@ -761,8 +718,7 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     rx_qk_norm_rope_ref(a->k, a->norm_w, L->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
 }
 
-/* The new tokens' k and v into the rows of kv that attention will read them from: new token i's row is row i of the
- * R rows (baseline) or its compact row I_scatter[i], and it goes to key row kv_dst[i]. In Part I's radix mode that is
+/* The new tokens' K and V into the key rows attention reads them from (Layout's kv_dst): in Part I's radix mode,
  * Algorithm 1's scatter of K and V to original space (line 20); in Part II, the write into the pool's slots. */
 static void kv_store_ref(const KvView *kv, const Layout *L, const RefActs *a, int kv_dim) {
     for (int i = 0; i < L->N; i++) {
@@ -773,23 +729,18 @@ static void kv_store_ref(const KvView *kv, const Layout *L, const RefActs *a, in
     }
 }
 
-/* The rest of layer l (lines 20-28): attention, o_proj and the residual, the MLP and its residual. Attention's keys
- * and values are wherever kv says (this layer's new ones already there). Its queries: baseline mode attends with the
- * N rows; radix mode scatters q to N rows, attends, and gathers the output back to N' rows (the paper's sandwich);
- * compact mode attends with the N' rows directly. Query row r stands for token q_tok[r] of attention's space. */
+/* The rest of layer l (lines 20-28): attention, o_proj and the residual, the MLP and its residual. Attention reads
+ * keys through kv (this layer's new ones already there) and queries from the R rows, except in radix mode, which
+ * scatters q to the N original rows, attends, and gathers the output back: the paper's sandwich. */
 static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a, const KvView *kv) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *W = &m->layers[l];
     int R = L->R, N = L->N, H = c->hidden_size, QD = c->n_heads * c->head_dim, I = c->intermediate_size;
-    int rc;
-    if (L->mode == RX_RADIX) {
-        rows_by_index(a->qN, a->q, L->ix.scatter, N, QD);   /* [N', .] -> [N, .] */
-        rc = attention_ref(a->qN, kv, a->attN, N, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
-        rows_by_index(a->att, a->attN, L->ix.gather, R, QD);  /* [N, .] -> [N', .] */
-    } else {
-        rc = attention_ref(a->q, kv, a->att, R, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim);
-    }
-    if (rc) return -1;
+    const int radix = L->mode == RX_RADIX, n_q = radix ? N : R;
+    float *q = radix ? a->qN : a->q, *att = radix ? a->attN : a->att;
+    if (radix) rows_by_index(a->qN, a->q, L->ix.scatter, N, QD);                      /* [N', .] -> [N, .] */
+    if (attention_ref(q, kv, att, n_q, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim)) return -1;
+    if (radix) rows_by_index(a->att, a->attN, L->ix.gather, R, QD);                   /* [N, .] -> [N', .] */
     float eps = (float)c->rms_norm_eps;
     linear_ref(a->xn, a->att, W->o_proj, a->w32, R);    /* a = att @ Wo^T                 [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
@@ -803,32 +754,44 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefAc
     return 0;
 }
 
-/* Algorithm 1 lines 31-33: the final norm, then the outputs asked for: every token of the batch, or each sequence's
- * last token (last_only), in original order; either may be NULL: hidden [n_out, hidden], the final hidden state
- * after the norm, and logits [n_out, vocab]. The LM head runs on whichever is fewer, the n_out rows or all R rows, and
- * rows_by_index puts the result in original order: per-row arithmetic, the same logits either way. */
-static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_only, float *logits, float *hidden) {
-    int H = m->cfg.hidden_size, n_out = a->n_out;
-    rx_tensor_to_f32(m->final_norm, a->norm_w);
-    rx_rmsnorm_ref(a->xn, a->h, a->norm_w, L->R, H, (float)m->cfg.rms_norm_eps);
-    for (int o = 0; o < n_out; o++)                     /* original token -> its row: I_scatter, or itself */
-        a->out_row[o] = last_only ? L->last[o] : L->mode == RX_BASELINE ? o : L->ix.scatter[o];
-    if (hidden) rows_by_index(hidden, a->xn, a->out_row, n_out, H);
-    if (!logits) return;
-    if (n_out <= L->R) {
-        rows_by_index(a->x_out, a->xn, a->out_row, n_out, H);
-        linear_ref(logits, a->x_out, m->lm_head, a->w32, n_out);            /* logits = x @ W_lm^T  [n_out, V] */
-    } else {
-        linear_ref(a->logits_R, a->xn, m->lm_head, a->w32, L->R);            /* logits = xn @ W_lm^T [N', V]   */
-        rows_by_index(logits, a->logits_R, a->out_row, n_out, m->cfg.vocab_size);   /* [N', V] -> [N, V] */
+/* out [rows, dim] = x / ||x||_2, row by row (torch.nn.functional.normalize, as sentence-transformers' Normalize). */
+static void l2_normalize_rows(float *out, const float *x, int rows, int dim) {
+    for (int r = 0; r < rows; r++, x += dim, out += dim) {
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
+        double norm = sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12;
+        for (int i = 0; i < dim; i++) out[i] = (float)(x[i] / norm);
     }
 }
 
-/* Algorithm 1 in plain C: embed -> layers -> final norm -> LM head, on R rows (N in baseline mode, N' in radix and
- * compact mode), with the scatter and gather around attention in radix mode only. Outputs as head_ref says;
- * rows_out (may be NULL): R. */
+/* Algorithm 1 lines 31-33, as the GPU's work_head: the final norm and the LM head, only on the rows whose outputs are
+ * asked for (either may be NULL). last_only: each sequence's last token, logits [S, vocab] and embed [S, hidden], its
+ * state after the norm, L2-normalised (last-token pooling). Otherwise logits [N, vocab], every token in original
+ * order: the LM head on the R rows, then y = y~[I_scatter] in radix and compact mode (line 33). */
+static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_only, float *logits, float *embed) {
+    const int H = m->cfg.hidden_size, V = m->cfg.vocab_size, n = last_only ? L->S : L->R;
+    const float *h = a->h;
+    float *xn = a->xn;
+    if (last_only) {                                    /* each sequence's last token: its row in the R rows */
+        rows_by_index(a->x_last, a->h, L->last, L->S, H);
+        h = xn = a->x_last;
+    }
+    rx_tensor_to_f32(m->final_norm, a->norm_w);
+    rx_rmsnorm_ref(xn, h, a->norm_w, n, H, (float)m->cfg.rms_norm_eps);      /* [n, hidden] */
+    if (embed) l2_normalize_rows(embed, xn, n, H);
+    if (!logits) return;
+    if (last_only || L->mode == RX_BASELINE) {
+        linear_ref(logits, xn, m->lm_head, a->w32, n);                      /* logits = xn @ W_lm^T  [n, V] */
+    } else {
+        linear_ref(a->logits_R, xn, m->lm_head, a->w32, n);                 /* logits = xn @ W_lm^T  [N', V] */
+        rows_by_index(logits, a->logits_R, L->ix.scatter, L->N, V);         /* [N', V] -> [N, V] */
+    }
+}
+
+/* Algorithm 1 in plain C: embed -> layers -> final norm -> LM head on the layout's R rows, with the scatter and gather
+ * around attention in radix mode only. Outputs as head_ref says; rows_out (may be NULL): R. */
 static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int last_only, float *logits,
-                       float *hidden, int *rows_out) {
+                       float *embed, int *rows_out) {
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
@@ -838,7 +801,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     memset(&a, 0, sizeof a);
     int rc = -1;
     if (layout_build(&L, b, NULL, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, last_only ? b->n_seqs : b->n_tokens, logits != NULL, L.mode == RX_RADIX ? L.N : 0))
+        acts_alloc(&a, c, &L, last_only, logits != NULL, L.mode == RX_RADIX ? L.N : 0))
         goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
@@ -850,7 +813,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
         }
         if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
-    head_ref(m, &L, &a, last_only, logits, hidden);                     /* lines 31-33 */
+    head_ref(m, &L, &a, last_only, logits, embed);                      /* lines 31-33 */
     if (rows_out) *rows_out = L.R;
     rc = 0;
 done:
@@ -863,22 +826,9 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
     return forward_ref(m, b, mode, 0, logits, NULL, NULL);
 }
 
-/* out [rows, dim] = x / ||x||_2, row by row (torch.nn.functional.normalize, as sentence-transformers' Normalize). */
-static void l2_normalize_rows(float *out, const float *x, int rows, int dim) {
-    for (int r = 0; r < rows; r++, x += dim, out += dim) {
-        double ss = 0.0;
-        for (int i = 0; i < dim; i++) ss += (double)x[i] * x[i];
-        double norm = sqrt(ss) > 1e-12 ? sqrt(ss) : 1e-12;
-        for (int i = 0; i < dim; i++) out[i] = (float)(x[i] / norm);
-    }
-}
-
-/* Reranking and embedding need one row per sequence: the final hidden state of its last token, then the LM head on
- * those n_seqs rows only (the same per-row arithmetic as the full forward: the same logits, bit for bit). */
+/* Reranking and embedding read one row per sequence, its last token's: head_ref with last_only. */
 int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed) {
-    int rc = forward_ref(m, b, mode, 1, logits, embed, NULL);
-    if (rc == 0 && embed) l2_normalize_rows(embed, embed, b->n_seqs, m->cfg.hidden_size);   /* [n_seqs, hidden] */
-    return rc;
+    return forward_ref(m, b, mode, 1, logits, embed, NULL);
 }
 
 #ifndef RADIXMLP_HOST_ONLY
@@ -2562,7 +2512,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     memset(&a, 0, sizeof a);
     int rc = -1;
     if (layout_build(&L, b, pf, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, b->n_seqs, last_logits != NULL, 0))
+        acts_alloc(&a, c, &L, 1, last_logits != NULL, 0))
         goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
