@@ -2414,16 +2414,12 @@ static void request_release(RxPrefixCache *c, RxRequest *r) {
 /* The longest cached page-aligned prefix of tokens[0 .. len-1): its pages into r->pages, locked (radix) and
  * touched (LRU). Returns the pages matched, or -1. */
 static int request_match(RxPrefixCache *c, RxRequest *r) {
-    int n_pages = (r->len - 1) / c->P, m = 0;
-    if (c->kind == RX_CACHE_HASH) {
-        m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages);
-        hash_touch(c, r->pages, m);
-    } else if (c->kind == RX_CACHE_RADIX) {
-        int32_t at = radix_walk_split(c, r->model_id, r->tokens, n_pages, &m);
+    int m = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, r->pages) / c->P;
+    if (c->kind == RX_CACHE_HASH) hash_touch(c, r->pages, m);
+    if (c->kind == RX_CACHE_RADIX && m > 0) {
+        int32_t at = radix_walk_split(c, r->model_id, r->tokens, m, &m);     /* the match now ends at a node, */
         if (at < 0) return -1;
-        if (m == 0) return 0;
-        radix_path(c, at, m, r->pages);
-        radix_touch(c, at, +1);                                  /* lock the path root..at */
+        radix_touch(c, at, +1);                                               /* whose path root..at we lock  */
         r->lock_node = at;
     }
     return m;
@@ -2471,12 +2467,6 @@ int rx_request_finish(RxPrefixCache *c, RxRequest *r) {
 void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
     if (r->state == RX_REQ_RUNNING) request_release(c, r);
     r->state = RX_REQ_ABORTED;
-}
-
-void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
-    if (r->state != RX_REQ_RUNNING) return;
-    request_release(c, r);
-    r->state = RX_REQ_WAITING;
 }
 
 /* -------------------------------------------------------------- part ii: prefill on a cached prefix (c reference) */
@@ -2608,17 +2598,6 @@ static int by_cached_then_index(const void *a, const void *b) {
     return x->cached != y->cached ? (y->cached > x->cached ? 1 : -1) : (x->index > y->index) - (x->index < y->index);
 }
 
-/* The admitted requests' suffixes as a batch: sequence s is tokens[cached_len ..), at positions cached_len ...
- *   adm [n] the admitted requests; seqs [n], lens [n]: scratch for rx_batch_make; sfx: N = the new tokens only. */
-static int suffix_batch(RxBatch *sfx, RxRequest *const *adm, int n, const int32_t **seqs, int *lens) {
-    for (int s = 0; s < n; s++)
-        seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
-    if (rx_batch_make(sfx, seqs, lens, n)) return -1;
-    for (int s = 0; s < n; s++)
-        for (int i = sfx->cu_seqlens[s]; i < sfx->cu_seqlens[s + 1]; i++) sfx->position_ids[i] += adm[s]->cached_len;
-    return 0;
-}
-
 /* The next batch into adm[]: up to o->batch waiting requests in the scheduler's order. Returns how many, or -1.
  *   req [n_requests] every request; wait [*n_wait] the waiting ones (admitted ones leave it); adm [o->batch] out;
  *   pages_tmp [longest prompt]: scratch for one lookup's page ids (lpm). */
@@ -2642,17 +2621,6 @@ static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_w
     memmove(wait, wait + w, (size_t)(*n_wait - w) * sizeof *wait);
     *n_wait -= w;
     return n;
-}
-
-/* The cache after a batch finished (--show-cache): its counts, then the tree. An edge evicted while the batch was
- * admitted is gone from it; an edge a split shortened hands its later pages to the new child below it. */
-static int print_cache_after_batch(FILE *out, const RxPrefixCache *c, int batch) {
-    RxCacheStats cs;
-    if (rx_cache_audit(c, &cs)) return -1;
-    fprintf(out, "cache after batch %d: %s %d, pages cached %d, pages evicted so far %ld\n", batch,
-            cs.kind == RX_CACHE_HASH ? "entries" : "edges", cs.nodes, cs.cached_pages, cs.evicted_pages);
-    rx_cache_draw(out, c);
-    return 0;
 }
 
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
@@ -2698,12 +2666,16 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
         int n = admit_batch(c, req, wait, &n_wait, o, adm, pages_tmp), rows = 0;   /* >= 1: nothing is running now */
         if (n < 0) goto done;
-        for (int s = 0; s < n; s++)
+        for (int s = 0; s < n; s++) {                     /* the batch: sequence s is adm[s]'s uncached suffix */
             cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
+            seqs[s] = adm[s]->tokens + cached_len[s], sfx_lens[s] = adm[s]->len - cached_len[s];
+        }
+        if (rx_batch_make(&sfx, seqs, sfx_lens, n)) goto done;
+        for (int s = 0; s < n; s++)                       /* whose positions go on after the cached prefix */
+            for (int i = sfx.cu_seqlens[s]; i < sfx.cu_seqlens[s + 1]; i++) sfx.position_ids[i] += cached_len[s];
         RxPrefill pf = {&pool, cached_len, tables, prefix_key};
         GpuRunInfo gi = {};
-        if (suffix_batch(&sfx, adm, n, seqs, sfx_lens) ||
-            (o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
+        if ((o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
                     : qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows)) ||
             (o->trace && (fprintf(o->trace, "batch %d: ", st->n_batches), rx_prefill_print(o->trace, &sfx, &pf, rows))))
             goto done;
@@ -2718,7 +2690,14 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
             st->cached_tokens += adm[s]->cached_len;
             if (rx_request_finish(c, adm[s])) goto done;
         }
-        if (o->show_cache && print_cache_after_batch(o->show_cache, c, st->n_batches)) goto done;
+        if (o->show_cache) {                               /* --show-cache: the counts, then the tree */
+            RxCacheStats cs;
+            if (rx_cache_audit(c, &cs)) goto done;
+            fprintf(o->show_cache, "cache after batch %d: %s %d, pages cached %d, pages evicted so far %ld\n",
+                    st->n_batches, cs.kind == RX_CACHE_HASH ? "entries" : "edges", cs.nodes, cs.cached_pages,
+                    cs.evicted_pages);
+            rx_cache_draw(o->show_cache, c);
+        }
     }
     st->ms = rx_now_ms() - t0;
     RxCacheStats cs;

@@ -350,8 +350,8 @@ typedef struct {
  * or -1 with the first inconsistency in radix_error().                                                            */
 int  rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s);
 
-/* A request's life, as a serving scheduler drives it: admit -> (the forward writes its suffix K/V) -> finish | abort |
- * preempt. */
+/* A request's life, as a serving scheduler drives it: admit -> (the forward writes its suffix K/V) -> finish | abort.
+ * A scheduler that preempts a request aborts it and initialises it again: it waits, and is matched again. */
 typedef enum { RX_REQ_WAITING = 0, RX_REQ_RUNNING = 1, RX_REQ_FINISHED = 2, RX_REQ_ABORTED = 3 } RxRequestState;
 typedef struct {
     const int32_t *tokens; int len;  /* the prompt                                                               */
@@ -371,7 +371,6 @@ int  rx_request_admit(RxPrefixCache *c, RxRequest *r);
 /* After the forward wrote the request's K/V: caches its whole pages, unlocks, drops the request's references. */
 int  rx_request_finish(RxPrefixCache *c, RxRequest *r);
 void rx_request_abort(RxPrefixCache *c, RxRequest *r);    /* unlock and release; caches nothing; final           */
-void rx_request_preempt(RxPrefixCache *c, RxRequest *r);  /* unlock and release; back to waiting, to recompute    */
 
 /* What the forward needs to prefill a batch whose sequences continue cached prefixes.
  * The RxBatch holds only the unmatched suffixes: sequence s has L_s new tokens at positions
