@@ -2035,12 +2035,6 @@ static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1
     return -1;
 }
 
-static int32_t radix_child(const RxPrefixCache *c, int32_t id, const int32_t *page_tokens) {
-    for (int32_t ch = c->node[id].child; ch >= 0; ch = c->node[ch].sibling)
-        if (page_equal(c->node[ch].tokens, page_tokens, c->P)) return ch;
-    return -1;
-}
-
 /* Walks whole pages of tokens[0 .. n_pages * P) down from root. Returns the deepest node whose whole edge matched;
  * *matched: pages matched up to it; *stop, *stop_pages: the child where the match ended mid-edge and how many of
  * its pages matched (-1, 0: none). */
@@ -2049,7 +2043,10 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
     int32_t at = root, ch;
     int m = 0, P = c->P;
     *stop = -1; *stop_pages = 0;
-    while (m < n_pages && (ch = radix_child(c, at, tokens + (size_t)m * P)) >= 0) {
+    while (m < n_pages) {
+        for (ch = c->node[at].child; ch >= 0; ch = c->node[ch].sibling)      /* the child that starts with page m */
+            if (page_equal(c->node[ch].tokens, tokens + (size_t)m * P, P)) break;
+        if (ch < 0) break;
         const RadixNode *x = &c->node[ch];
         int k = 1;
         while (k < x->n_pages && m + k < n_pages &&
@@ -2089,14 +2086,6 @@ static int32_t radix_walk_split(RxPrefixCache *c, uint64_t model_id, const int32
     if (stop < 0) return at;
     *matched += stop_pages;
     return radix_split(c, stop, stop_pages);
-}
-
-/* The page ids along the path root..id, root first, into pages[0 .. depth): depth is the walk's matched pages. */
-static void radix_path(const RxPrefixCache *c, int32_t id, int depth, int32_t *pages) {
-    for (; id >= 0; id = c->node[id].parent) {
-        depth -= c->node[id].n_pages;
-        memcpy(pages + depth, c->node[id].pages, (size_t)c->node[id].n_pages * sizeof(int32_t));
-    }
 }
 
 static void radix_touch(RxPrefixCache *c, int32_t id, int lock_delta) {   /* the path id..root: LRU and locks */
@@ -2166,24 +2155,19 @@ static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
     return h;
 }
 
-/* The page whose entry is (hash h, model, parent serial, tokens), or -1. */
-static int32_t hash_find(const RxPrefixCache *c, uint64_t h, uint64_t model_id, uint64_t parent_serial,
-                         const int32_t *tokens) {
-    for (int32_t p = c->bucket[h & c->mask]; p >= 0; p = c->entry[p].next) {
-        const HashEntry *e = &c->entry[p];
-        if (e->hash == h && e->model_id == model_id && e->parent_serial == parent_serial &&
-            page_equal(c->entry_tokens + (size_t)p * c->P, tokens, c->P)) return p;
-    }
-    return -1;
-}
-
 /* Walks the chain over whole pages of tokens[0 .. n_pages * P); returns the pages matched, their ids in pages[]. */
 static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
     uint64_t h = hash_mix(model_id), serial = 0;                   /* the root's hash: the model's namespace */
     int j = 0;
     for (; j < n_pages; j++) {
-        uint64_t key = hash_page(h, tokens + (size_t)j * c->P, c->P);
-        int32_t p = hash_find(c, key, model_id, serial, tokens + (size_t)j * c->P);
+        const int32_t *page = tokens + (size_t)j * c->P;
+        uint64_t key = hash_page(h, page, c->P);
+        int32_t p = c->bucket[key & c->mask];
+        for (; p >= 0; p = c->entry[p].next) {           /* page j's entry: hash, model, parent and tokens all equal */
+            const HashEntry *e = &c->entry[p];
+            if (e->hash == key && e->model_id == model_id && e->parent_serial == serial &&
+                page_equal(c->entry_tokens + (size_t)p * c->P, page, c->P)) break;
+        }
         if (p < 0) break;
         pages[j] = p; h = key; serial = c->entry[p].serial;
     }
@@ -2290,7 +2274,10 @@ int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *to
         int stop_pages;
         if (root < 0) return 0;
         int32_t at = radix_walk(c, root, tokens, n_pages, &m, &stop, &stop_pages);
-        radix_path(c, at, m, pages_out);
+        for (int depth = m; at >= 0; at = c->node[at].parent) {          /* the page ids along root..at, root first */
+            depth -= c->node[at].n_pages;
+            memcpy(pages_out + depth, c->node[at].pages, (size_t)c->node[at].n_pages * sizeof(int32_t));
+        }
         if (stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
         m += stop_pages;
     }
@@ -2352,9 +2339,9 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
 int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     const RxKvPool *pool = c->pool;
     memset(s, 0, sizeof *s);
-    s->kind = c->kind; s->page_size = c->P; s->evicted_pages = c->evicted_pages;
-    int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));
-    char *on_free_list = (char *)calloc((size_t)pool->n_pages, 1);
+    s->kind = c->kind; s->evicted_pages = c->evicted_pages;
+    int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));        /* [n_pages] */
+    int32_t *on_free_list = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));    /* [n_pages] */
     int rc = -1;
     if (!cache_ref || !on_free_list) { rx_fail("out of host memory auditing the cache"); goto done; }
     for (int32_t i = 0; i < c->cap_nodes; i++) {
@@ -2374,16 +2361,13 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
         if (c->entry[p].used) { s->nodes++; cache_ref[p]++; s->orphans += !hash_reachable(c, p); }
     for (int i = 0; i < pool->n_free; i++) {
         int32_t p = pool->free_list[i];
-        if (p < 0 || p >= pool->n_pages || on_free_list[p]++) {
-            rx_fail("free list entry %d (page %d) is out of range or repeated", i, p);
-            goto done;
-        }
+        if (p < 0 || p >= pool->n_pages) { rx_fail("free list entry %d is page %d, outside the pool", i, p); goto done; }
+        on_free_list[p]++;
     }
-    for (int32_t p = 0; p < pool->n_pages; p++) {
-        if (cache_ref[p] > 1) { rx_fail("page %d is cached %d times", p, cache_ref[p]); goto done; }
-        if (pool->ref[p] < cache_ref[p] || (pool->ref[p] == 0) != on_free_list[p]) {
-            rx_fail("page %d has ref %d, is cached %d times and is %son the free list", p, pool->ref[p], cache_ref[p],
-                    on_free_list[p] ? "" : "not ");
+    for (int32_t p = 0; p < pool->n_pages; p++) {      /* cached at most once, on the free list once if ref is 0 */
+        if (cache_ref[p] > 1 || pool->ref[p] < cache_ref[p] || on_free_list[p] != (pool->ref[p] == 0)) {
+            rx_fail("page %d has ref %d, is cached %d times and is on the free list %d times", p, pool->ref[p],
+                    cache_ref[p], on_free_list[p]);
             goto done;
         }
         s->cached_pages += cache_ref[p] > 0;

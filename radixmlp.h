@@ -338,7 +338,6 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c);
 
 typedef struct {
     RxCacheKind kind;
-    int  page_size;
     int  nodes;            /* radix: edges in the tree; hash: entries in the map                             */
     int  cached_pages;     /* pages the cache holds a reference on                                          */
     int  orphans;          /* hash: entries no lookup can reach (their chain to the root was evicted); radix: 0 */
