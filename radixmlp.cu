@@ -2059,8 +2059,7 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
 }
 
 /* Cuts node id's edge after k pages: a new node takes the first k pages (and id's place under the parent), id keeps
- * the rest below it. Page ids move, K/V does not. The new node inherits id's lock: every request through id runs
- * through it too. */
+ * the rest below it. The new node inherits id's lock: every request through id runs through it too. */
 static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     int32_t mid = radix_new_node(c, -1, c->node[id].tokens, c->node[id].pages, k);
     if (mid < 0) return -1;
@@ -2395,20 +2394,6 @@ static void request_release(RxPrefixCache *c, RxRequest *r) {
     c->n_running--;
 }
 
-/* The longest cached page-aligned prefix of tokens[0 .. len-1): its pages into r->pages, locked (radix) and
- * touched (LRU). Returns the pages matched, or -1. */
-static int request_match(RxPrefixCache *c, RxRequest *r) {
-    int m = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, r->pages) / c->P;
-    if (c->kind == RX_CACHE_HASH) hash_touch(c, r->pages, m);
-    if (c->kind == RX_CACHE_RADIX && m > 0) {
-        int32_t at = radix_walk_split(c, r->model_id, r->tokens, m, &m);     /* the match now ends at a node, */
-        if (at < 0) return -1;
-        radix_touch(c, at, +1);                                               /* whose path root..at we lock  */
-        r->lock_node = at;
-    }
-    return m;
-}
-
 int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
     int P = c->P;
     if (r->state != RX_REQ_WAITING) return rx_fail("rx_request_admit: the request is not waiting (state %d)", r->state);
@@ -2421,8 +2406,14 @@ int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
     for (int j = 0; j < need; j++) r->pages[j] = -1;
     r->n_pages = need;
     c->n_running++;
-    int m = request_match(c, r);
-    if (m < 0) { request_release(c, r); return -1; }
+    int m = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, r->pages) / P;    /* the pages matched */
+    if (c->kind == RX_CACHE_HASH) hash_touch(c, r->pages, m);
+    if (c->kind == RX_CACHE_RADIX && m > 0) {
+        int32_t at = radix_walk_split(c, r->model_id, r->tokens, m, &m);     /* the match now ends at a node, */
+        if (at < 0) { request_release(c, r); return -1; }
+        radix_touch(c, at, +1);                                               /* whose path root..at we lock  */
+        r->lock_node = at;
+    }
     for (int j = 0; j < m; j++) rx_kv_page_retain(c->pool, r->pages[j]);   /* the request's own reference */
     for (int j = m; j < need; j++) {
         if (c->pool->n_free == 0) rx_cache_evict(c, need - j);
@@ -2455,25 +2446,25 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
 
 /* -------------------------------------------------------------- part ii: prefill on a cached prefix (c reference) */
 /* The forward's side of Part II: a request whose prompt begins with a cached page-aligned prefix prefills only the
- * rest. It reuses Part I's steps (layout_build, embed_ref, layer_qkv_ref, kv_store_ref, layer_attn_mlp_ref, head_ref)
- * and changes one thing: where attention reads its keys (a KvView over the pool instead of the batch's own rows).
+ * rest, with Part I's steps. One thing changes: where attention reads its keys. Each layer writes the new K/V into
+ * the request's own pages, then attention reads every key, cached or new, through one index (a KvView over the pool,
+ * Layout's kv_row): the slot of each (sequence, position), found through its page table:
  *
  *   request s:  | cached_len[s] tokens: K/V in the pool | L_s new tokens: this batch |
  *   pages[s]:   [ p7 ][ p2 ][ p9 ]                      [ p4 ][ p5 ]                 (page_size tokens each)
- *                shared, read only                       its own: the forward writes the new K/V here
+ *                shared, read only                       its own: the new K/V are written here
  *
- * Composition with RadixMLP: the trie over the new tokens is keyed by (prefix_key, token, position). Two requests
- * that continue the same cached prefix with the same tokens share compact rows; the same tokens after different
- * prefixes are different histories and never merge, even at equal positions. Every row is then computed once, and
- * attention reads every key, cached or new, through one index: the pool slot of each (sequence, position). */
+ * Composition with RadixMLP: the trie over the new tokens is keyed by (prefix_key, token, position), so two requests
+ * that continue the same cached prefix with the same tokens share compact rows, and the same tokens after different
+ * prefixes (different histories) never merge, even at equal positions. Bit for bit a full recomputation: a cached
+ * slot holds the K/V an earlier forward computed for the same history with the same row arithmetic, and attention
+ * visits positions 0..g in the same order. */
 
-/* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf (the batch itself passed rx_batch_check),
- * each failure one sentence. Pages a sequence writes (its own, from cached_len on) must belong to it alone: neither
- * written by another sequence nor read as anyone's cached page. host_kv: the K/V are in the host pool's arrays (the
- * C reference), not in a GPU pool. */
+/* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf, each failure one sentence. host_kv: the
+ * K/V are in the host pool's arrays (the C reference), not in a GPU pool. */
 static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf, int host_kv) {
-    const RxKvPool *p = pf->pool;
-    if (!p || (host_kv && (!p->k || !p->v))) return rx_fail("prefill: no KV pool (pool, or its K/V arrays, is NULL)");
+    const RxKvPool *p = pf ? pf->pool : NULL;
+    if (!p || (host_kv && (!p->k || !p->v))) return rx_fail("prefill: no KV pool (pf, its pool or their K/V is NULL)");
     if (host_kv && (p->n_layers != c->n_layers || p->kv_dim != c->n_kv_heads * c->head_dim))
         return rx_fail("prefill: the KV pool holds %d layers x %d floats per token; the model needs %d x %d",
                        p->n_layers, p->kv_dim, c->n_layers, c->n_kv_heads * c->head_dim);
@@ -2499,6 +2490,7 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
             return rx_fail("prefill: sequence %d: prefix key %d; it must be the last cached page, %d (-1: none cached)",
                            s, pf->prefix_key[s], want);
     }
+    /* A page a sequence writes (its own, from cached_len on) is its alone: no other sequence writes or reads it. */
     int32_t *writer = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)p->n_pages, "the prefill's page owners");
     if (!writer) return -1;
     for (int i = 0; i < p->n_pages; i++) writer[i] = -1;
@@ -2520,12 +2512,8 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
     return rc;
 }
 
-/* Bit for bit a full recomputation of the whole sequences: a cached slot holds the K/V an earlier forward computed
- * for the same (token, position) history with the same row arithmetic, each layer writes the new K/V into their
- * slots before attention reads them, and attention visits positions 0..g in the same order as a full recomputation. */
 int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode, float *last_logits,
                       int *n_compact_out) {
-    if (!pf) return forward_ref(m, b, mode, 1, last_logits, NULL, n_compact_out);    /* nothing cached: Part I */
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
@@ -2571,10 +2559,8 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
 /* A serving engine's scheduler loop, as SGLang's RadixAttention scheduler runs it. Requests wait in a queue; each
  * round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm: sorting by matched
  * length visits the tree depth first, so a prefix is reused while it is cached), and stops at the first one that
- * finds no room. The admitted requests' unmatched suffixes form one ragged batch (positions continue after each
- * cached prefix), one qwen3_prefill_ref (gpu_prefill when o->gpu is set) computes them and writes their K/V into
- * their pages, and each request finishes: its whole pages go into the cache, its references and locks are released.
- * At the end the cache is flushed and the pool audited. */
+ * finds no room. One prefill (qwen3_prefill_ref, or gpu_prefill with o->gpu) computes their uncached suffixes as one
+ * ragged batch, and each request finishes. At the end the pool is audited and the cache flushed. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
 
 static int by_cached_then_index(const void *a, const void *b) {

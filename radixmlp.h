@@ -389,8 +389,8 @@ typedef struct {
 
 /* The C reference forward on cached prefixes. Computes only the suffix rows (compacted as `mode` says, with the
  * trie keyed by (prefix_key, token, position)), reads cached K/V through the page tables, writes the new K/V into
- * the pages, and returns last-token logits [n_seqs, vocab]. pf == NULL or all cached_len 0 -> same as a fresh
- * forward. Its logits equal a full recomputation of the whole sequences bit for bit.
+ * the pages, and returns last-token logits [n_seqs, vocab]. All cached_len 0 -> same as a fresh forward. Its logits
+ * equal a full recomputation of the whole sequences bit for bit.
  * n_compact_out (may be NULL): the rows it computed on, N' in radix and compact mode, N in baseline mode.      */
 int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
                       float *last_logits, int *n_compact_out);
