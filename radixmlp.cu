@@ -1989,7 +1989,7 @@ struct RxPrefixCache {
     uint64_t clock;                  /* ticks at every match and insert: LRU order                              */
     long evicted_pages;
     int n_running;                   /* requests admitted and not yet released                                  */
-    RadixNode *node; int32_t n_nodes, cap_nodes, free_node;                        /* radix                     */
+    RadixNode *node; int32_t cap_nodes, free_node;                                 /* radix                     */
     HashEntry *entry; int32_t *entry_tokens; int32_t *bucket; uint64_t mask, serial; /* hash: [n_pages] entries,
                                                                                       [n_pages * P] tokens       */
 };
@@ -2019,7 +2019,6 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
         while (*link >= 0) link = &c->node[*link].sibling;
         *link = id;
     }
-    c->n_nodes++;
     return id;
 }
 
@@ -2110,7 +2109,6 @@ static void radix_drop(RxPrefixCache *c, int32_t id) {          /* an unlinked n
     c->evicted_pages += x->n_pages;
     free(x->tokens); free(x->pages);
     x->used = 0; x->sibling = c->free_node; c->free_node = id;
-    c->n_nodes--;
 }
 
 /* Evicts the least recently used unlocked leaf, then each parent it leaves an unlocked leaf. 0: nothing to evict. */
@@ -2154,7 +2152,7 @@ static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
     return h;
 }
 
-/* Walks the chain over whole pages of tokens[0 .. n_pages * P); returns the pages matched, their ids in pages[]. */
+/* Walks the chain over whole pages of tokens[0 .. n_pages * P): the pages matched, their ids into pages[] or NULL. */
 static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
     uint64_t h = hash_mix(model_id), serial = 0;                   /* the root's hash: the model's namespace */
     int j = 0;
@@ -2168,7 +2166,8 @@ static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *t
                 page_equal(c->entry_tokens + (size_t)p * c->P, page, c->P)) break;
         }
         if (p < 0) break;
-        pages[j] = p; h = key; serial = c->entry[p].serial;
+        if (pages) pages[j] = p;
+        h = key; serial = c->entry[p].serial;
     }
     return j;
 }
@@ -2273,11 +2272,11 @@ int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *to
         int stop_pages;
         if (root < 0) return 0;
         int32_t at = radix_walk(c, root, tokens, n_pages, &m, &stop, &stop_pages);
-        for (int depth = m; at >= 0; at = c->node[at].parent) {          /* the page ids along root..at, root first */
+        for (int depth = m; pages_out && at >= 0; at = c->node[at].parent) {    /* the page ids of root..at, in order */
             depth -= c->node[at].n_pages;
             memcpy(pages_out + depth, c->node[at].pages, (size_t)c->node[at].n_pages * sizeof(int32_t));
         }
-        if (stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
+        if (pages_out && stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
         m += stop_pages;
     }
     return m * c->P;
@@ -2360,7 +2359,7 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
         if (c->entry[p].used) { s->nodes++; cache_ref[p]++; s->orphans += !hash_reachable(c, p); }
     for (int i = 0; i < pool->n_free; i++) {
         int32_t p = pool->free_list[i];
-        if (p < 0 || p >= pool->n_pages) { rx_fail("free list entry %d is page %d, outside the pool", i, p); goto done; }
+        if (p < 0 || p >= pool->n_pages) { rx_fail("free list entry %d is page %d: out of range", i, p); goto done; }
         on_free_list[p]++;
     }
     for (int32_t p = 0; p < pool->n_pages; p++) {      /* cached at most once, on the free list once if ref is 0 */
@@ -2569,33 +2568,31 @@ static int by_cached_then_index(const void *a, const void *b) {
 }
 
 /* The next batch into adm[]: up to o->batch waiting requests in the scheduler's order. Returns how many, or -1.
- *   req [n_requests] every request; wait [*n_wait] the waiting ones (admitted ones leave it); adm [o->batch] out;
- *   pages_tmp [longest prompt]: scratch for one lookup's page ids (lpm). */
+ *   req [n_requests] every request; wait [*n_wait] the waiting ones (admitted ones leave it); adm [o->batch] out. */
 static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_wait, const RxServeOptions *o,
-                       RxRequest **adm, int32_t *pages_tmp) {
+                       RxRequest **adm) {
     if (o->lpm) {
         for (int w = 0; w < *n_wait; w++) {
             const RxRequest *r = &req[wait[w].index];
-            wait[w].cached = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, pages_tmp);
+            wait[w].cached = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, NULL);
         }
         qsort(wait, (size_t)*n_wait, sizeof *wait, by_cached_then_index);
     }
-    int n = 0, w = 0;
-    for (; w < *n_wait && n < o->batch; w++) {
-        RxRequest *r = &req[wait[w].index];
-        int rc = rx_request_admit(c, r);
+    int n = 0;                                             /* the first n of wait[] are admitted, in order */
+    for (; n < *n_wait && n < o->batch; n++) {
+        adm[n] = &req[wait[n].index];
+        int rc = rx_request_admit(c, adm[n]);
         if (rc < 0) return -1;
         if (rc > 0) break;                                 /* no room until this batch finishes */
-        adm[n++] = r;
     }
-    memmove(wait, wait + w, (size_t)(*n_wait - w) * sizeof *wait);
-    *n_wait -= w;
+    memmove(wait, wait + n, (size_t)(*n_wait - n) * sizeof *wait);
+    *n_wait -= n;
     return n;
 }
 
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
-    int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1, longest = 1;
+    int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1;
     int64_t need = 0;
     double t0;
     memset(st, 0, sizeof *st);
@@ -2603,7 +2600,6 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     for (int s = 0; s < n_req; s++) {
         if (lens[s] < 1) return rx_fail("rx_serve: request %d is empty", s);
         need += (lens[s] + P - 1) / P;
-        if (lens[s] > longest) longest = lens[s];
         st->prompt_tokens += lens[s];
     }
     if (need * P > INT32_MAX)
@@ -2620,10 +2616,9 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     const int32_t **tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));      /* [batch] page tables   */
     const int32_t **seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));        /* [batch] suffixes      */
     int *sfx_lens = (int *)calloc((size_t)B, sizeof(int));                                /* [batch]               */
-    int32_t *pages_tmp = (int32_t *)calloc((size_t)longest, sizeof(int32_t));             /* one lookup's pages    */
     float *blogits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a batch's logits [batch, vocab]");
     memset(&pool, 0, sizeof pool);
-    if (!req || !wait || !adm || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens || !pages_tmp || !blogits) {
+    if (!req || !wait || !adm || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens || !blogits) {
         rx_fail("out of host memory for serving %d requests", n_req);
         goto done;
     }
@@ -2634,7 +2629,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
     t0 = rx_now_ms();
     for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
-        int n = admit_batch(c, req, wait, &n_wait, o, adm, pages_tmp), rows = 0;   /* >= 1: nothing is running now */
+        int n = admit_batch(c, req, wait, &n_wait, o, adm), rows = 0;   /* >= 1: nothing is running now */
         if (n < 0) goto done;
         for (int s = 0; s < n; s++) {                     /* the batch: sequence s is adm[s]'s uncached suffix */
             cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
@@ -2672,7 +2667,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     st->ms = rx_now_ms() - t0;
     RxCacheStats cs;
     if (rx_cache_audit(c, &cs)) goto done;
-    st->n_requests = n_req; st->pool_pages = pool.n_pages; st->cache_pages = cs.cached_pages;
+    st->pool_pages = pool.n_pages; st->cache_pages = cs.cached_pages;
     st->evicted_pages = cs.evicted_pages; st->request_pages = cs.request_pages;
     rx_cache_free(c);                                      /* the final flush: the cache lets go of every page */
     c = NULL;
@@ -2685,7 +2680,7 @@ done:
     rx_kv_pool_free(&pool);
     gpu_kv_pool_free(gpu_kv);
     free(req); free(wait); free(adm); free(cached_len); free(prefix_key); free(tables); free(seqs); free(sfx_lens);
-    free(pages_tmp); free(blogits);
+    free(blogits);
     return rc;
 }
 

@@ -321,7 +321,8 @@ typedef struct RxPrefixCache RxPrefixCache;
 int  rx_cache_create(RxPrefixCache **c, RxCacheKind kind, RxKvPool *pool);
 void rx_cache_free(RxPrefixCache *c);        /* drops the cache's references (requests must be released first) */
 /* The longest cached page-aligned prefix of tokens[0..n): its length in tokens, its pages in pages_out (room for
- * n / page_size). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every waiting request).   */
+ * n / page_size; NULL: the length alone). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every
+ * waiting request).                                                                                               */
 int  rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
 /* Caches the first n / page_size whole pages of tokens, whose K/V are in pages[]. Prefixes already cached keep
  * their pages (a duplicate page is not adopted); the cache takes a reference on each page it adopts, and returns
@@ -434,7 +435,7 @@ typedef struct {
     GpuModel *gpu;                   /* non-NULL: prefill with gpu_prefill on this model (K/V in a GpuKvPool)     */
 } RxServeOptions;
 typedef struct {
-    int n_requests, n_batches;
+    int n_batches;
     long prompt_tokens, cached_tokens;   /* hit rate = cached_tokens / prompt_tokens                               */
     long rows_computed;                  /* rows the forwards computed: N' of the suffixes in compact mode         */
     long evicted_pages;
