@@ -2406,6 +2406,7 @@ int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
     r->n_pages = need;
     c->n_running++;
     int m = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, r->pages) / P;    /* the pages matched */
+    for (int j = 0; j < m; j++) rx_kv_page_retain(c->pool, r->pages[j]);   /* the request's own reference */
     if (c->kind == RX_CACHE_HASH) hash_touch(c, r->pages, m);
     if (c->kind == RX_CACHE_RADIX && m > 0) {
         int32_t at = radix_walk_split(c, r->model_id, r->tokens, m, &m);     /* the match now ends at a node, */
@@ -2413,7 +2414,6 @@ int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
         radix_touch(c, at, +1);                                               /* whose path root..at we lock  */
         r->lock_node = at;
     }
-    for (int j = 0; j < m; j++) rx_kv_page_retain(c->pool, r->pages[j]);   /* the request's own reference */
     for (int j = m; j < need; j++) {
         if (c->pool->n_free == 0) rx_cache_evict(c, need - j);
         if ((r->pages[j] = rx_kv_page_alloc(c->pool)) < 0) {
