@@ -3173,6 +3173,8 @@ static void test_cache_hash_eviction_orphans_descendants(void) {
         RxCacheStats s = audit(c, "after one eviction");
         int32_t got[3];
         int a = rx_cache_lookup(c, 1, ta, 7, got), b = rx_cache_lookup(c, 1, tb, 5, got);
+        expect(rx_cache_lookup(c, 1, ta, 7, NULL) == a && rx_cache_lookup(c, 1, tb, 5, NULL) == b,
+               "%s: a lookup with pages_out NULL finds the same lengths", rx_cache_kind_name((RxCacheKind)kind));
         note("%-5s evict for one page: %ld evicted, %d freed, %d entries left, %d orphans (unreachable, held);"
              " a finds %d cached, b %d", rx_cache_kind_name((RxCacheKind)kind), s.evicted_pages, freed, s.nodes,
              s.orphans, a, b);
