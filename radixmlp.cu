@@ -1939,7 +1939,7 @@ struct RxPrefixCache {
     uint64_t clock;                  /* ticks at every match and insert: LRU order                              */
     long evicted_pages;
     int n_running;                   /* requests admitted and not yet released                                  */
-    RadixNode *node; int32_t n_nodes, cap_nodes, free_node;                        /* radix                     */
+    RadixNode *node; int32_t cap_nodes, free_node;                                 /* radix                     */
     HashEntry *entry; int32_t *entry_tokens; int32_t *bucket; uint64_t mask, serial; /* hash: [n_pages] entries,
                                                                                       [n_pages * P] tokens       */
 };
@@ -1969,7 +1969,6 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
         while (*link >= 0) link = &c->node[*link].sibling;
         *link = id;
     }
-    c->n_nodes++;
     return id;
 }
 
@@ -1985,12 +1984,6 @@ static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1
     return -1;
 }
 
-static int32_t radix_child(const RxPrefixCache *c, int32_t id, const int32_t *page_tokens) {
-    for (int32_t ch = c->node[id].child; ch >= 0; ch = c->node[ch].sibling)
-        if (page_equal(c->node[ch].tokens, page_tokens, c->P)) return ch;
-    return -1;
-}
-
 /* Walks whole pages of tokens[0 .. n_pages * P) down from root. Returns the deepest node whose whole edge matched;
  * *matched: pages matched up to it; *stop, *stop_pages: the child where the match ended mid-edge and how many of
  * its pages matched (-1, 0: none). */
@@ -1999,7 +1992,10 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
     int32_t at = root, ch;
     int m = 0, P = c->P;
     *stop = -1; *stop_pages = 0;
-    while (m < n_pages && (ch = radix_child(c, at, tokens + (size_t)m * P)) >= 0) {
+    while (m < n_pages) {
+        for (ch = c->node[at].child; ch >= 0; ch = c->node[ch].sibling)      /* the child that starts with page m */
+            if (page_equal(c->node[ch].tokens, tokens + (size_t)m * P, P)) break;
+        if (ch < 0) break;
         const RadixNode *x = &c->node[ch];
         int k = 1;
         while (k < x->n_pages && m + k < n_pages &&
@@ -2012,8 +2008,7 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
 }
 
 /* Cuts node id's edge after k pages: a new node takes the first k pages (and id's place under the parent), id keeps
- * the rest below it. Page ids move, K/V does not. The new node inherits id's lock: every request through id runs
- * through it too. */
+ * the rest below it. The new node inherits id's lock: every request through id runs through it too. */
 static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     int32_t mid = radix_new_node(c, -1, c->node[id].tokens, c->node[id].pages, k);
     if (mid < 0) return -1;
@@ -2041,14 +2036,6 @@ static int32_t radix_walk_split(RxPrefixCache *c, uint64_t model_id, const int32
     return radix_split(c, stop, stop_pages);
 }
 
-/* The page ids along the path root..id, root first, into pages[0 .. depth): depth is the walk's matched pages. */
-static void radix_path(const RxPrefixCache *c, int32_t id, int depth, int32_t *pages) {
-    for (; id >= 0; id = c->node[id].parent) {
-        depth -= c->node[id].n_pages;
-        memcpy(pages + depth, c->node[id].pages, (size_t)c->node[id].n_pages * sizeof(int32_t));
-    }
-}
-
 static void radix_touch(RxPrefixCache *c, int32_t id, int lock_delta) {   /* the path id..root: LRU and locks */
     c->clock++;
     for (; id >= 0; id = c->node[id].parent) c->node[id].last_use = c->clock, c->node[id].lock += lock_delta;
@@ -2072,7 +2059,6 @@ static void radix_drop(RxPrefixCache *c, int32_t id) {          /* an unlinked n
     c->evicted_pages += x->n_pages;
     free(x->tokens); free(x->pages);
     x->used = 0; x->sibling = c->free_node; c->free_node = id;
-    c->n_nodes--;
 }
 
 /* Evicts the least recently used unlocked leaf, then each parent it leaves an unlocked leaf. 0: nothing to evict. */
@@ -2116,26 +2102,22 @@ static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
     return h;
 }
 
-/* The page whose entry is (hash h, model, parent serial, tokens), or -1. */
-static int32_t hash_find(const RxPrefixCache *c, uint64_t h, uint64_t model_id, uint64_t parent_serial,
-                         const int32_t *tokens) {
-    for (int32_t p = c->bucket[h & c->mask]; p >= 0; p = c->entry[p].next) {
-        const HashEntry *e = &c->entry[p];
-        if (e->hash == h && e->model_id == model_id && e->parent_serial == parent_serial &&
-            page_equal(c->entry_tokens + (size_t)p * c->P, tokens, c->P)) return p;
-    }
-    return -1;
-}
-
-/* Walks the chain over whole pages of tokens[0 .. n_pages * P); returns the pages matched, their ids in pages[]. */
+/* Walks the chain over whole pages of tokens[0 .. n_pages * P): the pages matched, their ids into pages[] or NULL. */
 static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
     uint64_t h = hash_mix(model_id), serial = 0;                   /* the root's hash: the model's namespace */
     int j = 0;
     for (; j < n_pages; j++) {
-        uint64_t key = hash_page(h, tokens + (size_t)j * c->P, c->P);
-        int32_t p = hash_find(c, key, model_id, serial, tokens + (size_t)j * c->P);
+        const int32_t *page = tokens + (size_t)j * c->P;
+        uint64_t key = hash_page(h, page, c->P);
+        int32_t p = c->bucket[key & c->mask];
+        for (; p >= 0; p = c->entry[p].next) {           /* page j's entry: hash, model, parent and tokens all equal */
+            const HashEntry *e = &c->entry[p];
+            if (e->hash == key && e->model_id == model_id && e->parent_serial == serial &&
+                page_equal(c->entry_tokens + (size_t)p * c->P, page, c->P)) break;
+        }
         if (p < 0) break;
-        pages[j] = p; h = key; serial = c->entry[p].serial;
+        if (pages) pages[j] = p;
+        h = key; serial = c->entry[p].serial;
     }
     return j;
 }
@@ -2240,8 +2222,11 @@ int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *to
         int stop_pages;
         if (root < 0) return 0;
         int32_t at = radix_walk(c, root, tokens, n_pages, &m, &stop, &stop_pages);
-        radix_path(c, at, m, pages_out);
-        if (stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
+        for (int depth = m; pages_out && at >= 0; at = c->node[at].parent) {    /* the page ids of root..at, in order */
+            depth -= c->node[at].n_pages;
+            memcpy(pages_out + depth, c->node[at].pages, (size_t)c->node[at].n_pages * sizeof(int32_t));
+        }
+        if (pages_out && stop >= 0) memcpy(pages_out + m, c->node[stop].pages, (size_t)stop_pages * sizeof(int32_t));
         m += stop_pages;
     }
     return m * c->P;
@@ -2302,9 +2287,9 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
 int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     const RxKvPool *pool = c->pool;
     memset(s, 0, sizeof *s);
-    s->kind = c->kind; s->page_size = c->P; s->evicted_pages = c->evicted_pages;
-    int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));
-    char *on_free_list = (char *)calloc((size_t)pool->n_pages, 1);
+    s->kind = c->kind; s->evicted_pages = c->evicted_pages;
+    int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));        /* [n_pages] */
+    int32_t *on_free_list = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));    /* [n_pages] */
     int rc = -1;
     if (!cache_ref || !on_free_list) { rx_fail("out of host memory auditing the cache"); goto done; }
     for (int32_t i = 0; i < c->cap_nodes; i++) {
@@ -2324,16 +2309,13 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
         if (c->entry[p].used) { s->nodes++; cache_ref[p]++; s->orphans += !hash_reachable(c, p); }
     for (int i = 0; i < pool->n_free; i++) {
         int32_t p = pool->free_list[i];
-        if (p < 0 || p >= pool->n_pages || on_free_list[p]++) {
-            rx_fail("free list entry %d (page %d) is out of range or repeated", i, p);
-            goto done;
-        }
+        if (p < 0 || p >= pool->n_pages) { rx_fail("free list entry %d is page %d: out of range", i, p); goto done; }
+        on_free_list[p]++;
     }
-    for (int32_t p = 0; p < pool->n_pages; p++) {
-        if (cache_ref[p] > 1) { rx_fail("page %d is cached %d times", p, cache_ref[p]); goto done; }
-        if (pool->ref[p] < cache_ref[p] || (pool->ref[p] == 0) != on_free_list[p]) {
-            rx_fail("page %d has ref %d, is cached %d times and is %son the free list", p, pool->ref[p], cache_ref[p],
-                    on_free_list[p] ? "" : "not ");
+    for (int32_t p = 0; p < pool->n_pages; p++) {      /* cached at most once, on the free list once if ref is 0 */
+        if (cache_ref[p] > 1 || pool->ref[p] < cache_ref[p] || on_free_list[p] != (pool->ref[p] == 0)) {
+            rx_fail("page %d has ref %d, is cached %d times and is on the free list %d times", p, pool->ref[p],
+                    cache_ref[p], on_free_list[p]);
             goto done;
         }
         s->cached_pages += cache_ref[p] > 0;
@@ -2361,24 +2343,6 @@ static void request_release(RxPrefixCache *c, RxRequest *r) {
     c->n_running--;
 }
 
-/* The longest cached page-aligned prefix of tokens[0 .. len-1): its pages into r->pages, locked (radix) and
- * touched (LRU). Returns the pages matched, or -1. */
-static int request_match(RxPrefixCache *c, RxRequest *r) {
-    int n_pages = (r->len - 1) / c->P, m = 0;
-    if (c->kind == RX_CACHE_HASH) {
-        m = hash_walk(c, r->model_id, r->tokens, n_pages, r->pages);
-        hash_touch(c, r->pages, m);
-    } else if (c->kind == RX_CACHE_RADIX) {
-        int32_t at = radix_walk_split(c, r->model_id, r->tokens, n_pages, &m);
-        if (at < 0) return -1;
-        if (m == 0) return 0;
-        radix_path(c, at, m, r->pages);
-        radix_touch(c, at, +1);                                  /* lock the path root..at */
-        r->lock_node = at;
-    }
-    return m;
-}
-
 int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
     int P = c->P;
     if (r->state != RX_REQ_WAITING) return rx_fail("rx_request_admit: the request is not waiting (state %d)", r->state);
@@ -2391,9 +2355,15 @@ int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
     for (int j = 0; j < need; j++) r->pages[j] = -1;
     r->n_pages = need;
     c->n_running++;
-    int m = request_match(c, r);
-    if (m < 0) { request_release(c, r); return -1; }
+    int m = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, r->pages) / P;    /* the pages matched */
     for (int j = 0; j < m; j++) rx_kv_page_retain(c->pool, r->pages[j]);   /* the request's own reference */
+    if (c->kind == RX_CACHE_HASH) hash_touch(c, r->pages, m);
+    if (c->kind == RX_CACHE_RADIX && m > 0) {
+        int32_t at = radix_walk_split(c, r->model_id, r->tokens, m, &m);     /* the match now ends at a node, */
+        if (at < 0) { request_release(c, r); return -1; }
+        radix_touch(c, at, +1);                                               /* whose path root..at we lock  */
+        r->lock_node = at;
+    }
     for (int j = m; j < need; j++) {
         if (c->pool->n_free == 0) rx_cache_evict(c, need - j);
         if ((r->pages[j] = rx_kv_page_alloc(c->pool)) < 0) {
@@ -2423,33 +2393,27 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
     r->state = RX_REQ_ABORTED;
 }
 
-void rx_request_preempt(RxPrefixCache *c, RxRequest *r) {
-    if (r->state != RX_REQ_RUNNING) return;
-    request_release(c, r);
-    r->state = RX_REQ_WAITING;
-}
-
 /* -------------------------------------------------------------- part ii: prefill on a cached prefix (c reference) */
 /* The forward's side of Part II: a request whose prompt begins with a cached page-aligned prefix prefills only the
- * rest. It reuses Part I's steps (layout_build, embed_ref, layer_qkv_ref, kv_store_ref, layer_attn_mlp_ref, head_ref)
- * and changes one thing: where attention reads its keys (a KvView over the pool instead of the batch's own rows).
+ * rest, with Part I's steps. One thing changes: where attention reads its keys. Each layer writes the new K/V into
+ * the request's own pages, then attention reads every key, cached or new, through one index (a KvView over the pool,
+ * Layout's kv_row): the slot of each (sequence, position), found through its page table:
  *
  *   request s:  | cached_len[s] tokens: K/V in the pool | L_s new tokens: this batch |
  *   pages[s]:   [ p7 ][ p2 ][ p9 ]                      [ p4 ][ p5 ]                 (page_size tokens each)
- *                shared, read only                       its own: the forward writes the new K/V here
+ *                shared, read only                       its own: the new K/V are written here
  *
- * Composition with RadixMLP: the trie over the new tokens is keyed by (prefix_key, token, position). Two requests
- * that continue the same cached prefix with the same tokens share compact rows; the same tokens after different
- * prefixes are different histories and never merge, even at equal positions. Every row is then computed once, and
- * attention reads every key, cached or new, through one index: the pool slot of each (sequence, position). */
+ * Composition with RadixMLP: the trie over the new tokens is keyed by (prefix_key, token, position), so two requests
+ * that continue the same cached prefix with the same tokens share compact rows, and the same tokens after different
+ * prefixes (different histories) never merge, even at equal positions. Bit for bit a full recomputation: a cached
+ * slot holds the K/V an earlier forward computed for the same history with the same row arithmetic, and attention
+ * visits positions 0..g in the same order. */
 
-/* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf (the batch itself passed rx_batch_check),
- * each failure one sentence. Pages a sequence writes (its own, from cached_len on) must belong to it alone: neither
- * written by another sequence nor read as anyone's cached page. host_kv: the K/V are in the host pool's arrays (the
- * C reference), not in a GPU pool. */
+/* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf, each failure one sentence. host_kv: the
+ * K/V are in the host pool's arrays (the C reference), not in a GPU pool. */
 static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf, int host_kv) {
-    const RxKvPool *p = pf->pool;
-    if (!p || (host_kv && (!p->k || !p->v))) return rx_fail("prefill: no KV pool (pool, or its K/V arrays, is NULL)");
+    const RxKvPool *p = pf ? pf->pool : NULL;
+    if (!p || (host_kv && (!p->k || !p->v))) return rx_fail("prefill: no KV pool (pf, its pool or their K/V is NULL)");
     if (host_kv && (p->n_layers != c->n_layers || p->kv_dim != c->n_kv_heads * c->head_dim))
         return rx_fail("prefill: the KV pool holds %d layers x %d floats per token; the model needs %d x %d",
                        p->n_layers, p->kv_dim, c->n_layers, c->n_kv_heads * c->head_dim);
@@ -2475,6 +2439,7 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
             return rx_fail("prefill: sequence %d: prefix key %d; it must be the last cached page, %d (-1: none cached)",
                            s, pf->prefix_key[s], want);
     }
+    /* A page a sequence writes (its own, from cached_len on) is its alone: no other sequence writes or reads it. */
     int32_t *writer = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)p->n_pages, "the prefill's page owners");
     if (!writer) return -1;
     for (int i = 0; i < p->n_pages; i++) writer[i] = -1;
@@ -2496,12 +2461,8 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
     return rc;
 }
 
-/* Bit for bit a full recomputation of the whole sequences: a cached slot holds the K/V an earlier forward computed
- * for the same (token, position) history with the same row arithmetic, each layer writes the new K/V into their
- * slots before attention reads them, and attention visits positions 0..g in the same order as a full recomputation. */
 int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode, float *last_logits,
                       int *n_compact_out) {
-    if (!pf) return forward_ref(m, b, mode, 1, last_logits, NULL, n_compact_out);    /* nothing cached: Part I */
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
@@ -2547,10 +2508,8 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
 /* A serving engine's scheduler loop, as SGLang's RadixAttention scheduler runs it. Requests wait in a queue; each
  * round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm: sorting by matched
  * length visits the tree depth first, so a prefix is reused while it is cached), and stops at the first one that
- * finds no room. The admitted requests' unmatched suffixes form one ragged batch (positions continue after each
- * cached prefix), one qwen3_prefill_ref (gpu_prefill when o->gpu is set) computes them and writes their K/V into
- * their pages, and each request finishes: its whole pages go into the cache, its references and locks are released.
- * At the end the cache is flushed and the pool audited. */
+ * finds no room. One prefill (qwen3_prefill_ref, or gpu_prefill with o->gpu) computes their uncached suffixes as one
+ * ragged batch, and each request finishes. At the end the pool is audited and the cache flushed. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
 
 static int by_cached_then_index(const void *a, const void *b) {
@@ -2558,56 +2517,32 @@ static int by_cached_then_index(const void *a, const void *b) {
     return x->cached != y->cached ? (y->cached > x->cached ? 1 : -1) : (x->index > y->index) - (x->index < y->index);
 }
 
-/* The admitted requests' suffixes as a batch: sequence s is tokens[cached_len ..), at positions cached_len ...
- *   adm [n] the admitted requests; seqs [n], lens [n]: scratch for rx_batch_make; sfx: N = the new tokens only. */
-static int suffix_batch(RxBatch *sfx, RxRequest *const *adm, int n, const int32_t **seqs, int *lens) {
-    for (int s = 0; s < n; s++)
-        seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
-    if (rx_batch_make(sfx, seqs, lens, n)) return -1;
-    for (int s = 0; s < n; s++)
-        for (int i = sfx->cu_seqlens[s]; i < sfx->cu_seqlens[s + 1]; i++) sfx->position_ids[i] += adm[s]->cached_len;
-    return 0;
-}
-
 /* The next batch into adm[]: up to o->batch waiting requests in the scheduler's order. Returns how many, or -1.
- *   req [n_requests] every request; wait [*n_wait] the waiting ones (admitted ones leave it); adm [o->batch] out;
- *   pages_tmp [longest prompt]: scratch for one lookup's page ids (lpm). */
+ *   req [n_requests] every request; wait [*n_wait] the waiting ones (admitted ones leave it); adm [o->batch] out. */
 static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_wait, const RxServeOptions *o,
-                       RxRequest **adm, int32_t *pages_tmp) {
+                       RxRequest **adm) {
     if (o->lpm) {
         for (int w = 0; w < *n_wait; w++) {
             const RxRequest *r = &req[wait[w].index];
-            wait[w].cached = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, pages_tmp);
+            wait[w].cached = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, NULL);
         }
         qsort(wait, (size_t)*n_wait, sizeof *wait, by_cached_then_index);
     }
-    int n = 0, w = 0;
-    for (; w < *n_wait && n < o->batch; w++) {
-        RxRequest *r = &req[wait[w].index];
-        int rc = rx_request_admit(c, r);
+    int n = 0;                                             /* the first n of wait[] are admitted, in order */
+    for (; n < *n_wait && n < o->batch; n++) {
+        adm[n] = &req[wait[n].index];
+        int rc = rx_request_admit(c, adm[n]);
         if (rc < 0) return -1;
         if (rc > 0) break;                                 /* no room until this batch finishes */
-        adm[n++] = r;
     }
-    memmove(wait, wait + w, (size_t)(*n_wait - w) * sizeof *wait);
-    *n_wait -= w;
+    memmove(wait, wait + n, (size_t)(*n_wait - n) * sizeof *wait);
+    *n_wait -= n;
     return n;
-}
-
-/* The cache after a batch finished (--show-cache): its counts, then the tree. An edge evicted while the batch was
- * admitted is gone from it; an edge a split shortened hands its later pages to the new child below it. */
-static int print_cache_after_batch(FILE *out, const RxPrefixCache *c, int batch) {
-    RxCacheStats cs;
-    if (rx_cache_audit(c, &cs)) return -1;
-    fprintf(out, "cache after batch %d: %s %d, pages cached %d, pages evicted so far %ld\n", batch,
-            cs.kind == RX_CACHE_HASH ? "entries" : "edges", cs.nodes, cs.cached_pages, cs.evicted_pages);
-    rx_cache_draw(out, c);
-    return 0;
 }
 
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
-    int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1, longest = 1;
+    int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1;
     int64_t need = 0;
     double t0;
     memset(st, 0, sizeof *st);
@@ -2615,7 +2550,6 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     for (int s = 0; s < n_req; s++) {
         if (lens[s] < 1) return rx_fail("rx_serve: request %d is empty", s);
         need += (lens[s] + P - 1) / P;
-        if (lens[s] > longest) longest = lens[s];
         st->prompt_tokens += lens[s];
     }
     if (need * P > INT32_MAX)
@@ -2632,10 +2566,9 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     const int32_t **tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));      /* [batch] page tables   */
     const int32_t **seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));        /* [batch] suffixes      */
     int *sfx_lens = (int *)calloc((size_t)B, sizeof(int));                                /* [batch]               */
-    int32_t *pages_tmp = (int32_t *)calloc((size_t)longest, sizeof(int32_t));             /* one lookup's pages    */
     float *blogits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a batch's logits [batch, vocab]");
     memset(&pool, 0, sizeof pool);
-    if (!req || !wait || !adm || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens || !pages_tmp || !blogits) {
+    if (!req || !wait || !adm || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens || !blogits) {
         rx_fail("out of host memory for serving %d requests", n_req);
         goto done;
     }
@@ -2646,14 +2579,18 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
     t0 = rx_now_ms();
     for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
-        int n = admit_batch(c, req, wait, &n_wait, o, adm, pages_tmp), rows = 0;   /* >= 1: nothing is running now */
+        int n = admit_batch(c, req, wait, &n_wait, o, adm), rows = 0;   /* >= 1: nothing is running now */
         if (n < 0) goto done;
-        for (int s = 0; s < n; s++)
+        for (int s = 0; s < n; s++) {                     /* the batch: sequence s is adm[s]'s uncached suffix */
             cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
+            seqs[s] = adm[s]->tokens + cached_len[s], sfx_lens[s] = adm[s]->len - cached_len[s];
+        }
+        if (rx_batch_make(&sfx, seqs, sfx_lens, n)) goto done;
+        for (int s = 0; s < n; s++)                       /* whose positions go on after the cached prefix */
+            for (int i = sfx.cu_seqlens[s]; i < sfx.cu_seqlens[s + 1]; i++) sfx.position_ids[i] += cached_len[s];
         RxPrefill pf = {&pool, cached_len, tables, prefix_key};
         GpuRunInfo gi = {};
-        if (suffix_batch(&sfx, adm, n, seqs, sfx_lens) ||
-            (o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
+        if ((o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
                     : qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows)) ||
             (o->trace && (fprintf(o->trace, "batch %d: ", st->n_batches), rx_prefill_print(o->trace, &sfx, &pf, rows))))
             goto done;
@@ -2668,12 +2605,19 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
             st->cached_tokens += adm[s]->cached_len;
             if (rx_request_finish(c, adm[s])) goto done;
         }
-        if (o->show_cache && print_cache_after_batch(o->show_cache, c, st->n_batches)) goto done;
+        if (o->show_cache) {                               /* --show-cache: the counts, then the tree */
+            RxCacheStats cs;
+            if (rx_cache_audit(c, &cs)) goto done;
+            fprintf(o->show_cache, "cache after batch %d: %s %d, pages cached %d, pages evicted so far %ld\n",
+                    st->n_batches, cs.kind == RX_CACHE_HASH ? "entries" : "edges", cs.nodes, cs.cached_pages,
+                    cs.evicted_pages);
+            rx_cache_draw(o->show_cache, c);
+        }
     }
     st->ms = rx_now_ms() - t0;
     RxCacheStats cs;
     if (rx_cache_audit(c, &cs)) goto done;
-    st->n_requests = n_req; st->pool_pages = pool.n_pages; st->cache_pages = cs.cached_pages;
+    st->pool_pages = pool.n_pages; st->cache_pages = cs.cached_pages;
     st->evicted_pages = cs.evicted_pages; st->request_pages = cs.request_pages;
     rx_cache_free(c);                                      /* the final flush: the cache lets go of every page */
     c = NULL;
@@ -2686,7 +2630,7 @@ done:
     rx_kv_pool_free(&pool);
     gpu_kv_pool_free(gpu_kv);
     free(req); free(wait); free(adm); free(cached_len); free(prefix_key); free(tables); free(seqs); free(sfx_lens);
-    free(pages_tmp); free(blogits);
+    free(blogits);
     return rc;
 }
 

@@ -321,7 +321,8 @@ typedef struct RxPrefixCache RxPrefixCache;
 int  rx_cache_create(RxPrefixCache **c, RxCacheKind kind, RxKvPool *pool);
 void rx_cache_free(RxPrefixCache *c);        /* drops the cache's references (requests must be released first) */
 /* The longest cached page-aligned prefix of tokens[0..n): its length in tokens, its pages in pages_out (room for
- * n / page_size). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every waiting request).   */
+ * n / page_size; NULL: the length alone). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every
+ * waiting request).                                                                                               */
 int  rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
 /* Caches the first n / page_size whole pages of tokens, whose K/V are in pages[]. Prefixes already cached keep
  * their pages (a duplicate page is not adopted); the cache takes a reference on each page it adopts, and returns
@@ -338,7 +339,6 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c);
 
 typedef struct {
     RxCacheKind kind;
-    int  page_size;
     int  nodes;            /* radix: edges in the tree; hash: entries in the map                             */
     int  cached_pages;     /* pages the cache holds a reference on                                          */
     int  orphans;          /* hash: entries no lookup can reach (their chain to the root was evicted); radix: 0 */
@@ -350,8 +350,8 @@ typedef struct {
  * or -1 with the first inconsistency in radix_error().                                                            */
 int  rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s);
 
-/* A request's life, as a serving scheduler drives it: admit -> (the forward writes its suffix K/V) -> finish | abort |
- * preempt. */
+/* A request's life, as a serving scheduler drives it: admit -> (the forward writes its suffix K/V) -> finish | abort.
+ * A scheduler that preempts a request aborts it and initialises it again: it waits, and is matched again. */
 typedef enum { RX_REQ_WAITING = 0, RX_REQ_RUNNING = 1, RX_REQ_FINISHED = 2, RX_REQ_ABORTED = 3 } RxRequestState;
 typedef struct {
     const int32_t *tokens; int len;  /* the prompt                                                               */
@@ -371,7 +371,6 @@ int  rx_request_admit(RxPrefixCache *c, RxRequest *r);
 /* After the forward wrote the request's K/V: caches its whole pages, unlocks, drops the request's references. */
 int  rx_request_finish(RxPrefixCache *c, RxRequest *r);
 void rx_request_abort(RxPrefixCache *c, RxRequest *r);    /* unlock and release; caches nothing; final           */
-void rx_request_preempt(RxPrefixCache *c, RxRequest *r);  /* unlock and release; back to waiting, to recompute    */
 
 /* What the forward needs to prefill a batch whose sequences continue cached prefixes.
  * The RxBatch holds only the unmatched suffixes: sequence s has L_s new tokens at positions
@@ -391,8 +390,8 @@ typedef struct {
 
 /* The C reference forward on cached prefixes. Computes only the suffix rows (compacted as `mode` says, with the
  * trie keyed by (prefix_key, token, position)), reads cached K/V through the page tables, writes the new K/V into
- * the pages, and returns last-token logits [n_seqs, vocab]. pf == NULL or all cached_len 0 -> same as a fresh
- * forward. Its logits equal a full recomputation of the whole sequences bit for bit.
+ * the pages, and returns last-token logits [n_seqs, vocab]. All cached_len 0 -> same as a fresh forward. Its logits
+ * equal a full recomputation of the whole sequences bit for bit.
  * n_compact_out (may be NULL): the rows it computed on, N' in radix and compact mode, N in baseline mode.      */
 int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *suffixes, const RxPrefill *pf, RxMode mode,
                       float *last_logits, int *n_compact_out);
@@ -436,7 +435,7 @@ typedef struct {
     GpuModel *gpu;                   /* non-NULL: prefill with gpu_prefill on this model (K/V in a GpuKvPool)     */
 } RxServeOptions;
 typedef struct {
-    int n_requests, n_batches;
+    int n_batches;
     long prompt_tokens, cached_tokens;   /* hit rate = cached_tokens / prompt_tokens                               */
     long rows_computed;                  /* rows the forwards computed: N' of the suffixes in compact mode         */
     long evicted_pages;
