@@ -3662,47 +3662,29 @@ done:
 typedef struct { void *map; size_t len; char *path; } MappedFile;
 typedef struct { MappedFile *files; int n_files; void *owned; } ModelPriv;
 
-/* Opens an input for reading; anything but a regular file is refused. O_NONBLOCK because opening a FIFO would
- * otherwise wait for a writer before the check could refuse it (a regular file ignores the flag). */
-static int open_regular(const char *path, struct stat *st) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, st) || !S_ISREG(st->st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
-    return fd;
+static void unmap_file(MappedFile *mf) {
+    if (mf->map) munmap(mf->map, mf->len);
+    free(mf->path);
+    memset(mf, 0, sizeof *mf);
 }
 
-/* Reads a whole (small) text file; at most max_bytes. */
-static char *read_text(const char *path, size_t max_bytes, size_t *len) {
-    struct stat st;
-    int fd = open_regular(path, &st);
-    if (fd < 0) return NULL;
-    size_t size = (size_t)st.st_size, n = 0;
-    char *buf = size > max_bytes ? NULL : (char *)malloc(size + 1);
-    ssize_t got = 1;
-    while (buf && n < size && (got = read(fd, buf + n, size - n)) > 0) n += (size_t)got;
-    close(fd);
-    if (size > max_bytes || !buf || got < 0) {
-        free(buf);
-        rx_fail(size > max_bytes ? "%s: larger than %zu bytes" : !buf ? "%s: out of host memory" : "%s: read error",
-                path, max_bytes);
-        return NULL;
-    }
-    *len = n;                                       /* n < size only if the file shrank while we read it */
-    return buf;
-}
-
-static int map_file(MappedFile *mf, const char *path) {
+/* Maps a whole input file for reading, at most max_bytes of it: the weights and the text files alike. Anything but a
+ * regular file is refused; O_NONBLOCK because opening a FIFO would otherwise wait for a writer before the check could
+ * refuse it (a regular file ignores the flag). */
+static int map_file(MappedFile *mf, const char *path, size_t max_bytes) {
     memset(mf, 0, sizeof *mf);
     struct stat st;
-    int fd = open_regular(path, &st);
-    if (fd < 0) return -1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
     mf->len = (size_t)st.st_size;
+    if (mf->len > max_bytes) { close(fd); return rx_fail("%s: larger than %zu bytes", path, max_bytes); }
     if (mf->len) {              /* mmap of 0 bytes fails; an empty file is rejected by the parser instead */
         mf->map = mmap(NULL, mf->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (mf->map == MAP_FAILED) { mf->map = NULL; close(fd); return rx_fail("%s: mmap failed: %s", path, strerror(errno)); }
     }
     close(fd);
-    if (!(mf->path = strdup(path))) return rx_fail("%s: out of host memory", path);
+    if (!(mf->path = strdup(path))) { unmap_file(mf); return rx_fail("%s: out of host memory", path); }
     return 0;
 }
 
@@ -3784,10 +3766,7 @@ void qwen3_free(Qwen3Model *m) {
     tensors_free(m->tensors, m->n_tensors);
     free(m->layers);
     if (p) {
-        for (int i = 0; i < p->n_files; i++) {
-            if (p->files[i].map) munmap(p->files[i].map, p->files[i].len);
-            free(p->files[i].path);
-        }
+        for (int i = 0; i < p->n_files; i++) unmap_file(&p->files[i]);
         free(p->files); free(p->owned); free(p);
     }
     memset(m, 0, sizeof *m);
@@ -3800,7 +3779,7 @@ static int add_shard(Qwen3Model *m, const char *path) {
     if (!files) return rx_fail("out of host memory");
     p->files = files;
     MappedFile *mf = &p->files[p->n_files];
-    if (map_file(mf, path)) { free(mf->path); return -1; }
+    if (map_file(mf, path, SIZE_MAX)) return -1;
     p->n_files++;
     RxTensor *t;
     int n;
@@ -3818,21 +3797,20 @@ int qwen3_load(Qwen3Model *m, const char *dir) {
     memset(m, 0, sizeof *m);
     if (!(m->priv = calloc(1, sizeof(ModelPriv)))) return rx_fail("out of host memory");
     char path[4096];
-    size_t len;
-    char *text;
+    MappedFile text;
     int rc;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!(text = read_text(path, 1 << 20, &len))) goto fail;
-    rc = rx_parse_config(&m->cfg, text, len, path);
-    free(text);
+    if (map_file(&text, path, 1 << 20)) goto fail;
+    rc = rx_parse_config(&m->cfg, (const char *)text.map, text.len, path);
+    unmap_file(&text);
     if (rc) goto fail;
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK) == 0) {                    /* sharded: every shard the index names */
         char **shards;
         int n_shards;
-        if (!(text = read_text(path, 64u << 20, &len))) goto fail;
-        rc = rx_parse_shard_index(text, len, path, &shards, &n_shards);
-        free(text);
+        if (map_file(&text, path, 64u << 20)) goto fail;
+        rc = rx_parse_shard_index((const char *)text.map, text.len, path, &shards, &n_shards);
+        unmap_file(&text);
         if (rc) goto fail;
         for (int i = 0; i < n_shards; i++) {
             char sp[4096];
@@ -4047,14 +4025,13 @@ static const char *show_byte(char c, char *buf, size_t n) {
 
 /* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
 int rx_batch_read(RxBatch *b, const char *path) {
-    size_t len;
+    MappedFile f;
     memset(b, 0, sizeof *b);
-    char *text = read_text(path, 256u << 20, &len);
-    if (!text) return -1;
+    if (map_file(&f, path, 256u << 20)) return -1;
     int n_seqs = 0, line = 0, rc = -1;
     int64_t n_tok = 0;
     for (int pass = 0; pass < 2; pass++) {          /* pass 0 counts and validates, pass 1 fills */
-        const char *p = text, *end = text + len;
+        const char *p = (const char *)f.map, *end = p + f.len;
         int s = 0, at = 0;
         line = 0;
         while (p < end) {
@@ -4091,7 +4068,7 @@ int rx_batch_read(RxBatch *b, const char *path) {
     }
     rc = 0;
 done:
-    free(text);
+    unmap_file(&f);
     if (rc) rx_batch_free(b);
     return rc;
 }

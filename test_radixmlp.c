@@ -2348,7 +2348,7 @@ static void test_broken_checkpoint_corpus(void) {
     if (!have_fixtures()) return;
     const char *T = "tiny-tied", *U = "tiny-untied", *ST = "model.safetensors", *CFG = "config.json",
                *IDX = "model.safetensors.index.json", *SHARD = "model-00004-of-00004.safetensors";
-    char *huge = (char *)malloc((1 << 20) + 8);         /* a config.json of 1 MiB + 5 bytes: over read_text's limit */
+    char *huge = (char *)malloc((1 << 20) + 8);         /* a config.json of 1 MiB + 5 bytes: over map_file's limit  */
     memset(huge, ' ', (1 << 20) + 3);
     strcpy(huge + (1 << 20) + 3, "{}");
     const Broken corpus[] = {
