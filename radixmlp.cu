@@ -3244,14 +3244,9 @@ static int json_number(Json *j, JVal *x) {
     memcpy(buf, s, n); buf[n] = '\0';
     x->num = strtod(buf, NULL);
     if (is_int && s[0] != '-') {                                /* exact unsigned value, overflow detected */
-        uint64_t u = 0;
-        x->is_uint = 1;
-        for (size_t i = 0; i < n; i++) {
-            uint64_t d = (uint64_t)(buf[i] - '0');
-            if (u > (UINT64_MAX - d) / 10) { x->is_uint = 0; break; }
-            u = u * 10 + d;
-        }
-        x->u = u;
+        errno = 0;
+        x->u = strtoull(buf, NULL, 10);
+        x->is_uint = errno != ERANGE;
     }
     return 0;
 }
