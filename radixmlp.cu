@@ -3951,34 +3951,6 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
     return 0;
 }
 
-void qwen3_print_inventory(FILE *out, const Qwen3Model *m) {
-    const Qwen3Config *c = &m->cfg;
-    fprintf(out, "config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
-                 "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
-            c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings,
-            !m->lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
-            : m->lm_head == m->embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
-            "untied, as transformers does");
-    int64_t params = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const RxTensor *t = &m->tensors[i];
-        params += rx_numel(t);
-        if (m->n_tensors <= 40 || i < 12 || i >= m->n_tensors - 4) {
-            fprintf(out, "  %-52s %-5s [", t->name, t->dtype_name);
-            for (int d = 0; d < t->rank; d++) fprintf(out, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-            fprintf(out, "]\n");
-        } else if (i == 12) fprintf(out, "  ... %d more ...\n", m->n_tensors - 16);
-    }
-    char count[32];                                 /* in a unit that fits: 71.2 K, 596.0 M, 4.02 B */
-    if (params < 1000) snprintf(count, sizeof count, "%lld", (long long)params);
-    else snprintf(count, sizeof count, "%.*f %s", params < 1000000000 ? 1 : 2,
-                  params / (params < 1000000 ? 1e3 : params < 1000000000 ? 1e6 : 1e9),
-                  params < 1000000 ? "K" : params < 1000000000 ? "M" : "B");
-    fprintf(out, "%d tensors, %s parameters, every tensor the config needs is present with the right shape\n",
-            m->n_tensors, count);
-}
-
 /* --------------------------------------------------------------------------------------- batches and tokens files */
 static int batch_alloc(RxBatch *b, int n_seqs, int64_t n_tokens) {
     memset(b, 0, sizeof *b);
@@ -4130,7 +4102,13 @@ static int compare(const float *got, const float *ref, size_t n, int row_len, co
     return 0;
 }
 
-static void print_batch_stats(const RxBatch *b, const RadixIndex *ix) {
+/* N, N' and gamma of a batch; draw_trie: the trie itself first (the demo, --show-index). */
+static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_trie) {
+    if (draw_trie) {
+        printf("The trie (Algorithm 2); cA..cB is a chain of compact rows every sequence through it follows:\n");
+        radix_draw_trie(stdout, ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs);
+        printf("\n");
+    }
     printf("N  = %d tokens in %d sequence%s (original space)\n", ix->n_tokens, b->n_seqs, b->n_seqs == 1 ? "" : "s");
     printf("N' = %d trie nodes (compact space)\n", ix->n_compact);
     printf("gamma = N'/N = %.3f, compression r = N/N' = %.2fx\n", (double)ix->n_compact / ix->n_tokens,
@@ -4177,10 +4155,7 @@ static int demo(void) {
     RadixIndex ix;
     if (rx_batch_make(&b, ptrs, lens, 4)) { qwen3_free(&m); return -1; }
     if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) { rx_batch_free(&b); qwen3_free(&m); return -1; }
-    printf("The trie (Algorithm 2); cA..cB is a chain of compact rows every sequence through it follows:\n");
-    radix_draw_trie(stdout, &ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
-    printf("\n");
-    print_batch_stats(&b, &ix);
+    print_batch_stats(&b, &ix, 1);
     size_t n = (size_t)b.n_tokens * cfg.vocab_size;
     float *ref = (float *)malloc(n * sizeof(float)), *logits = (float *)malloc(n * sizeof(float));
     enum { DEMO_REPS = 5 };
@@ -4239,10 +4214,7 @@ static int show_index(const char *tokens) {
     RadixIndex ix;
     if (rx_batch_read(&b, tokens)) return -1;
     if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) { rx_batch_free(&b); return -1; }
-    printf("The trie (Algorithm 2); cA..cB is a chain of compact rows every sequence through it follows:\n");
-    radix_draw_trie(stdout, &ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
-    printf("\n");
-    print_batch_stats(&b, &ix);
+    print_batch_stats(&b, &ix, 1);
     printf("\n");
     print_index_map("I_gather  [N']  compact row -> its first original row", ix.gather, ix.n_compact);
     print_index_map("I_scatter [N]   original row -> its compact row      ", ix.scatter, ix.n_tokens);
@@ -4250,11 +4222,35 @@ static int show_index(const char *tokens) {
     return 0;
 }
 
-/* --check: loads a checkpoint on the host, which validates it, and prints its inventory. */
+/* --check: loads a checkpoint on the host, which validates it, and prints its config and tensor inventory. */
 static int check_model(const char *dir) {
     Qwen3Model m;
     if (qwen3_load(&m, dir)) return -1;
-    qwen3_print_inventory(stdout, &m);
+    const Qwen3Config *c = &m.cfg;
+    printf("config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
+           "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
+           c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+           c->rope_theta, c->rms_norm_eps, c->max_position_embeddings,
+           !m.lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
+           : m.lm_head == m.embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
+           "untied, as transformers does");
+    int64_t params = 0;
+    for (int i = 0; i < m.n_tensors; i++) {
+        const RxTensor *t = &m.tensors[i];
+        params += rx_numel(t);
+        if (m.n_tensors <= 40 || i < 12 || i >= m.n_tensors - 4) {
+            printf("  %-52s %-5s [", t->name, t->dtype_name);
+            for (int d = 0; d < t->rank; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            printf("]\n");
+        } else if (i == 12) printf("  ... %d more ...\n", m.n_tensors - 16);
+    }
+    char count[32];                                 /* in a unit that fits: 71.2 K, 596.0 M, 4.02 B */
+    if (params < 1000) snprintf(count, sizeof count, "%lld", (long long)params);
+    else snprintf(count, sizeof count, "%.*f %s", params < 1000000000 ? 1 : 2,
+                  params / (params < 1000000 ? 1e3 : params < 1000000000 ? 1e6 : 1e9),
+                  params < 1000000 ? "K" : params < 1000000000 ? "M" : "B");
+    printf("%d tensors, %s parameters, every tensor the config needs is present with the right shape\n",
+           m.n_tensors, count);
     qwen3_free(&m);
     return 0;
 }
@@ -4304,7 +4300,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
-    print_batch_stats(&b, &ix);
+    print_batch_stats(&b, &ix, 0);
     /* logits holds what the run computes: [N, vocab], or [n_seqs, vocab] (last_only), or [n_seqs, hidden] (embed) */
     const int rows = last_only || embed ? b.n_seqs : b.n_tokens, cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
     const char *what = embed ? "embeddings [n_seqs, hidden]" : last_only ? "logits [n_seqs, vocab]" : "logits [N, vocab]";
