@@ -4338,25 +4338,7 @@ done:
     return rc;
 }
 
-/* --requests: Part II end to end (rx_serve), on the C reference. */
-#define RX_MAX_BATCH 1024                                  /* --batch at most */
-
-/* The cache's namespace for this run: a hash of the checkpoint's path (one model per run; it only has to be stable). */
-static uint64_t rx_model_id(const char *dir) {
-    uint64_t h = 1469598103934665603ull;                   /* FNV-1a */
-    for (; *dir; dir++) h = (h ^ (uint8_t)*dir) * 1099511628211ull;
-    return h;
-}
-
-static int write_stats(const char *path, const int *lens, const int32_t *batch_of, const int32_t *cached_of, int n) {
-    FILE *f = fopen(path, "w");
-    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
-    for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
-    if (fclose(f)) return rx_fail("%s: cannot write: %s", path, strerror(errno));
-    return 0;
-}
-
+/* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. */
 static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump,
                         int force_cpu) {
     Qwen3Model m;
@@ -4377,7 +4359,8 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     for (int s = 0; s < n; s++)
         seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
-    o->model_id = rx_model_id(dir);
+    o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path (stable) */
+    for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
     if (check_lines(&file, path, &m.cfg, o->page_size, o->n_pages)) goto done;
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
@@ -4387,8 +4370,12 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
            o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
            g ? "the GPU, bf16: " : "the C reference on the CPU", g ? gpu_device_name() : "", rx_mode_name(o->mode),
            st.ms);
-    if (stats) {
-        if (write_stats(stats, lens, batch_of, cached_of, n)) goto done;
+    if (stats) {                                        /* a CSV row per request */
+        FILE *f = fopen(stats, "w");
+        if (!f) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
+        fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
+        for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
+        if (fclose(f)) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
         printf("wrote %s: %d rows\n", stats, n);
     }
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
@@ -4500,7 +4487,7 @@ int main(int argc, char **argv) {
         return usage_error("%s", radix_error());
     if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so.page_size)) ||
         (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so.n_pages)) ||
-        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, RX_MAX_BATCH, &so.batch)))
+        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, 1024, &so.batch)))
         return 2;
     if (val[F_SCHEDULE] && !(so.lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
         return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);
