@@ -78,7 +78,7 @@ static inline double rx_now_ms(void);
 static int cmp_double(const void *a, const void *b);
 static int64_t rx_numel(const RxTensor *t);
 static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i as fp32, exactly */
-static int rx_batch_check(const RxBatch *b, const Qwen3Config *c);   /* tokens, positions, cu_seqlens in range */
+static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *path);  /* ids, positions, cu_seqlens */
 static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
 
 /* ----------------------------------------------------------------------------------------- the trie (algorithm 2) */
@@ -830,7 +830,7 @@ static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_
 static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int last_only, float *logits,
                        float *hidden, int *rows_out) {
     const Qwen3Config *c = &m->cfg;
-    if (rx_batch_check(b, c)) return -1;
+    if (rx_batch_check(b, c, NULL)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
     const int KVD = c->n_kv_heads * c->head_dim;
     Layout L;                                           /* lines 1-8: the trie, I_gather [N'], I_scatter [N] */
@@ -1850,7 +1850,7 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
                        float *logits, float *embed, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
     const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
-    TRY(rx_batch_check(b, c));                /* on the host, before any device work */
+    TRY(rx_batch_check(b, c, NULL));                /* on the host, before any device work */
     TRY(layout_build(&w->L, b, NULL, mode, auto_threshold));                 /* lines 1-8 */
     const int radix = w->L.mode == RX_RADIX;
     TRY(work_alloc(g, w, last_only, !embed, radix ? w->L.N : 0));
@@ -2553,7 +2553,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
                       int *n_compact_out) {
     if (!pf) return forward_ref(m, b, mode, 1, last_logits, NULL, n_compact_out);    /* nothing cached: Part I */
     const Qwen3Config *c = &m->cfg;
-    if (rx_batch_check(b, c) || prefill_check(c, b, pf, 1)) return -1;
+    if (rx_batch_check(b, c, NULL) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
     const int KVD = c->n_kv_heads * c->head_dim;
     const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
@@ -2825,7 +2825,7 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
         return rx_fail("gpu_prefill: pf->pool is not the host pool the GPU pool was made to mirror");
     if (kv->n_layers != g->cfg.n_layers || kv->kv_dim != g->cfg.n_kv_heads * g->cfg.head_dim)
         return rx_fail("gpu_prefill: the GPU KV pool was made for another model");
-    if (rx_batch_check(suffixes, &g->cfg) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
+    if (rx_batch_check(suffixes, &g->cfg, NULL) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
     GpuWork w;
     memset(&w, 0, sizeof w);
     int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w);
@@ -4041,20 +4041,25 @@ done:
 }
 
 /* The checks every forward makes before touching a weight: a batch built through the C API may be inconsistent in any
- * field, and attention would read out of bounds. One line for each problem. */
-static int rx_batch_check(const RxBatch *b, const Qwen3Config *c) {
+ * field, and attention would read out of bounds. One line for each problem, naming the sequence; path: the batch was
+ * read from that tokens or requests file (rx_batch_read), and the line names file:line (sequence s is line s + 1). */
+static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *path) {
     if (!b) return rx_fail("the batch is NULL");
     if (ragged_check("the batch", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens)) return -1;
     if (b->n_seqs == 0) return rx_fail("the batch is empty (0 sequences)");
-    for (int s = 0; s < b->n_seqs; s++)
-        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("sequence %d is empty", s);
-    for (int i = 0; i < b->n_tokens; i++) {
-        if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
-            return rx_fail("token id %d at batch position %d is outside the vocabulary [0, %d)", b->input_ids[i], i,
-                           c->vocab_size);
-        if (b->position_ids[i] < 0 || b->position_ids[i] >= c->max_position_embeddings)
-            return rx_fail("position %d at batch position %d is beyond max_position_embeddings %d",
-                           b->position_ids[i], i, c->max_position_embeddings);
+    for (int s = 0; s < b->n_seqs; s++) {
+        char seq[320];
+        if (path) snprintf(seq, sizeof seq, "%.300s:%d", path, s + 1);
+        else snprintf(seq, sizeof seq, "sequence %d", s);
+        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("%s is empty", seq);
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) {
+            if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
+                return rx_fail("%s: token id %d is outside the vocabulary [0, %d)", seq, b->input_ids[i],
+                               c->vocab_size);
+            if (b->position_ids[i] < 0 || b->position_ids[i] >= c->max_position_embeddings)
+                return rx_fail("%s: position %d is beyond max_position_embeddings %d", seq, b->position_ids[i],
+                               c->max_position_embeddings);
+        }
     }
     return 0;
 }
@@ -4265,25 +4270,6 @@ static int write_f32(const char *path, const float *out, int rows, int cols, con
     return 0;
 }
 
-/* Every line of a tokens or requests file checked against the model before any work: one line naming the file and
- * line. n_pages > 0 (--requests --cache-pages): each request must also fit into a pool of n_pages pages. */
-static int check_lines(const RxBatch *file, const char *path, const Qwen3Config *cfg, int page_size, int n_pages) {
-    for (int s = 0; s < file->n_seqs; s++) {
-        int len = file->cu_seqlens[s + 1] - file->cu_seqlens[s];
-        for (int i = file->cu_seqlens[s]; i < file->cu_seqlens[s + 1]; i++)
-            if (file->input_ids[i] >= cfg->vocab_size)
-                return rx_fail("%s:%d: token id %d is outside the vocabulary [0, %d)", path, s + 1, file->input_ids[i],
-                               cfg->vocab_size);
-        if (len > cfg->max_position_embeddings)
-            return rx_fail("%s:%d: %d tokens, more than max_position_embeddings %d", path, s + 1, len,
-                           cfg->max_position_embeddings);
-        if (n_pages && (len + page_size - 1) / page_size > n_pages)
-            return rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path,
-                           s + 1, len, (len + page_size - 1) / page_size, page_size, n_pages);
-    }
-    return 0;
-}
-
 /* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits. */
 static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, const char *dump, int force_cpu,
                           int last_only, const char *embed) {
@@ -4296,7 +4282,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
     int rc = -1;
     float *logits = NULL;
     GpuModel *g = NULL;
-    if (check_lines(&b, tokens, &m.cfg, 1, 0) ||
+    if (rx_batch_check(&b, &m.cfg, tokens) ||
         radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
@@ -4361,7 +4347,13 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path (stable) */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
-    if (check_lines(&file, path, &m.cfg, o->page_size, o->n_pages)) goto done;
+    if (rx_batch_check(&file, &m.cfg, path)) goto done;
+    for (int s = 0; s < n && o->n_pages; s++)       /* --cache-pages: every request must fit into the pool */
+        if ((lens[s] + o->page_size - 1) / o->page_size > o->n_pages) {
+            rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path, s + 1,
+                    lens[s], (lens[s] + o->page_size - 1) / o->page_size, o->page_size, o->n_pages);
+            goto done;
+        }
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
     if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;

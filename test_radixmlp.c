@@ -2980,7 +2980,7 @@ static void test_cli_rejects_bad_tokens(void) {
         {"a byte above ASCII", "1 2\n3\xff\n", 0, "t.txt:2: '\\xff' is not part of a token id"},
         {"empty line", "1 2\n\n3\n", 0, "t.txt:2: empty line"},
         {"empty file", "", 0, "no sequences"},
-        {"129 tokens, max 128", long_line, 0, "t.txt:1: 129 tokens, more than max_position_embeddings 128"},
+        {"129 tokens, max 128", long_line, 0, "t.txt:1: position 128 is beyond max_position_embeddings 128"},
     };
     char dir[] = "/tmp/radixmlp-cli-XXXXXX";
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
@@ -4057,7 +4057,7 @@ static void test_cli_requests_rejects_bad_input(void) {
         {"non-numeric token id", "1 2\n3 x\n", "", ":2: 'x' is not part of a token id"},
         {"empty line", "1 2\n\n3\n", "", ":2: empty line"},
         {"empty file", "", "", "no sequences"},
-        {"129 tokens, max 128", long_line, "", ":1: 129 tokens, more than max_position_embeddings 128"},
+        {"129 tokens, max 128", long_line, "", ":1: position 128 is beyond max_position_embeddings 128"},
         {"request beyond the pool", "1 2 3\n1 2 3 4 5 6 7 8 9\n", "--page-size 4 --cache-pages 2",
          ":2: a request of 9 tokens needs 3 pages of 4 tokens, but --cache-pages is 2"},
     };
