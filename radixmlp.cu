@@ -3167,16 +3167,14 @@ static void utf8_put(Json *j, uint32_t c) {
            o[2] = (char)(0x80 | ((c >> 6) & 63)); o[3] = (char)(0x80 | (c & 63)); j->strs_len += 4; }
 }
 
-static int json_hex4(Json *j, uint32_t *c) {
+static int json_hex4(Json *j, uint32_t *c) {         /* the XXXX of \uXXXX */
+    char hex[5] = "";
     if (j->end - j->p < 4) return -1;
-    *c = 0;
-    for (int i = 0; i < 4; i++) {
-        char h = *j->p++;
-        int d = isdigit((unsigned char)h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-              : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        *c = *c * 16 + (uint32_t)d;
-    }
+    memcpy(hex, j->p, 4);
+    for (int i = 0; i < 4; i++)
+        if (!isxdigit((unsigned char)hex[i])) return -1;
+    *c = (uint32_t)strtoul(hex, NULL, 16);
+    j->p += 4;
     return 0;
 }
 
@@ -4094,8 +4092,7 @@ static double cpu_ms(void) {   /* CPU time of this process, in ms */
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
-/* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; -1 with radix_error() set when
- * either holds a NaN or Inf (what names got), which is a failure, never a small difference. */
+/* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; a NaN or Inf in either: -1. */
 static int compare(const float *got, const float *ref, size_t n, int row_len, const char *what, double *d, double *rel) {
     size_t bad;
     *d = rx_max_abs_diff(got, ref, n, &bad);
