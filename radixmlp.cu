@@ -4117,26 +4117,6 @@ static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_t
            (double)ix->n_tokens / ix->n_compact);
 }
 
-/* The GPU forward of every mode against a reference; prints one line per mode. */
-static int gpu_compare(const Qwen3Model *m, const RxBatch *b, const float *ref, float *logits) {
-    GpuModel *g;
-    size_t n = (size_t)b->n_tokens * m->cfg.vocab_size;
-    if (gpu_model_upload(&g, m)) return -1;
-    printf("GPU forward on %s (bf16 weights, fp32 accumulation):\n", gpu_device_name());
-    for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
-        GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
-        double d, rel;
-        char what[64];
-        snprintf(what, sizeof what, "the GPU logits (%s)", rx_mode_name((RxMode)mode));
-        if (gpu_forward(g, b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info) ||
-            compare(logits, ref, n, m->cfg.vocab_size, what, &d, &rel)) { gpu_model_free(g); return -1; }
-        printf("  %-8s %8.3f ms   max|GPU - C reference| / max|ref| = %.2e\n", rx_mode_name((RxMode)mode),
-               info.forward_ms, rel);
-    }
-    gpu_model_free(g);
-    return 0;
-}
-
 static int demo(void) {
     Qwen3Config cfg = {2048, 256, 768, 4, 8, 4, 64, 4096, 1e6, 1e-6, 1};
     Qwen3Model m;
@@ -4163,6 +4143,7 @@ static int demo(void) {
     enum { DEMO_REPS = 5 };
     double ms[3][DEMO_REPS], diff[3] = {0, 0, 0};      /* per mode: milliseconds of each run, max|mode - baseline| */
     int rc = -1, threads = rx_threads(0);
+    GpuModel *g = NULL;
     if (!ref || !logits) { rx_fail("out of host memory for the logits"); goto done; }
     /* Single wall-clock runs varied by 20-25% on a shared machine, enough to show radix beating r = N/N'. So: the
      * process's CPU time on one thread (time spent waiting for a busy CPU does not count, nor threads spinning at
@@ -4193,9 +4174,21 @@ static int demo(void) {
     if (!gpu_available())
         printf("GPU: not used: %s.\n     Only the C reference ran; with a GPU the demo also runs the CUDA forward in each "
                "mode.\n", radix_error());
-    else if (gpu_compare(&m, &b, ref, logits)) goto done;
+    else if (gpu_model_upload(&g, &m)) goto done;
+    else printf("GPU forward on %s (bf16 weights, fp32 accumulation):\n", gpu_device_name());
+    for (int mode = RX_BASELINE; g && mode <= RX_COMPACT; mode++) {      /* every mode on the GPU against ref */
+        GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
+        double d, rel;
+        char what[64];
+        snprintf(what, sizeof what, "the GPU logits (%s)", rx_mode_name((RxMode)mode));
+        if (gpu_forward(g, &b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info) ||
+            compare(logits, ref, n, cfg.vocab_size, what, &d, &rel)) goto done;
+        printf("  %-8s %8.3f ms   max|GPU - C reference| / max|ref| = %.2e\n", rx_mode_name((RxMode)mode),
+               info.forward_ms, rel);
+    }
     rc = 0;
 done:
+    gpu_model_free(g);
     free(ref); free(logits);
     radix_index_free(&ix); rx_batch_free(&b); qwen3_free(&m);
     return rc;
