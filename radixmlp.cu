@@ -3178,15 +3178,15 @@ static int json_hex4(Json *j, uint32_t *c) {         /* the XXXX of \uXXXX */
     return 0;
 }
 
-/* Parses a string at j->p (on the opening quote); returns its offset in strs, or (size_t)-1. */
-static size_t json_string(Json *j, size_t *len) {
+/* Parses a string at j->p (on the opening quote) into strs: *off, *len. */
+static int json_string(Json *j, size_t *off, size_t *len) {
     size_t start = j->strs_len;
     j->p++;
     while (j->p < j->end && *j->p != '"') {
         unsigned char ch = (unsigned char)*j->p++;
-        if (ch < 0x20) return (size_t)-1;                       /* raw control characters are not JSON */
+        if (ch < 0x20) return -1;                       /* raw control characters are not JSON */
         if (ch != '\\') { j->strs[j->strs_len++] = (char)ch; continue; }
-        if (j->p >= j->end) return (size_t)-1;
+        if (j->p >= j->end) return -1;
         char e = *j->p++;
         uint32_t c;
         switch (e) {
@@ -3197,25 +3197,26 @@ static size_t json_string(Json *j, size_t *len) {
         case 'r': j->strs[j->strs_len++] = '\r'; break;
         case 't': j->strs[j->strs_len++] = '\t'; break;
         case 'u':
-            if (json_hex4(j, &c)) return (size_t)-1;
-            if (c >= 0xDC00 && c <= 0xDFFF) return (size_t)-1;  /* lone trailing surrogate */
+            if (json_hex4(j, &c)) return -1;
+            if (c >= 0xDC00 && c <= 0xDFFF) return -1;          /* lone trailing surrogate */
             if (c >= 0xD800 && c <= 0xDBFF) {                   /* a pair: \uD8xx\uDCxx     */
                 uint32_t lo;
-                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return (size_t)-1;
+                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return -1;
                 j->p += 2;
-                if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return (size_t)-1;
+                if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return -1;
                 c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
             }
             utf8_put(j, c);
             break;
-        default: return (size_t)-1;
+        default: return -1;
         }
     }
-    if (j->p >= j->end) return (size_t)-1;
+    if (j->p >= j->end) return -1;
     j->p++;                                                     /* closing quote */
+    *off = start;
     *len = j->strs_len - start;
     j->strs[j->strs_len++] = '\0';
-    return start;
+    return 0;
 }
 
 static int json_number(Json *j, JVal *x) {
@@ -3260,7 +3261,7 @@ static int json_container(Json *j, int self, char close) {
         size_t key = 0, klen;
         if (is_obj) {
             if (!json_skip_ws(j) || *j->p != '"') return -1;
-            if ((key = json_string(j, &klen)) == (size_t)-1) return -1;
+            if (json_string(j, &key, &klen)) return -1;
             if (!json_skip_ws(j) || *j->p != ':') return -1;
             j->p++;
         }
@@ -3289,13 +3290,9 @@ static int json_value(Json *j) {
         j->depth--;
         return self;
     }
-    if (c == '"') {
-        size_t len;
+    if (c == '"') {          /* json_string adds no value, so j->v stays where it is */
         if ((self = json_new(j, J_STR)) < 0) return -1;
-        size_t off = json_string(j, &len);
-        if (off == (size_t)-1) return -1;
-        j->v[self].str = off; j->v[self].str_len = len;
-        return self;
+        return json_string(j, &j->v[self].str, &j->v[self].str_len) ? -1 : self;
     }
     if (c == '-' || isdigit((unsigned char)c)) {
         if ((self = json_new(j, J_NUM)) < 0) return -1;
@@ -3739,12 +3736,8 @@ static int bind_model(Qwen3Model *m, const char *where) {
      * (5.x) gives it: the two tied when they are equal (the real Qwen3-0.6B file), else the stored head, untied (it
      * warns "we will NOT tie them"). Never a third thing. Untied with flat names and no lm_head.weight: a Qwen3Model
      * (embedding) checkpoint, which has no head at all: lm_head stays NULL and the forwards give embeddings only. */
-    if (c->tie_word_embeddings && !find_tensor(m, "lm_head.weight")) {
-        m->lm_head = m->embed;
-        return 0;
-    }
-    if (!c->tie_word_embeddings && !pre[0] && !find_tensor(m, "lm_head.weight")) {
-        m->lm_head = NULL;
+    if (!find_tensor(m, "lm_head.weight") && (c->tie_word_embeddings || !pre[0])) {
+        m->lm_head = c->tie_word_embeddings ? m->embed : NULL;
         return 0;
     }
     if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
@@ -3846,8 +3839,7 @@ static float f16_to_f32(uint16_t h) {
     float f; memcpy(&f, &u, 4); return f;
 }
 
-/* Element i of a tensor as fp32, exactly: F16 and BF16 are subsets of F32. memcpy because the data inside a mmap need
- * not be aligned. */
+/* Element i of a tensor as fp32, exactly; memcpy because the data inside a mmap need not be aligned. */
 static float rx_tensor_at(const RxTensor *t, int64_t i) {
     const uint8_t *s = (const uint8_t *)t->data;
     float f;
@@ -3958,6 +3950,7 @@ static int batch_alloc(RxBatch *b, int n_seqs, int64_t n_tokens) {
     b->position_ids = (int32_t *)rx_alloc((size_t)n_tokens * 4, "the batch");
     b->cu_seqlens = (int32_t *)rx_alloc((size_t)(n_seqs + 1) * 4, "the batch");
     if (!b->input_ids || !b->position_ids || !b->cu_seqlens) { rx_batch_free(b); return -1; }
+    b->cu_seqlens[0] = 0;
     return 0;
 }
 
@@ -3966,7 +3959,6 @@ int rx_batch_make(RxBatch *b, const int32_t *const *seqs, const int *lens, int n
     for (int s = 0; s < n_seqs; s++) n += lens[s];
     if (batch_alloc(b, n_seqs, n)) return -1;
     int at = 0;
-    b->cu_seqlens[0] = 0;
     for (int s = 0; s < n_seqs; s++) {
         for (int i = 0; i < lens[s]; i++, at++) { b->input_ids[at] = seqs[s][i]; b->position_ids[at] = i; }
         b->cu_seqlens[s + 1] = at;
@@ -4028,7 +4020,6 @@ int rx_batch_read(RxBatch *b, const char *path) {
         if (pass == 0) {
             if (!n_seqs) { rx_fail("%s: no sequences", path); goto done; }
             if (batch_alloc(b, n_seqs, n_tok)) goto done;
-            b->cu_seqlens[0] = 0;
         }
     }
     rc = 0;
