@@ -3693,8 +3693,7 @@ static int bind(const Qwen3Model *m, const char *where, const char *prefix, cons
     if (!t) return rx_fail("%s: missing tensor '%s'", where, full);
     if (t->dtype == RX_OTHER_DTYPE)
         return rx_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", t->file, full, t->dtype_name);
-    int rank = d1 ? 2 : 1;
-    if (t->rank != rank || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
+    if (t->rank != (d1 ? 2 : 1) || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
         char got[128] = "", want[64];
         for (int i = 0; i < t->rank; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
@@ -3872,10 +3871,9 @@ static float rx_uniform(uint64_t *s, float lo, float hi) { return lo + (hi - lo)
  * activations O(1); norm weights in [0.5, 1.5] so that a wrong weight-multiply order shows; the embedding ~ U(-1, 1).
  * Element k of the whole model (in the order below) is splitmix64's draw k from seed: every element fills in
  * parallel, and the model depends on the seed alone, never on the thread count. */
-int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
+int qwen3_random(Qwen3Model *m, const Qwen3Config *c, uint64_t seed) {
     memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    const Qwen3Config *c = cfg;                     /* what rx_parse_config guarantees for a checkpoint's config */
+    m->cfg = *c;                                    /* below: what rx_parse_config guarantees of a checkpoint's */
     if (c->vocab_size < 1 || c->hidden_size < 1 || c->intermediate_size < 1 || c->n_layers < 1 ||
         c->max_position_embeddings < 1 || c->n_heads < 1 || c->n_kv_heads < 1)
         return rx_fail("the model config has a size below 1 (vocab %d, hidden %d, intermediate %d, layers %d, heads "
@@ -3971,15 +3969,6 @@ void rx_batch_free(RxBatch *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* A byte as an error message shows it: 'x', or '\x00' for anything but printable ASCII (a raw NUL would end the
- * message there, and other bytes could garble the terminal). */
-static const char *show_byte(char c, char *buf, size_t n) {
-    unsigned char u = (unsigned char)c;
-    if (u >= 0x20 && u < 0x7f) snprintf(buf, n, "'%c'", c);
-    else snprintf(buf, n, "'\\x%02x'", u);
-    return buf;
-}
-
 /* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
 int rx_batch_read(RxBatch *b, const char *path) {
     MappedFile f;
@@ -3999,9 +3988,13 @@ int rx_batch_read(RxBatch *b, const char *path) {
             for (const char *q = p; q < eol;) {
                 if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
                 if (!isdigit((unsigned char)*q)) {     /* also what follows an id without a space: "12a" */
+                    /* shown as 'x', or '\x00' unless printable ASCII: a raw NUL would end the message there, and
+                     * other bytes could garble the terminal */
                     char shown[8];
+                    unsigned char u = (unsigned char)*q;
+                    snprintf(shown, sizeof shown, isprint(u) ? "'%c'" : "'\\x%02x'", u);
                     rx_fail("%s:%d: %s is not part of a token id (ids are non-negative decimal integers)", path, line,
-                            show_byte(*q, shown, sizeof shown));
+                            shown);
                     goto done;
                 }
                 int64_t v = 0;
