@@ -4261,7 +4261,6 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
     print_batch_stats(&b, &ix, 0);
-    /* logits holds what the run computes: [N, vocab], or [n_seqs, vocab] (last_only), or [n_seqs, hidden] (embed) */
     const int rows = last_only || embed ? b.n_seqs : b.n_tokens, cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
     const char *what = embed ? "embeddings [n_seqs, hidden]" : last_only ? "logits [n_seqs, vocab]" : "logits [N, vocab]";
     if (!(logits = (float *)rx_alloc((size_t)rows * cols * sizeof(float), what))) goto done;
