@@ -3974,12 +3974,11 @@ int rx_batch_read(RxBatch *b, const char *path) {
     MappedFile f;
     memset(b, 0, sizeof *b);
     if (map_file(&f, path, 256u << 20)) return -1;
-    int n_seqs = 0, line = 0, rc = -1;
+    int n_seqs = 0, rc = -1;
     int64_t n_tok = 0;
     for (int pass = 0; pass < 2; pass++) {          /* pass 0 counts and validates, pass 1 fills */
         const char *p = (const char *)f.map, *end = p + f.len;
-        int s = 0, at = 0;
-        line = 0;
+        int s = 0, at = 0, line = 0;
         while (p < end) {
             const char *eol = (const char *)memchr(p, '\n', (size_t)(end - p));
             if (!eol) eol = end;
