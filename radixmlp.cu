@@ -1850,7 +1850,7 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
                        float *logits, float *embed, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
     const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
-    TRY(rx_batch_check(b, c, NULL));                /* on the host, before any device work */
+    TRY(rx_batch_check(b, c, NULL));          /* on the host, before any device work */
     TRY(layout_build(&w->L, b, NULL, mode, auto_threshold));                 /* lines 1-8 */
     const int radix = w->L.mode == RX_RADIX;
     TRY(work_alloc(g, w, last_only, !embed, radix ? w->L.N : 0));
@@ -3184,7 +3184,7 @@ static int json_string(Json *j, size_t *off, size_t *len) {
     j->p++;
     while (j->p < j->end && *j->p != '"') {
         unsigned char ch = (unsigned char)*j->p++;
-        if (ch < 0x20) return -1;                       /* raw control characters are not JSON */
+        if (ch < 0x20) return -1;                               /* raw control characters are not JSON */
         if (ch != '\\') { j->strs[j->strs_len++] = (char)ch; continue; }
         if (j->p >= j->end) return -1;
         char e = *j->p++;
@@ -4317,7 +4317,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     for (int s = 0; s < n; s++)
         seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
-    o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path (stable) */
+    o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
     if (rx_batch_check(&file, &m.cfg, path)) goto done;
     for (int s = 0; s < n && o->n_pages; s++)       /* --cache-pages: every request must fit into the pool */
