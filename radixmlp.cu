@@ -67,7 +67,7 @@ static inline double rx_now_ms(void);
 static int cmp_double(const void *a, const void *b);
 static int64_t rx_numel(const RxTensor *t);
 static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i as fp32, exactly */
-static int rx_batch_check(const RxBatch *b, const Qwen3Config *c);   /* tokens, positions, cu_seqlens in range */
+static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *path);  /* ids, positions, cu_seqlens */
 static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
 
 /* ----------------------------------------------------------------------------------------- the trie (algorithm 2) */
@@ -793,7 +793,7 @@ static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_
 static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int last_only, float *logits,
                        float *embed, int *rows_out) {
     const Qwen3Config *c = &m->cfg;
-    if (rx_batch_check(b, c)) return -1;
+    if (rx_batch_check(b, c, NULL)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
     const int KVD = c->n_kv_heads * c->head_dim;
     Layout L;                                           /* lines 1-8: the trie, I_gather [N'], I_scatter [N] */
@@ -1800,7 +1800,7 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
                        float *logits, float *embed, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
     const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
-    TRY(rx_batch_check(b, c));                /* on the host, before any device work */
+    TRY(rx_batch_check(b, c, NULL));          /* on the host, before any device work */
     TRY(layout_build(&w->L, b, NULL, mode, auto_threshold));                 /* lines 1-8 */
     const int radix = w->L.mode == RX_RADIX;
     TRY(work_alloc(g, w, last_only, !embed, radix ? w->L.N : 0));
@@ -2464,7 +2464,7 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
 int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf, RxMode mode, float *last_logits,
                       int *n_compact_out) {
     const Qwen3Config *c = &m->cfg;
-    if (rx_batch_check(b, c) || prefill_check(c, b, pf, 1)) return -1;
+    if (rx_batch_check(b, c, NULL) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
     const int KVD = c->n_kv_heads * c->head_dim;
     const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
@@ -2719,7 +2719,7 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
         return rx_fail("gpu_prefill: pf->pool is not the host pool the GPU pool was made to mirror");
     if (kv->n_layers != g->cfg.n_layers || kv->kv_dim != g->cfg.n_kv_heads * g->cfg.head_dim)
         return rx_fail("gpu_prefill: the GPU KV pool was made for another model");
-    if (rx_batch_check(suffixes, &g->cfg) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
+    if (rx_batch_check(suffixes, &g->cfg, NULL) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
     GpuWork w;
     memset(&w, 0, sizeof w);
     int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w);
@@ -3061,28 +3061,26 @@ static void utf8_put(Json *j, uint32_t c) {
            o[2] = (char)(0x80 | ((c >> 6) & 63)); o[3] = (char)(0x80 | (c & 63)); j->strs_len += 4; }
 }
 
-static int json_hex4(Json *j, uint32_t *c) {
+static int json_hex4(Json *j, uint32_t *c) {         /* the XXXX of \uXXXX */
+    char hex[5] = "";
     if (j->end - j->p < 4) return -1;
-    *c = 0;
-    for (int i = 0; i < 4; i++) {
-        char h = *j->p++;
-        int d = isdigit((unsigned char)h) ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10
-              : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        *c = *c * 16 + (uint32_t)d;
-    }
+    memcpy(hex, j->p, 4);
+    for (int i = 0; i < 4; i++)
+        if (!isxdigit((unsigned char)hex[i])) return -1;
+    *c = (uint32_t)strtoul(hex, NULL, 16);
+    j->p += 4;
     return 0;
 }
 
-/* Parses a string at j->p (on the opening quote); returns its offset in strs, or (size_t)-1. */
-static size_t json_string(Json *j, size_t *len) {
+/* Parses a string at j->p (on the opening quote) into strs: *off, *len. */
+static int json_string(Json *j, size_t *off, size_t *len) {
     size_t start = j->strs_len;
     j->p++;
     while (j->p < j->end && *j->p != '"') {
         unsigned char ch = (unsigned char)*j->p++;
-        if (ch < 0x20) return (size_t)-1;                       /* raw control characters are not JSON */
+        if (ch < 0x20) return -1;                               /* raw control characters are not JSON */
         if (ch != '\\') { j->strs[j->strs_len++] = (char)ch; continue; }
-        if (j->p >= j->end) return (size_t)-1;
+        if (j->p >= j->end) return -1;
         char e = *j->p++;
         uint32_t c;
         switch (e) {
@@ -3093,25 +3091,26 @@ static size_t json_string(Json *j, size_t *len) {
         case 'r': j->strs[j->strs_len++] = '\r'; break;
         case 't': j->strs[j->strs_len++] = '\t'; break;
         case 'u':
-            if (json_hex4(j, &c)) return (size_t)-1;
-            if (c >= 0xDC00 && c <= 0xDFFF) return (size_t)-1;  /* lone trailing surrogate */
+            if (json_hex4(j, &c)) return -1;
+            if (c >= 0xDC00 && c <= 0xDFFF) return -1;          /* lone trailing surrogate */
             if (c >= 0xD800 && c <= 0xDBFF) {                   /* a pair: \uD8xx\uDCxx     */
                 uint32_t lo;
-                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return (size_t)-1;
+                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return -1;
                 j->p += 2;
-                if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return (size_t)-1;
+                if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return -1;
                 c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
             }
             utf8_put(j, c);
             break;
-        default: return (size_t)-1;
+        default: return -1;
         }
     }
-    if (j->p >= j->end) return (size_t)-1;
+    if (j->p >= j->end) return -1;
     j->p++;                                                     /* closing quote */
+    *off = start;
     *len = j->strs_len - start;
     j->strs[j->strs_len++] = '\0';
-    return start;
+    return 0;
 }
 
 static int json_number(Json *j, JVal *x) {
@@ -3138,14 +3137,9 @@ static int json_number(Json *j, JVal *x) {
     memcpy(buf, s, n); buf[n] = '\0';
     x->num = strtod(buf, NULL);
     if (is_int && s[0] != '-') {                                /* exact unsigned value, overflow detected */
-        uint64_t u = 0;
-        x->is_uint = 1;
-        for (size_t i = 0; i < n; i++) {
-            uint64_t d = (uint64_t)(buf[i] - '0');
-            if (u > (UINT64_MAX - d) / 10) { x->is_uint = 0; break; }
-            u = u * 10 + d;
-        }
-        x->u = u;
+        errno = 0;
+        x->u = strtoull(buf, NULL, 10);
+        x->is_uint = errno != ERANGE;
     }
     return 0;
 }
@@ -3161,7 +3155,7 @@ static int json_container(Json *j, int self, char close) {
         size_t key = 0, klen;
         if (is_obj) {
             if (!json_skip_ws(j) || *j->p != '"') return -1;
-            if ((key = json_string(j, &klen)) == (size_t)-1) return -1;
+            if (json_string(j, &key, &klen)) return -1;
             if (!json_skip_ws(j) || *j->p != ':') return -1;
             j->p++;
         }
@@ -3190,13 +3184,9 @@ static int json_value(Json *j) {
         j->depth--;
         return self;
     }
-    if (c == '"') {
-        size_t len;
+    if (c == '"') {          /* json_string adds no value, so j->v stays where it is */
         if ((self = json_new(j, J_STR)) < 0) return -1;
-        size_t off = json_string(j, &len);
-        if (off == (size_t)-1) return -1;
-        j->v[self].str = off; j->v[self].str_len = len;
-        return self;
+        return json_string(j, &j->v[self].str, &j->v[self].str_len) ? -1 : self;
     }
     if (c == '-' || isdigit((unsigned char)c)) {
         if ((self = json_new(j, J_NUM)) < 0) return -1;
@@ -3556,47 +3546,29 @@ done:
 typedef struct { void *map; size_t len; char *path; } MappedFile;
 typedef struct { MappedFile *files; int n_files; void *owned; } ModelPriv;
 
-/* Opens an input for reading; anything but a regular file is refused. O_NONBLOCK because opening a FIFO would
- * otherwise wait for a writer before the check could refuse it (a regular file ignores the flag). */
-static int open_regular(const char *path, struct stat *st) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, st) || !S_ISREG(st->st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
-    return fd;
+static void unmap_file(MappedFile *mf) {
+    if (mf->map) munmap(mf->map, mf->len);
+    free(mf->path);
+    memset(mf, 0, sizeof *mf);
 }
 
-/* Reads a whole (small) text file; at most max_bytes. */
-static char *read_text(const char *path, size_t max_bytes, size_t *len) {
-    struct stat st;
-    int fd = open_regular(path, &st);
-    if (fd < 0) return NULL;
-    size_t size = (size_t)st.st_size, n = 0;
-    char *buf = size > max_bytes ? NULL : (char *)malloc(size + 1);
-    ssize_t got = 1;
-    while (buf && n < size && (got = read(fd, buf + n, size - n)) > 0) n += (size_t)got;
-    close(fd);
-    if (size > max_bytes || !buf || got < 0) {
-        free(buf);
-        rx_fail(size > max_bytes ? "%s: larger than %zu bytes" : !buf ? "%s: out of host memory" : "%s: read error",
-                path, max_bytes);
-        return NULL;
-    }
-    *len = n;                                       /* n < size only if the file shrank while we read it */
-    return buf;
-}
-
-static int map_file(MappedFile *mf, const char *path) {
+/* Maps a whole input file for reading, at most max_bytes of it: the weights and the text files alike. Anything but a
+ * regular file is refused; O_NONBLOCK because opening a FIFO would otherwise wait for a writer before the check could
+ * refuse it (a regular file ignores the flag). */
+static int map_file(MappedFile *mf, const char *path, size_t max_bytes) {
     memset(mf, 0, sizeof *mf);
     struct stat st;
-    int fd = open_regular(path, &st);
-    if (fd < 0) return -1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
     mf->len = (size_t)st.st_size;
+    if (mf->len > max_bytes) { close(fd); return rx_fail("%s: larger than %zu bytes", path, max_bytes); }
     if (mf->len) {              /* mmap of 0 bytes fails; an empty file is rejected by the parser instead */
         mf->map = mmap(NULL, mf->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (mf->map == MAP_FAILED) { mf->map = NULL; close(fd); return rx_fail("%s: mmap failed: %s", path, strerror(errno)); }
     }
     close(fd);
-    if (!(mf->path = strdup(path))) return rx_fail("%s: out of host memory", path);
+    if (!(mf->path = strdup(path))) { unmap_file(mf); return rx_fail("%s: out of host memory", path); }
     return 0;
 }
 
@@ -3615,8 +3587,7 @@ static int bind(const Qwen3Model *m, const char *where, const char *prefix, cons
     if (!t) return rx_fail("%s: missing tensor '%s'", where, full);
     if (t->dtype == RX_OTHER_DTYPE)
         return rx_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", t->file, full, t->dtype_name);
-    int rank = d1 ? 2 : 1;
-    if (t->rank != rank || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
+    if (t->rank != (d1 ? 2 : 1) || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
         char got[128] = "", want[64];
         for (int i = 0; i < t->rank; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
@@ -3658,12 +3629,8 @@ static int bind_model(Qwen3Model *m, const char *where) {
      * (5.x) gives it: the two tied when they are equal (the real Qwen3-0.6B file), else the stored head, untied (it
      * warns "we will NOT tie them"). Never a third thing. Untied with flat names and no lm_head.weight: a Qwen3Model
      * (embedding) checkpoint, which has no head at all: lm_head stays NULL and the forwards give embeddings only. */
-    if (c->tie_word_embeddings && !find_tensor(m, "lm_head.weight")) {
-        m->lm_head = m->embed;
-        return 0;
-    }
-    if (!c->tie_word_embeddings && !pre[0] && !find_tensor(m, "lm_head.weight")) {
-        m->lm_head = NULL;
+    if (!find_tensor(m, "lm_head.weight") && (c->tie_word_embeddings || !pre[0])) {
+        m->lm_head = c->tie_word_embeddings ? m->embed : NULL;
         return 0;
     }
     if (bind(m, where, "", "lm_head.weight", c->vocab_size, h, &m->lm_head)) return -1;
@@ -3678,10 +3645,7 @@ void qwen3_free(Qwen3Model *m) {
     tensors_free(m->tensors, m->n_tensors);
     free(m->layers);
     if (p) {
-        for (int i = 0; i < p->n_files; i++) {
-            if (p->files[i].map) munmap(p->files[i].map, p->files[i].len);
-            free(p->files[i].path);
-        }
+        for (int i = 0; i < p->n_files; i++) unmap_file(&p->files[i]);
         free(p->files); free(p->owned); free(p);
     }
     memset(m, 0, sizeof *m);
@@ -3694,7 +3658,7 @@ static int add_shard(Qwen3Model *m, const char *path) {
     if (!files) return rx_fail("out of host memory");
     p->files = files;
     MappedFile *mf = &p->files[p->n_files];
-    if (map_file(mf, path)) { free(mf->path); return -1; }
+    if (map_file(mf, path, SIZE_MAX)) return -1;
     p->n_files++;
     RxTensor *t;
     int n;
@@ -3712,21 +3676,20 @@ int qwen3_load(Qwen3Model *m, const char *dir) {
     memset(m, 0, sizeof *m);
     if (!(m->priv = calloc(1, sizeof(ModelPriv)))) return rx_fail("out of host memory");
     char path[4096];
-    size_t len;
-    char *text;
+    MappedFile text;
     int rc;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!(text = read_text(path, 1 << 20, &len))) goto fail;
-    rc = rx_parse_config(&m->cfg, text, len, path);
-    free(text);
+    if (map_file(&text, path, 1 << 20)) goto fail;
+    rc = rx_parse_config(&m->cfg, (const char *)text.map, text.len, path);
+    unmap_file(&text);
     if (rc) goto fail;
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (access(path, F_OK) == 0) {                    /* sharded: every shard the index names */
         char **shards;
         int n_shards;
-        if (!(text = read_text(path, 64u << 20, &len))) goto fail;
-        rc = rx_parse_shard_index(text, len, path, &shards, &n_shards);
-        free(text);
+        if (map_file(&text, path, 64u << 20)) goto fail;
+        rc = rx_parse_shard_index((const char *)text.map, text.len, path, &shards, &n_shards);
+        unmap_file(&text);
         if (rc) goto fail;
         for (int i = 0; i < n_shards; i++) {
             char sp[4096];
@@ -3769,8 +3732,7 @@ static float f16_to_f32(uint16_t h) {
     float f; memcpy(&f, &u, 4); return f;
 }
 
-/* Element i of a tensor as fp32, exactly: F16 and BF16 are subsets of F32. memcpy because the data inside a mmap need
- * not be aligned. */
+/* Element i of a tensor as fp32, exactly; memcpy because the data inside a mmap need not be aligned. */
 static float rx_tensor_at(const RxTensor *t, int64_t i) {
     const uint8_t *s = (const uint8_t *)t->data;
     float f;
@@ -3803,10 +3765,9 @@ static float rx_uniform(uint64_t *s, float lo, float hi) { return lo + (hi - lo)
  * activations O(1); norm weights in [0.5, 1.5] so that a wrong weight-multiply order shows; the embedding ~ U(-1, 1).
  * Element k of the whole model (in the order below) is splitmix64's draw k from seed: every element fills in
  * parallel, and the model depends on the seed alone, never on the thread count. */
-int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
+int qwen3_random(Qwen3Model *m, const Qwen3Config *c, uint64_t seed) {
     memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    const Qwen3Config *c = cfg;                     /* what rx_parse_config guarantees for a checkpoint's config */
+    m->cfg = *c;                                    /* below: what rx_parse_config guarantees of a checkpoint's */
     if (c->vocab_size < 1 || c->hidden_size < 1 || c->intermediate_size < 1 || c->n_layers < 1 ||
         c->max_position_embeddings < 1 || c->n_heads < 1 || c->n_kv_heads < 1)
         return rx_fail("the model config has a size below 1 (vocab %d, hidden %d, intermediate %d, layers %d, heads "
@@ -3872,34 +3833,6 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed) {
     return 0;
 }
 
-void qwen3_print_inventory(FILE *out, const Qwen3Model *m) {
-    const Qwen3Config *c = &m->cfg;
-    fprintf(out, "config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
-                 "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
-            c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-            c->rope_theta, c->rms_norm_eps, c->max_position_embeddings,
-            !m->lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
-            : m->lm_head == m->embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
-            "untied, as transformers does");
-    int64_t params = 0;
-    for (int i = 0; i < m->n_tensors; i++) {
-        const RxTensor *t = &m->tensors[i];
-        params += rx_numel(t);
-        if (m->n_tensors <= 40 || i < 12 || i >= m->n_tensors - 4) {
-            fprintf(out, "  %-52s %-5s [", t->name, t->dtype_name);
-            for (int d = 0; d < t->rank; d++) fprintf(out, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
-            fprintf(out, "]\n");
-        } else if (i == 12) fprintf(out, "  ... %d more ...\n", m->n_tensors - 16);
-    }
-    char count[32];                                 /* in a unit that fits: 71.2 K, 596.0 M, 4.02 B */
-    if (params < 1000) snprintf(count, sizeof count, "%lld", (long long)params);
-    else snprintf(count, sizeof count, "%.*f %s", params < 1000000000 ? 1 : 2,
-                  params / (params < 1000000 ? 1e3 : params < 1000000000 ? 1e6 : 1e9),
-                  params < 1000000 ? "K" : params < 1000000000 ? "M" : "B");
-    fprintf(out, "%d tensors, %s parameters, every tensor the config needs is present with the right shape\n",
-            m->n_tensors, count);
-}
-
 /* --------------------------------------------------------------------------------------- batches and tokens files */
 static int batch_alloc(RxBatch *b, int n_seqs, int64_t n_tokens) {
     memset(b, 0, sizeof *b);
@@ -3909,6 +3842,7 @@ static int batch_alloc(RxBatch *b, int n_seqs, int64_t n_tokens) {
     b->position_ids = (int32_t *)rx_alloc((size_t)n_tokens * 4, "the batch");
     b->cu_seqlens = (int32_t *)rx_alloc((size_t)(n_seqs + 1) * 4, "the batch");
     if (!b->input_ids || !b->position_ids || !b->cu_seqlens) { rx_batch_free(b); return -1; }
+    b->cu_seqlens[0] = 0;
     return 0;
 }
 
@@ -3917,7 +3851,6 @@ int rx_batch_make(RxBatch *b, const int32_t *const *seqs, const int *lens, int n
     for (int s = 0; s < n_seqs; s++) n += lens[s];
     if (batch_alloc(b, n_seqs, n)) return -1;
     int at = 0;
-    b->cu_seqlens[0] = 0;
     for (int s = 0; s < n_seqs; s++) {
         for (int i = 0; i < lens[s]; i++, at++) { b->input_ids[at] = seqs[s][i]; b->position_ids[at] = i; }
         b->cu_seqlens[s + 1] = at;
@@ -3930,27 +3863,16 @@ void rx_batch_free(RxBatch *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* A byte as an error message shows it: 'x', or '\x00' for anything but printable ASCII (a raw NUL would end the
- * message there, and other bytes could garble the terminal). */
-static const char *show_byte(char c, char *buf, size_t n) {
-    unsigned char u = (unsigned char)c;
-    if (u >= 0x20 && u < 0x7f) snprintf(buf, n, "'%c'", c);
-    else snprintf(buf, n, "'\\x%02x'", u);
-    return buf;
-}
-
 /* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
 int rx_batch_read(RxBatch *b, const char *path) {
-    size_t len;
+    MappedFile f;
     memset(b, 0, sizeof *b);
-    char *text = read_text(path, 256u << 20, &len);
-    if (!text) return -1;
-    int n_seqs = 0, line = 0, rc = -1;
+    if (map_file(&f, path, 256u << 20)) return -1;
+    int n_seqs = 0, rc = -1;
     int64_t n_tok = 0;
     for (int pass = 0; pass < 2; pass++) {          /* pass 0 counts and validates, pass 1 fills */
-        const char *p = text, *end = text + len;
-        int s = 0, at = 0;
-        line = 0;
+        const char *p = (const char *)f.map, *end = p + f.len;
+        int s = 0, at = 0, line = 0;
         while (p < end) {
             const char *eol = (const char *)memchr(p, '\n', (size_t)(end - p));
             if (!eol) eol = end;
@@ -3959,9 +3881,13 @@ int rx_batch_read(RxBatch *b, const char *path) {
             for (const char *q = p; q < eol;) {
                 if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
                 if (!isdigit((unsigned char)*q)) {     /* also what follows an id without a space: "12a" */
+                    /* shown as 'x', or '\x00' unless printable ASCII: a raw NUL would end the message there, and
+                     * other bytes could garble the terminal */
                     char shown[8];
+                    unsigned char u = (unsigned char)*q;
+                    snprintf(shown, sizeof shown, isprint(u) ? "'%c'" : "'\\x%02x'", u);
                     rx_fail("%s:%d: %s is not part of a token id (ids are non-negative decimal integers)", path, line,
-                            show_byte(*q, shown, sizeof shown));
+                            shown);
                     goto done;
                 }
                 int64_t v = 0;
@@ -3980,31 +3906,35 @@ int rx_batch_read(RxBatch *b, const char *path) {
         if (pass == 0) {
             if (!n_seqs) { rx_fail("%s: no sequences", path); goto done; }
             if (batch_alloc(b, n_seqs, n_tok)) goto done;
-            b->cu_seqlens[0] = 0;
         }
     }
     rc = 0;
 done:
-    free(text);
+    unmap_file(&f);
     if (rc) rx_batch_free(b);
     return rc;
 }
 
 /* The checks every forward makes before touching a weight: a batch built through the C API may be inconsistent in any
- * field, and attention would read out of bounds. One line for each problem. */
-static int rx_batch_check(const RxBatch *b, const Qwen3Config *c) {
+ * field, and attention would read out of bounds. One line for each problem, naming the sequence; path: the batch was
+ * read from that tokens or requests file (rx_batch_read), and the line names file:line (sequence s is line s + 1). */
+static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *path) {
     if (!b) return rx_fail("the batch is NULL");
     if (ragged_check("the batch", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens)) return -1;
     if (b->n_seqs == 0) return rx_fail("the batch is empty (0 sequences)");
-    for (int s = 0; s < b->n_seqs; s++)
-        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("sequence %d is empty", s);
-    for (int i = 0; i < b->n_tokens; i++) {
-        if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
-            return rx_fail("token id %d at batch position %d is outside the vocabulary [0, %d)", b->input_ids[i], i,
-                           c->vocab_size);
-        if (b->position_ids[i] < 0 || b->position_ids[i] >= c->max_position_embeddings)
-            return rx_fail("position %d at batch position %d is beyond max_position_embeddings %d",
-                           b->position_ids[i], i, c->max_position_embeddings);
+    for (int s = 0; s < b->n_seqs; s++) {
+        char seq[320];
+        if (path) snprintf(seq, sizeof seq, "%.300s:%d", path, s + 1);
+        else snprintf(seq, sizeof seq, "sequence %d", s);
+        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("%s is empty", seq);
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) {
+            if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
+                return rx_fail("%s: token id %d is outside the vocabulary [0, %d)", seq, b->input_ids[i],
+                               c->vocab_size);
+            if (b->position_ids[i] < 0 || b->position_ids[i] >= c->max_position_embeddings)
+                return rx_fail("%s: position %d is beyond max_position_embeddings %d", seq, b->position_ids[i],
+                               c->max_position_embeddings);
+        }
     }
     return 0;
 }
@@ -4039,8 +3969,7 @@ static double cpu_ms(void) {   /* CPU time of this process, in ms */
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
-/* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; -1 with radix_error() set when
- * either holds a NaN or Inf (what names got), which is a failure, never a small difference. */
+/* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; a NaN or Inf in either: -1. */
 static int compare(const float *got, const float *ref, size_t n, int row_len, const char *what, double *d, double *rel) {
     size_t bad;
     *d = rx_max_abs_diff(got, ref, n, &bad);
@@ -4052,31 +3981,17 @@ static int compare(const float *got, const float *ref, size_t n, int row_len, co
     return 0;
 }
 
-static void print_batch_stats(const RxBatch *b, const RadixIndex *ix) {
+/* N, N' and gamma of a batch; draw_trie: the trie itself first (the demo, --show-index). */
+static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_trie) {
+    if (draw_trie) {
+        printf("The trie (Algorithm 2); cA..cB is a chain of compact rows every sequence through it follows:\n");
+        radix_draw_trie(stdout, ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs);
+        printf("\n");
+    }
     printf("N  = %d tokens in %d sequence%s (original space)\n", ix->n_tokens, b->n_seqs, b->n_seqs == 1 ? "" : "s");
     printf("N' = %d trie nodes (compact space)\n", ix->n_compact);
     printf("gamma = N'/N = %.3f, compression r = N/N' = %.2fx\n", (double)ix->n_compact / ix->n_tokens,
            (double)ix->n_tokens / ix->n_compact);
-}
-
-/* The GPU forward of every mode against a reference; prints one line per mode. */
-static int gpu_compare(const Qwen3Model *m, const RxBatch *b, const float *ref, float *logits) {
-    GpuModel *g;
-    size_t n = (size_t)b->n_tokens * m->cfg.vocab_size;
-    if (gpu_model_upload(&g, m)) return -1;
-    printf("GPU forward on %s (bf16 weights, fp32 accumulation):\n", gpu_device_name());
-    for (int mode = RX_BASELINE; mode <= RX_COMPACT; mode++) {
-        GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
-        double d, rel;
-        char what[64];
-        snprintf(what, sizeof what, "the GPU logits (%s)", rx_mode_name((RxMode)mode));
-        if (gpu_forward(g, b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info) ||
-            compare(logits, ref, n, m->cfg.vocab_size, what, &d, &rel)) { gpu_model_free(g); return -1; }
-        printf("  %-8s %8.3f ms   max|GPU - C reference| / max|ref| = %.2e\n", rx_mode_name((RxMode)mode),
-               info.forward_ms, rel);
-    }
-    gpu_model_free(g);
-    return 0;
 }
 
 static int demo(void) {
@@ -4099,15 +4014,13 @@ static int demo(void) {
     RadixIndex ix;
     if (rx_batch_make(&b, ptrs, lens, 4)) { qwen3_free(&m); return -1; }
     if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) { rx_batch_free(&b); qwen3_free(&m); return -1; }
-    printf("The trie (Algorithm 2); cA..cB is a chain of compact rows every sequence through it follows:\n");
-    radix_draw_trie(stdout, &ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
-    printf("\n");
-    print_batch_stats(&b, &ix);
+    print_batch_stats(&b, &ix, 1);
     size_t n = (size_t)b.n_tokens * cfg.vocab_size;
     float *ref = (float *)malloc(n * sizeof(float)), *logits = (float *)malloc(n * sizeof(float));
     enum { DEMO_REPS = 5 };
     double ms[3][DEMO_REPS], diff[3] = {0, 0, 0};      /* per mode: milliseconds of each run, max|mode - baseline| */
     int rc = -1, threads = rx_threads(0);
+    GpuModel *g = NULL;
     if (!ref || !logits) { rx_fail("out of host memory for the logits"); goto done; }
     /* Single wall-clock runs varied by 20-25% on a shared machine, enough to show radix beating r = N/N'. So: the
      * process's CPU time on one thread (time spent waiting for a busy CPU does not count, nor threads spinning at
@@ -4138,9 +4051,21 @@ static int demo(void) {
     if (!gpu_available())
         printf("GPU: not used: %s.\n     Only the C reference ran; with a GPU the demo also runs the CUDA forward in each "
                "mode.\n", radix_error());
-    else if (gpu_compare(&m, &b, ref, logits)) goto done;
+    else if (gpu_model_upload(&g, &m)) goto done;
+    else printf("GPU forward on %s (bf16 weights, fp32 accumulation):\n", gpu_device_name());
+    for (int mode = RX_BASELINE; g && mode <= RX_COMPACT; mode++) {      /* every mode on the GPU against ref */
+        GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
+        double d, rel;
+        char what[64];
+        snprintf(what, sizeof what, "the GPU logits (%s)", rx_mode_name((RxMode)mode));
+        if (gpu_forward(g, &b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, logits, &info) ||
+            compare(logits, ref, n, cfg.vocab_size, what, &d, &rel)) goto done;
+        printf("  %-8s %8.3f ms   max|GPU - C reference| / max|ref| = %.2e\n", rx_mode_name((RxMode)mode),
+               info.forward_ms, rel);
+    }
     rc = 0;
 done:
+    gpu_model_free(g);
     free(ref); free(logits);
     radix_index_free(&ix); rx_batch_free(&b); qwen3_free(&m);
     return rc;
@@ -4161,10 +4086,7 @@ static int show_index(const char *tokens) {
     RadixIndex ix;
     if (rx_batch_read(&b, tokens)) return -1;
     if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) { rx_batch_free(&b); return -1; }
-    printf("The trie (Algorithm 2); cA..cB is a chain of compact rows every sequence through it follows:\n");
-    radix_draw_trie(stdout, &ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs);
-    printf("\n");
-    print_batch_stats(&b, &ix);
+    print_batch_stats(&b, &ix, 1);
     printf("\n");
     print_index_map("I_gather  [N']  compact row -> its first original row", ix.gather, ix.n_compact);
     print_index_map("I_scatter [N]   original row -> its compact row      ", ix.scatter, ix.n_tokens);
@@ -4172,11 +4094,35 @@ static int show_index(const char *tokens) {
     return 0;
 }
 
-/* --check: loads a checkpoint on the host, which validates it, and prints its inventory. */
+/* --check: loads a checkpoint on the host, which validates it, and prints its config and tensor inventory. */
 static int check_model(const char *dir) {
     Qwen3Model m;
     if (qwen3_load(&m, dir)) return -1;
-    qwen3_print_inventory(stdout, &m);
+    const Qwen3Config *c = &m.cfg;
+    printf("config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
+           "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
+           c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+           c->rope_theta, c->rms_norm_eps, c->max_position_embeddings,
+           !m.lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
+           : m.lm_head == m.embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
+           "untied, as transformers does");
+    int64_t params = 0;
+    for (int i = 0; i < m.n_tensors; i++) {
+        const RxTensor *t = &m.tensors[i];
+        params += rx_numel(t);
+        if (m.n_tensors <= 40 || i < 12 || i >= m.n_tensors - 4) {
+            printf("  %-52s %-5s [", t->name, t->dtype_name);
+            for (int d = 0; d < t->rank; d++) printf("%s%lld", d ? ", " : "", (long long)t->shape[d]);
+            printf("]\n");
+        } else if (i == 12) printf("  ... %d more ...\n", m.n_tensors - 16);
+    }
+    char count[32];                                 /* in a unit that fits: 71.2 K, 596.0 M, 4.02 B */
+    if (params < 1000) snprintf(count, sizeof count, "%lld", (long long)params);
+    else snprintf(count, sizeof count, "%.*f %s", params < 1000000000 ? 1 : 2,
+                  params / (params < 1000000 ? 1e3 : params < 1000000000 ? 1e6 : 1e9),
+                  params < 1000000 ? "K" : params < 1000000000 ? "M" : "B");
+    printf("%d tensors, %s parameters, every tensor the config needs is present with the right shape\n",
+           m.n_tensors, count);
     qwen3_free(&m);
     return 0;
 }
@@ -4188,25 +4134,6 @@ static int write_f32(const char *path, const float *out, int rows, int cols, con
     int bad = !f || fwrite(out, sizeof(float), n, f) != n;
     if ((f && fclose(f)) || bad) return rx_fail("%s: cannot write the %s: %s", path, what, strerror(errno));
     printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
-    return 0;
-}
-
-/* Every line of a tokens or requests file checked against the model before any work: one line naming the file and
- * line. n_pages > 0 (--requests --cache-pages): each request must also fit into a pool of n_pages pages. */
-static int check_lines(const RxBatch *file, const char *path, const Qwen3Config *cfg, int page_size, int n_pages) {
-    for (int s = 0; s < file->n_seqs; s++) {
-        int len = file->cu_seqlens[s + 1] - file->cu_seqlens[s];
-        for (int i = file->cu_seqlens[s]; i < file->cu_seqlens[s + 1]; i++)
-            if (file->input_ids[i] >= cfg->vocab_size)
-                return rx_fail("%s:%d: token id %d is outside the vocabulary [0, %d)", path, s + 1, file->input_ids[i],
-                               cfg->vocab_size);
-        if (len > cfg->max_position_embeddings)
-            return rx_fail("%s:%d: %d tokens, more than max_position_embeddings %d", path, s + 1, len,
-                           cfg->max_position_embeddings);
-        if (n_pages && (len + page_size - 1) / page_size > n_pages)
-            return rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path,
-                           s + 1, len, (len + page_size - 1) / page_size, page_size, n_pages);
-    }
     return 0;
 }
 
@@ -4222,12 +4149,11 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
     int rc = -1;
     float *logits = NULL;
     GpuModel *g = NULL;
-    if (check_lines(&b, tokens, &m.cfg, 1, 0) ||
+    if (rx_batch_check(&b, &m.cfg, tokens) ||
         radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
-    print_batch_stats(&b, &ix);
-    /* logits holds what the run computes: [N, vocab], or [n_seqs, vocab] (last_only), or [n_seqs, hidden] (embed) */
+    print_batch_stats(&b, &ix, 0);
     const int rows = last_only || embed ? b.n_seqs : b.n_tokens, cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
     const char *what = embed ? "embeddings [n_seqs, hidden]" : last_only ? "logits [n_seqs, vocab]" : "logits [N, vocab]";
     if (!(logits = (float *)rx_alloc((size_t)rows * cols * sizeof(float), what))) goto done;
@@ -4264,25 +4190,7 @@ done:
     return rc;
 }
 
-/* --requests: Part II end to end (rx_serve), on the C reference. */
-#define RX_MAX_BATCH 1024                                  /* --batch at most */
-
-/* The cache's namespace for this run: a hash of the checkpoint's path (one model per run; it only has to be stable). */
-static uint64_t rx_model_id(const char *dir) {
-    uint64_t h = 1469598103934665603ull;                   /* FNV-1a */
-    for (; *dir; dir++) h = (h ^ (uint8_t)*dir) * 1099511628211ull;
-    return h;
-}
-
-static int write_stats(const char *path, const int *lens, const int32_t *batch_of, const int32_t *cached_of, int n) {
-    FILE *f = fopen(path, "w");
-    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
-    fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
-    for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
-    if (fclose(f)) return rx_fail("%s: cannot write: %s", path, strerror(errno));
-    return 0;
-}
-
+/* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. */
 static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump,
                         int force_cpu) {
     Qwen3Model m;
@@ -4303,8 +4211,15 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     for (int s = 0; s < n; s++)
         seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
-    o->model_id = rx_model_id(dir);
-    if (check_lines(&file, path, &m.cfg, o->page_size, o->n_pages)) goto done;
+    o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
+    for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
+    if (rx_batch_check(&file, &m.cfg, path)) goto done;
+    for (int s = 0; s < n && o->n_pages; s++)       /* --cache-pages: every request must fit into the pool */
+        if ((lens[s] + o->page_size - 1) / o->page_size > o->n_pages) {
+            rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path, s + 1,
+                    lens[s], (lens[s] + o->page_size - 1) / o->page_size, o->page_size, o->n_pages);
+            goto done;
+        }
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
     if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
@@ -4313,8 +4228,12 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
            o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
            g ? "the GPU, bf16: " : "the C reference on the CPU", g ? gpu_device_name() : "", rx_mode_name(o->mode),
            st.ms);
-    if (stats) {
-        if (write_stats(stats, lens, batch_of, cached_of, n)) goto done;
+    if (stats) {                                        /* a CSV row per request */
+        FILE *f = fopen(stats, "w");
+        if (!f) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
+        fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
+        for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
+        if (fclose(f)) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
         printf("wrote %s: %d rows\n", stats, n);
     }
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
@@ -4426,7 +4345,7 @@ int main(int argc, char **argv) {
         return usage_error("%s", radix_error());
     if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so.page_size)) ||
         (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so.n_pages)) ||
-        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, RX_MAX_BATCH, &so.batch)))
+        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, 1024, &so.batch)))
         return 2;
     if (val[F_SCHEDULE] && !(so.lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
         return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);

@@ -131,8 +131,6 @@ int  qwen3_load(Qwen3Model *m, const char *dir);
 /* A random model held in memory (fp32, 4 bytes a parameter), for the demo, tests and benchmark: no download. */
 int  qwen3_random(Qwen3Model *m, const Qwen3Config *cfg, uint64_t seed);
 void qwen3_free(Qwen3Model *m);
-/* Prints the config and the tensor inventory. */
-void qwen3_print_inventory(FILE *out, const Qwen3Model *m);
 
 /* Converts a tensor's elements (F32, F16 or BF16) to fp32, exactly: both half formats are subsets of fp32. */
 void rx_tensor_to_f32(const RxTensor *t, float *dst);

@@ -2348,7 +2348,7 @@ static void test_broken_checkpoint_corpus(void) {
     if (!have_fixtures()) return;
     const char *T = "tiny-tied", *U = "tiny-untied", *ST = "model.safetensors", *CFG = "config.json",
                *IDX = "model.safetensors.index.json", *SHARD = "model-00004-of-00004.safetensors";
-    char *huge = (char *)malloc((1 << 20) + 8);         /* a config.json of 1 MiB + 5 bytes: over read_text's limit */
+    char *huge = (char *)malloc((1 << 20) + 8);         /* a config.json of 1 MiB + 5 bytes: over map_file's limit  */
     memset(huge, ' ', (1 << 20) + 3);
     strcpy(huge + (1 << 20) + 3, "{}");
     const Broken corpus[] = {
@@ -2980,7 +2980,7 @@ static void test_cli_rejects_bad_tokens(void) {
         {"a byte above ASCII", "1 2\n3\xff\n", 0, "t.txt:2: '\\xff' is not part of a token id"},
         {"empty line", "1 2\n\n3\n", 0, "t.txt:2: empty line"},
         {"empty file", "", 0, "no sequences"},
-        {"129 tokens, max 128", long_line, 0, "t.txt:1: 129 tokens, more than max_position_embeddings 128"},
+        {"129 tokens, max 128", long_line, 0, "t.txt:1: position 128 is beyond max_position_embeddings 128"},
     };
     char dir[] = "/tmp/radixmlp-cli-XXXXXX";
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
@@ -4063,7 +4063,7 @@ static void test_cli_requests_rejects_bad_input(void) {
         {"non-numeric token id", "1 2\n3 x\n", "", ":2: 'x' is not part of a token id"},
         {"empty line", "1 2\n\n3\n", "", ":2: empty line"},
         {"empty file", "", "", "no sequences"},
-        {"129 tokens, max 128", long_line, "", ":1: 129 tokens, more than max_position_embeddings 128"},
+        {"129 tokens, max 128", long_line, "", ":1: position 128 is beyond max_position_embeddings 128"},
         {"request beyond the pool", "1 2 3\n1 2 3 4 5 6 7 8 9\n", "--page-size 4 --cache-pages 2",
          ":2: a request of 9 tokens needs 3 pages of 4 tokens, but --cache-pages is 2"},
     };
