@@ -30,8 +30,8 @@
  *                                      the pool slots by the same layer steps as Part I (gpu_layer_qkv, GpuKvView)
  *
  * Reading order (one banner per section): the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1)
- * -> CUDA checks and device memory -> kernels -> attention -> cuBLAS -> the GPU model and forward -> Part II: the
- * paged KV pool, the prefix caches, a request's life, prefill on the GPU -> the plumbing (GPU entry points for the
+ * -> CUDA checks and device memory -> kernels -> attention -> the GPU model -> cuBLAS -> the GPU forward -> Part II:
+ * the paged KV pool, the prefix caches, a request's life, prefill on the GPU -> the plumbing (GPU entry points for the
  * tests and benchmarks, errors, JSON reader, safetensors, config, loading, batches and token files) -> the demo and
  * CLI main(). The plumbing the algorithms call is declared just below the #includes.
  *
@@ -990,15 +990,13 @@ __global__ void rows_by_index_kernel(Chunk *out, int64_t out_stride, const int32
 static int rows_copy_gpu(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
                          const int32_t *idx, int n_rows, size_t row_bytes) {
     if (n_rows == 0) return 0;
-    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0) {
+    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0)
         rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
-                                                             (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
-        LAUNCH_CHECK();
-    } else {
+                                                      (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
+    else
         rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
-                                                              (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
-        LAUNCH_CHECK();
-    }
+                                                      (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
+    LAUNCH_CHECK();
     return 0;
 }
 int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes) {
@@ -1100,8 +1098,7 @@ typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; }
  *   k, v, kv_stride, kv_row          key/value rows, as GpuKvView above
  *   seq_start [T], kv_row [T]        attention's token space: the N original positions in Part I
  * Query row r stands for token g = q_orig ? q_orig[r] : r of that space and attends to its tokens
- * t = seq_start[g] .. g, whose key/value rows are kv_row ? kv_row[t] : t. Query head h reads kv head
- * h / (n_heads / n_kv).
+ * t = seq_start[g] .. g, through kv_row; query head h reads kv head h / (n_heads / n_kv) (GQA).
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
  * softmax in fp32: keep the running max m, the running sum l of exp(score - m) and the weighted sum acc of values,
  * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l, rounded once (bf16 note).
@@ -1195,7 +1192,6 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
  * tiles (anchored at position 0, not at the query tile) and so the same arithmetic, whichever rows share its CTA. A
  * CTA may run key tiles beyond a row's diagonal (its last row's diagonal is further on); there every element of the
  * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
- * (A warp skips such a tile when it is masked for all its rows, and a warp past the sequence's end skips them all.)
  * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
 enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
 static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
@@ -1614,10 +1610,7 @@ int gpu_gemm(GpuModel *g, void *y, const void *x, const void *W, int rows, int i
  *
  *   compact [N', .]                                  original [N, .]                 compact [N', .]
  *   x -> norm -> q,k,v = x W^T -> q/k norm, RoPE --scatter(I_scatter)--> attention --gather(I_gather)--> o_proj -> +x
- *     -> norm -> MLP -> +x
- *
- * Compact mode drops the two copies: attention runs on the N' rows and reads keys through I_scatter (see attention).
- * Baseline runs every op on the N original rows. */
+ *     -> norm -> MLP -> +x                                     (compact and baseline mode: see attention_step) */
 
 /* A device copy of one of the layout's index arrays, int32 [n]. */
 static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what) {
@@ -1800,8 +1793,7 @@ static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, floa
     return logits ? download_bf16(logits, out, (size_t)(last_only ? S : w->L.N) * V) : 0;
 }
 
-/* What a forward reports, from its layout (asked for baseline, it builds no trie and reports N' = N) and its GPU
- * time. */
+/* What a forward reports: its layout (N' = N where no trie was built: baseline asked for) and its GPU time. */
 static void run_info(const GpuWork *w, GpuRunInfo *info) {
     if (!info) return;
     info->mode = w->L.mode, info->n_tokens = w->L.N, info->index_ms = w->L.index_ms, info->forward_ms = w->ms;
@@ -2792,9 +2784,6 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
 }
 
 /* ------------------------------------------------------------------ gpu entry points for the tests and benchmarks */
-/* What test_radixmlp.c and bench.c build their checks and timings from, beside the kernels' launchers above
- * (radixmlp.h says the shapes): device memory, the flash kernel on host layouts, and the timers. */
-
 int gpu_upload(void **dev, const void *host, size_t bytes) {
     TRY(dev_alloc(dev, bytes, "a buffer of %zu bytes", bytes));
     if (host && cuda_copy(*dev, host, bytes, cudaMemcpyHostToDevice)) {
@@ -2860,7 +2849,6 @@ static int time_reps(int (*run)(void *ctx), void *ctx, int reps, double *ms, cud
     return 0;
 }
 int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_ms) {
-    if (!gpu_available()) return -1;
     if (!run || reps < 1) return rx_fail("gpu_time_median needs a function to time and reps >= 1, not %d", reps);
     cudaEvent_t ev[2] = {NULL, NULL};
     double *ms = (double *)rx_alloc(reps * sizeof(double), "the timings");
@@ -2921,10 +2909,8 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
     return rc;
 }
 
-/* A cudaDeviceReset(): every allocation, stream and cudaFuncSetAttribute setting of this process on the device is
- * gone; a GpuModel made after it must still run (the flash launch sets its shared-memory attribute every time). */
+/* The flash launch must survive this: it sets its shared-memory attribute every time (flash_attention). */
 int gpu_test_device_reset(void) {
-    if (!gpu_available()) return -1;
     CUDA_CHECK(cudaDeviceReset());
     return 0;
 }
