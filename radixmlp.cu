@@ -1089,8 +1089,7 @@ static int add_inplace(bf16 *x, const bf16 *y, int64_t n) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
-/* Attention reads its keys through an index: the C reference's KvView, in bf16 device memory. Both kernels below take
- * its fields as plain arguments; neither copies a key. */
+/* The C reference's KvView in device memory: both kernels below read keys through it (its fields as arguments). */
 typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
 
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
@@ -1584,8 +1583,7 @@ int gpu_set_attention(GpuModel *g, RxAttention attention) {
 
 /* --------------------------------------------------------------------------------------------------------- cublas */
 /* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
- * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once. On g's cuBLAS
- * handle, made with the model (model_build).
+ * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once, on g's cuBLAS handle.
  *
  * cuBLAS is column-major. A row-major [r, c] matrix is, byte for byte, the column-major [c, r] matrix, its
  * transpose, with leading dimension c. So cuBLAS sees x as x^T [in, rows], W as W^T [in, out] and the buffer y as
@@ -1624,7 +1622,7 @@ typedef struct {
     Layout L;                /* Algorithm 1 lines 1-8, on the host                                               */
     int flash, n_tiles;      /* 1: the flash kernel, with n_tiles query tiles in its work list                    */
     int32_t *ids, *pos, *last, *gather, *scatter;                /* device copies of L: [R] [R] [S] [N'] [N]        */
-    int32_t *seq_start, *kv_row, *q_tok, *kv_dst, *cu_q, *cu_k;    /* [T] [T] [n_q] [N] [S+1] [S+1]                 */
+    int32_t *seq_start, *kv_row, *q_tok, *kv_dst, *cu_q, *cu_k;  /* [T] [T] [n_q] [N] [S+1] [S+1]                   */
     FlashTile *tiles;        /* [n_tiles] the flash kernel's work list                                           */
     bf16 *x, *xn;            /* [R, hidden] residual stream; norm output, reused for o_proj and down_proj out     */
     bf16 *q, *att;           /* [R, n_heads*head_dim]                                                            */
@@ -2909,7 +2907,7 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
     return rc;
 }
 
-/* The flash launch must survive this: it sets its shared-memory attribute every time (flash_attention). */
+/* cudaDeviceReset(), which the flash launch survives: it sets its shared-memory attribute every time. */
 int gpu_test_device_reset(void) {
     CUDA_CHECK(cudaDeviceReset());
     return 0;
