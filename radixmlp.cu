@@ -24,8 +24,9 @@
  *                                      from the pool's slots; radix_index_build_keyed(): a trie root per cached prefix
  *
  * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1) ->
- * the CUDA kernels, attention, cuBLAS and the GPU forward -> Part II: the paged KV pool, the prefix caches, prefill
- * and serving -> the plumbing (GPU entry points, errors, JSON, safetensors, config, loading, token files) -> main().
+ * the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV pool, the prefix
+ * caches, prefill and serving -> the plumbing (GPU entry points, errors, JSON, safetensors, config, loading, token
+ * files) -> main().
  *
  * Non-obvious things:
  *   - Every buffer says which token space it lives in: [N, ...] the user's ragged batch (original space), [N', ...]
@@ -34,7 +35,7 @@
  *     it alone needs the original layout, and why the compact mode can skip it by indexing keys via I_scatter.
  *   - The GPU computes in bf16 with cuBLAS, whose results can depend on the matrix shape (N vs N' rows): its radix
  *     and baseline logits differ in the last bf16 bits, where the C reference's agree bit for bit.
- *   - cuBLAS is column-major, our tensors row-major: see gemm() for the transpose trick.
+ *   - cuBLAS is column-major, our tensors row-major: see gpu_gemm() for the transpose trick.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -890,12 +891,6 @@ static int cuda_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind ki
     CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
     return 0;
 }
-/* A host bf16 copy of x (malloc'd; NULL when out of host memory). */
-static bf16 *host_bf16(const float *x, size_t n) {
-    bf16 *h = (bf16 *)malloc(n * sizeof(bf16));
-    for (size_t i = 0; h && i < n; i++) h[i] = to_bf16(x[i]);
-    return h;
-}
 /* host[0..n) = fp32 of the bf16 device array dev. */
 static int download_bf16(float *host, const bf16 *dev, size_t n) {
     bf16 *h = (bf16 *)malloc(n * sizeof(bf16));
@@ -930,12 +925,9 @@ static __device__ float block_sum(float v) {  /* blockDim.x a multiple of 32; on
 }
 
 /* out[r] = in[idx[r]] for r < gridDim.x; rows of chunks_per_row Chunks, any dtype. This one kernel is every index
- * operation of the paper (Eqs. 5 and 7, Algorithm 1):
- *   gather     x~ = x[I_gather]    idx = I_gather  [N'],  in [N, ...]            -> out [N', ...]
- *   scatter    y  = y~[I_scatter]  idx = I_scatter [N],   in [N', ...]           -> out [N, ...]
- *   embedding  h0 = E[ids]         idx = token ids [rows], in = E [vocab, hidden] -> out [rows, hidden]
- * and, with an output index and stride, Part II's write of new K/V into their pool slots (gpu_kv_store):
- *   out[dst[r] * out_stride] = in[idx[r]], idx NULL meaning r.
+ * operation of the paper: the gather and the scatter (Eqs. 5 and 7, as rows_by_index in C), the embedding
+ * h0 = E[ids] (idx = token ids, in = E [vocab, hidden]), and, with an output index and stride, the K/V store
+ * (gpu_kv_store): out[dst[r] * out_stride] = in[idx[r]], idx NULL meaning r.
  * One block per output row. Chunk is uint4 (one 16-byte load and store per thread) when rows, strides and pointers
  * are 16-byte aligned, else uint16_t (one bf16). */
 template <typename Chunk>
@@ -949,20 +941,18 @@ __global__ void rows_by_index_kernel(Chunk *out, int64_t out_stride, const int32
 static int rows_copy_gpu(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
                          const int32_t *idx, int n_rows, size_t row_bytes) {
     if (n_rows == 0) return 0;
-    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0) {
+    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0)
         rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
-                                                             (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
-        LAUNCH_CHECK();
-    } else {
+                                                      (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
+    else
         rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
-                                                              (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
-        LAUNCH_CHECK();
-    }
+                                                      (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
+    LAUNCH_CHECK();
     return 0;
 }
-static int rows_by_index_gpu(void *out, const void *in, const int32_t *idx, int n_rows,
-                             size_t row_bytes) {                       /* row_bytes is even: bf16 or fp32 */
-    return rows_copy_gpu(out, row_bytes, NULL, in, idx, n_rows, row_bytes);
+int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes) {
+    if (row_bytes % 2) return rx_fail("gpu_rows_by_index: rows of %zu bytes; bf16 and fp32 rows are even", row_bytes);
+    return rows_copy_gpu(out, row_bytes, NULL, in, idx, rows_out, row_bytes);
 }
 
 /* RMSNorm of each row, x [rows, dim] -> out [rows, dim] (input, post-attention and final norm; any space), in the
@@ -976,8 +966,8 @@ __global__ void rmsnorm_kernel(bf16 *out, const bf16 *x, const bf16 *w, int dim,
     float inv_rms = rsqrtf(block_sum(ss) / dim + eps);
     for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = to_bf16(f32(w[i]) * round_bf16(f32(xr[i]) * inv_rms));
 }
-static int rmsnorm(bf16 *out, const bf16 *x, const bf16 *w, int rows, int dim, float eps) {
-    rmsnorm_kernel<<<rows, BLOCK>>>(out, x, w, dim, eps);
+int gpu_rmsnorm(void *out, const void *x, const void *w, int rows, int dim, float eps) {
+    rmsnorm_kernel<<<rows, BLOCK>>>((bf16 *)out, (const bf16 *)x, (const bf16 *)w, dim, eps);
     LAUNCH_CHECK();
     return 0;
 }
@@ -991,19 +981,12 @@ static int check_heads(int n_heads, int n_kv_heads, int head_dim) {
     return 0;
 }
 
-/* inv_freq[i] = 1 / theta^(2i/head_dim) for i < head_dim/2: the default RoPE frequencies, as an fp32 table. */
-static void rope_inv_freq(float *inv_freq, int head_dim, double theta) {   /* the reference's exact expression */
-    for (int i = 0; i < head_dim / 2; i++)
-        inv_freq[i] = 1.0f / (float)pow((float)theta, (float)(2 * i) / (float)head_dim);
-}
-
 /* Qwen3's q_norm / k_norm, then RoPE, in place on x [rows, n_heads*head_dim] (q or k; N or N' rows). One warp per
  * (row, head); lane l owns the rotate-half pairs (i, i + d/2) for i = l, l+32, ... < d/2 (d = head_dim):
  *   a = bf16(w[i] * bf16(x[i] * r)),  b = the same for i + d/2       per-head RMSNorm, r = rsqrt(mean(x^2) + eps)
  *   x[i] = a cos - b sin,  x[i+d/2] = b cos + a sin,                 angle = pos[row] * inv_freq[i] in fp32
- * cos, sin and the products stay fp32 and only x is rounded; transformers rounds cos, sin and each product to bf16 too
- * (see the bf16 note above). pos is each row's own position: compact rows carry p[I_gather] (Algorithm 1, line 6),
- * so RoPE runs in compact space. */
+ * inv_freq [head_dim/2] fp32 (GpuModel's). pos is each row's own position: compact rows carry p[I_gather] (Algorithm
+ * 1, line 6), so RoPE runs in compact space. */
 __global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
                                     int n_heads, int head_dim, float eps) {
     int warp = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32, half = head_dim / 2;
@@ -1022,25 +1005,25 @@ __global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, 
         xh[i + half] = to_bf16(b * c + a * s);
     }
 }
-static int qk_norm_rope(bf16 *x, const bf16 *w, const int32_t *pos, const float *inv_freq, int rows,
-                        int n_heads, int head_dim, float eps) {
+int gpu_qk_norm_rope(void *x, const void *w, const int32_t *pos, const float *inv_freq, int rows, int n_heads,
+                     int head_dim, float eps) {
     TRY(check_heads(n_heads, 1, head_dim));
-    qk_norm_rope_kernel<<<blocks_for((int64_t)rows * n_heads, BLOCK / 32), BLOCK>>>(x, w, pos, inv_freq, rows,
-                                                                                         n_heads, head_dim, eps);
+    qk_norm_rope_kernel<<<blocks_for((int64_t)rows * n_heads, BLOCK / 32), BLOCK>>>(
+        (bf16 *)x, (const bf16 *)w, pos, inv_freq, rows, n_heads, head_dim, eps);
     LAUNCH_CHECK();
     return 0;
 }
 
-/* out = silu(gate) * up, element-wise over [rows, intermediate]; silu(g) = g * sigmoid(g). Safe in place. Rounded
- * once, where transformers rounds silu(gate) to bf16 first (see the bf16 note above). */
+/* out = silu(gate) * up, element-wise over [rows, intermediate]; silu(g) = g * sigmoid(g). Safe in place. */
 __global__ void silu_mul_kernel(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = f32(gate[i]);
     out[i] = to_bf16(g / (1.0f + expf(-g)) * f32(up[i]));
 }
-static int silu_mul(bf16 *out, const bf16 *gate, const bf16 *up, int64_t n) {
-    silu_mul_kernel<<<blocks_for(n, BLOCK), BLOCK>>>(out, gate, up, n);
+int gpu_silu_mul(void *out, const void *gate, const void *up, size_t n) {
+    silu_mul_kernel<<<blocks_for((int64_t)n, BLOCK), BLOCK>>>((bf16 *)out, (const bf16 *)gate, (const bf16 *)up,
+                                                              (int64_t)n);
     LAUNCH_CHECK();
     return 0;
 }
@@ -1057,10 +1040,7 @@ static int add_inplace(bf16 *x, const bf16 *y, int64_t n) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
-/* Attention reads its keys through an index, as the C reference's KvView says: the key and value rows of token t of
- * attention's token space are at k + (kv_row ? kv_row[t] : t) * row_stride (and v likewise), head kvh at
- * + kvh * head_dim. Both kernels below take this view; neither copies a key. (A struct for the host side only: the
- * kernels take its fields as plain arguments.) */
+/* The C reference's KvView in device memory: both kernels below read keys through it (its fields as arguments). */
 typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
 
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
@@ -1068,12 +1048,10 @@ typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; }
  *   k, v, kv_stride, kv_row          key/value rows, as GpuKvView above
  *   seq_start [T], kv_row [T]        attention's token space: the N original positions in Part I
  * Query row r stands for token g = q_orig ? q_orig[r] : r of that space and attends to its tokens
- * t = seq_start[g] .. g, whose key/value rows are kv_row ? kv_row[t] : t. Query head h reads kv head
- * h / (n_heads / n_kv).
+ * t = seq_start[g] .. g, through kv_row; query head h reads kv head h / (n_heads / n_kv) (GQA).
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
  * softmax in fp32: keep the running max m, the running sum l of exp(score - m) and the weighted sum acc of values,
- * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l. Scores and probabilities stay
- * fp32, only out is rounded (transformers' eager attention rounds both to bf16: see the bf16 note above).
+ * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l, rounded once (bf16 note).
  *
  * Compact mode (q_orig = I_gather, kv_row = I_scatter, queries are the N' compact rows) is exact, not an
  * approximation: the original positions mapped to one compact row have identical (token, position) histories, hence
@@ -1110,11 +1088,13 @@ __global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const 
     for (int j = 0; j < PER_LANE; j++)
         if (lane + 32 * j < head_dim) oh[lane + 32 * j] = to_bf16(acc[j] / l);
 }
-static int attention(bf16 *out, const bf16 *q, GpuKvView kv, int n_q, const int32_t *q_orig,
-                     const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
+int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_t kv_stride, int n_q,
+                  const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads,
+                  int head_dim) {
     TRY(check_heads(n_heads, n_kv_heads, head_dim));
     attention_kernel<<<blocks_for((int64_t)n_q * n_heads, BLOCK / 32), BLOCK>>>(
-        out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
+        (bf16 *)out, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, kv_stride, kv_row, n_q, q_orig, seq_start,
+        n_heads, n_kv_heads, head_dim);
     LAUNCH_CHECK();
     return 0;
 }
@@ -1128,9 +1108,8 @@ static int attention(bf16 *out, const bf16 *q, GpuKvView kv, int n_q, const int3
  * positions of the sequence: query i sits at key position (Lk_s - Lq_s) + i and sees keys 0 .. that position.
  *   baseline  cu_q = cu_k = cu_seqlens, kv_row = NULL           (N rows)
  *   radix     the same, on the scattered N rows, then the gather (the paper)
- *   compact   cu_k = cu_seqlens, kv_row = I_scatter, and cu_q from radix_compact_cu_q: the compact rows of s are its
- *             positions p_s .. L_s-1 (the first p_s an earlier sequence already holds), so Lq_s = L_s - p_s and the
- *             whole (token, position) history of every query is read through I_scatter, with no copy.
+ *   compact   cu_k = cu_seqlens, kv_row = I_scatter, cu_q from radix_compact_cu_q (Lq_s = L_s - p_s): the whole
+ *             (token, position) history of every query is read through I_scatter, with no copy.
  *   Part II   cu_k spans each sequence's cached + new positions, kv_row their pool slots, kv_stride the pool's
  *             slot stride; cu_q the new positions (or their compact rows): queries are the last positions there too.
  *
@@ -1163,10 +1142,10 @@ static int attention(bf16 *out, const bf16 *q, GpuKvView kv, int n_q, const int3
  * tiles (anchored at position 0, not at the query tile) and so the same arithmetic, whichever rows share its CTA. A
  * CTA may run key tiles beyond a row's diagonal (its last row's diagonal is further on); there every element of the
  * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
- * (A warp skips such a tile when it is masked for all its rows, and a warp past the sequence's end skips them all.)
  * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
 enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
 static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
+typedef struct { int32_t seq, tile, key_tiles; } FlashTile;   /* one CTA's work: query tile `tile` of sequence seq */
 /* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
  * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes FLASH_SMEM_BYTES, its own
  * constant: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
@@ -1277,17 +1256,17 @@ static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_
     }
 }
 
-/* One CTA: query tile tiles[blockIdx.x / n_heads] of head blockIdx.x % n_heads. */
+/* One CTA: query tile tiles[blockIdx.x / n_heads] (flash_tiles) of head blockIdx.x % n_heads. */
 template <int D>
 static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
                                            int64_t kv_stride, const int32_t *kv_row, const int32_t *cu_q,
-                                           const int32_t *cu_k, const int32_t *tiles, int n_heads, int n_kv_heads,
+                                           const int32_t *cu_k, const FlashTile *tiles, int n_heads, int n_kv_heads,
                                            float scale_log2) {
     enum { SROW = D + 8, DT = D / 8 };
     bf16 *sQ = smem + FlashSmem<D>::Q, *sK = smem + FlashSmem<D>::K, *sV = smem + FlashSmem<D>::V;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
-    const int s = tiles[2 * tile], m0 = tiles[2 * tile + 1] * FLASH_BM;   /* sequence, first query of the tile */
+    const int s = tiles[tile].seq, m0 = tiles[tile].tile * FLASH_BM;      /* sequence, first query of the tile */
     const int q0 = cu_q[s], Lq = cu_q[s + 1] - q0, k0 = cu_k[s], Lk = cu_k[s + 1] - k0, off = Lk - Lq;
     const int key_end = min(Lk, off + min(m0 + FLASH_BM, Lq));   /* keys 0 .. the last query's position */
     const int n_kt = (key_end + FLASH_BN - 1) / FLASH_BN;
@@ -1341,29 +1320,25 @@ static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q,
 /* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
 flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
-                            const int32_t *kv_row, const int32_t *cu_q, const int32_t *cu_k, const int32_t *tiles,
+                            const int32_t *kv_row, const int32_t *cu_q, const int32_t *cu_k, const FlashTile *tiles,
                             int n_heads, int n_kv_heads, float scale_log2) {
     extern __shared__ __align__(16) bf16 smem[];
     flash_attention_cta<FLASH_D>(smem, out, q, k, v, kv_stride, kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads,
                                  scale_log2);
 }
 
-/* The flash kernel's work list, tiles [2 * n_tiles] = (sequence, query tile) pairs, malloc'd: every query tile of
- * every sequence with queries, the ones with the most key tiles first (ties in batch order), so that the longest
- * CTAs start first and the short ones fill the gaps at the end. */
-typedef struct { int32_t seq, tile, key_tiles; } FlashTile;
+/* The flash kernel's work list, *tiles [n_tiles] in device memory: every query tile of every sequence with queries,
+ * the ones with the most key tiles first (ties in batch order). */
 static int cmp_flash_tile(const void *a, const void *b) {
     const FlashTile *x = (const FlashTile *)a, *y = (const FlashTile *)b;
     if (x->key_tiles != y->key_tiles) return y->key_tiles - x->key_tiles;
     return x->seq != y->seq ? x->seq - y->seq : x->tile - y->tile;
 }
-static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, int32_t **tiles, int *n_tiles) {
+static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles) {
     int n = 0;
-    *tiles = NULL;
     for (int s = 0; s < n_seqs; s++) n += (cu_q[s + 1] - cu_q[s] + FLASH_BM - 1) / FLASH_BM;
     FlashTile *t = (FlashTile *)rx_alloc((size_t)n * sizeof(FlashTile), "the flash attention work list");
-    *tiles = (int32_t *)rx_alloc((size_t)n * 2 * sizeof(int32_t), "the flash attention work list");
-    if (!t || !*tiles) { free(t); free(*tiles); *tiles = NULL; return -1; }
+    if (!t) return -1;
     n = 0;
     for (int s = 0; s < n_seqs; s++) {
         int Lq = cu_q[s + 1] - cu_q[s], Lk = cu_k[s + 1] - cu_k[s];
@@ -1374,22 +1349,17 @@ static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, int
         }
     }
     qsort(t, n, sizeof *t, cmp_flash_tile);
-    for (int i = 0; i < n; i++) (*tiles)[2 * i] = t[i].seq, (*tiles)[2 * i + 1] = t[i].tile;
-    free(t);
     *n_tiles = n;
-    return 0;
+    int rc = dev_alloc((void **)tiles, (size_t)n * sizeof *t, "the flash attention work list [%d tiles]", n) ||
+             cuda_copy(*tiles, t, (size_t)n * sizeof *t, cudaMemcpyHostToDevice);
+    free(t);
+    return rc ? -1 : 0;
 }
 
 static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
 static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
-                           const int32_t *cu_k, const int32_t *tiles, int n_tiles, int n_heads, int n_kv_heads,
+                           const int32_t *cu_k, const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads,
                            int head_dim) {
-    TRY(check_heads(n_heads, n_kv_heads, head_dim));
-    if (!flash_supported(head_dim))
-        return rx_fail("the flash attention kernel is built for head_dim %d, not %d: use the naive kernel", FLASH_D,
-                       head_dim);
-    if (((uintptr_t)out | (uintptr_t)q | (uintptr_t)kv.k | (uintptr_t)kv.v) % 16 || kv.row_stride % 8)
-        return rx_fail("internal error: flash attention needs 16-byte aligned q, k, v, out and key rows");
     if ((int64_t)n_tiles * n_heads > INT32_MAX)
         return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
     if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
@@ -1401,34 +1371,6 @@ static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t
     flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
         out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
     LAUNCH_CHECK();
-    return 0;
-}
-
-/* --------------------------------------------------------------------------------------------------------- cublas */
-/* Every handle of this file: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION keeps a split-K GEMM's partial sums
- * in fp32 (cuBLAS may otherwise reduce them in bf16), so that the promise below holds for every shape. */
-static int blas_create(cublasHandle_t *blas) {
-    CUBLAS_CHECK(cublasCreate(blas));
-    CUBLAS_CHECK(cublasSetMathMode(*blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
-                                                         CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
-    return 0;
-}
-
-/* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
- * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once.
- *
- * cuBLAS is column-major. A row-major [r, c] matrix is, byte for byte, the column-major [c, r] matrix, its
- * transpose, with leading dimension c. So cuBLAS sees x as x^T [in, rows], W as W^T [in, out] and the buffer y as
- * y^T [out, rows], and we ask it for y^T = W x^T, i.e. C = op(A) op(B) with, argument by argument:
- *   transa = T, A = W, lda = in     A is seen as W^T [in, out]; op(A) = W [out, in]
- *   transb = N, B = x, ldb = in     B is seen as x^T [in, rows]; op(B) = x^T
- *   m = out, n = rows, k = in       C = op(A) op(B) is [out, rows]
- *   C = y, ldc = out                y^T [out, rows] column-major is exactly y [rows, out] row-major
- * No copy and no explicit transpose anywhere. */
-static int gemm(cublasHandle_t blas, bf16 *y, const bf16 *x, const bf16 *W, int rows, int in, int out) {
-    const float one = 1.0f, zero = 0.0f;
-    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, W, CUDA_R_16BF, in, x, CUDA_R_16BF,
-                              in, &zero, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 
@@ -1500,7 +1442,11 @@ static int upload(bf16 **dst, const RxTensor *t) {
 /* Allocates and fills every weight of g from m. */
 static int model_build(GpuModel *g, const Qwen3Model *m) {
     const Qwen3Config *c = &g->cfg;
-    TRY(blas_create(&g->blas));
+    /* CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION keeps a split-K GEMM's partial sums in fp32 (cuBLAS may
+     * otherwise reduce them in bf16), so that gpu_gemm's promise holds for every shape. */
+    CUBLAS_CHECK(cublasCreate(&g->blas));
+    CUBLAS_CHECK(cublasSetMathMode(g->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     g->layers = (GpuLayer *)calloc(c->n_layers, sizeof(GpuLayer));
     if (!g->layers) return rx_fail("out of host memory for %d layers", c->n_layers);
 
@@ -1528,8 +1474,9 @@ static int model_build(GpuModel *g, const Qwen3Model *m) {
     else if (m->lm_head)
         TRY(upload(&g->lm_head, m->lm_head));
 
-    float inv_freq[MAX_HEAD_DIM / 2];
-    rope_inv_freq(inv_freq, c->head_dim, c->rope_theta);
+    float inv_freq[MAX_HEAD_DIM / 2]; /* 1 / theta^(2i/head_dim), RoPE's frequencies: the reference's expression */
+    for (int i = 0; i < c->head_dim / 2; i++)
+        inv_freq[i] = 1.0f / (float)pow((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
     DEV_ALLOC(g->inv_freq, c->head_dim / 2, "the RoPE frequencies [%d]", c->head_dim / 2);
     return cuda_copy(g->inv_freq, inv_freq, (size_t)(c->head_dim / 2) * sizeof(float), cudaMemcpyHostToDevice);
 }
@@ -1585,6 +1532,26 @@ int gpu_set_attention(GpuModel *g, RxAttention attention) {
     return 0;
 }
 
+/* --------------------------------------------------------------------------------------------------------- cublas */
+/* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
+ * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once, on g's cuBLAS handle.
+ *
+ * cuBLAS is column-major. A row-major [r, c] matrix is, byte for byte, the column-major [c, r] matrix, its
+ * transpose, with leading dimension c. So cuBLAS sees x as x^T [in, rows], W as W^T [in, out] and the buffer y as
+ * y^T [out, rows], and we ask it for y^T = W x^T, i.e. C = op(A) op(B) with, argument by argument:
+ *   transa = T, A = W, lda = in     A is seen as W^T [in, out]; op(A) = W [out, in]
+ *   transb = N, B = x, ldb = in     B is seen as x^T [in, rows]; op(B) = x^T
+ *   m = out, n = rows, k = in       C = op(A) op(B) is [out, rows]
+ *   C = y, ldc = out                y^T [out, rows] column-major is exactly y [rows, out] row-major
+ * No copy and no explicit transpose anywhere. */
+int gpu_gemm(GpuModel *g, void *y, const void *x, const void *W, int rows, int in, int out) {
+    const float one = 1.0f, zero = 0.0f;
+    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
+    CUBLAS_CHECK(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, W, CUDA_R_16BF, in, x,
+                              CUDA_R_16BF, in, &zero, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------- the gpu forward (algorithm 1) */
 /* The C forward, step for step, on the device: the same Layout (built on the host, then uploaded), the activations
  * in one struct (GpuWork, as RefActs), each layer in two steps around the K/V store (gpu_layer_qkv,
@@ -1592,10 +1559,7 @@ int gpu_set_attention(GpuModel *g, RxAttention attention) {
  *
  *   compact [N', .]                                  original [N, .]                 compact [N', .]
  *   x -> norm -> q,k,v = x W^T -> q/k norm, RoPE --scatter(I_scatter)--> attention --gather(I_gather)--> o_proj -> +x
- *     -> norm -> MLP -> +x
- *
- * Compact mode drops the two copies: attention runs on the N' rows and reads keys through I_scatter (see attention).
- * Baseline runs every op on the N original rows. */
+ *     -> norm -> MLP -> +x                                     (compact and baseline mode: see attention_step) */
 
 /* A device copy of one of the layout's index arrays, int32 [n]. */
 static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what) {
@@ -1609,7 +1573,8 @@ typedef struct {
     Layout L;                /* Algorithm 1 lines 1-8, on the host                                               */
     int flash, n_tiles;      /* 1: the flash kernel, with n_tiles query tiles in its work list                    */
     int32_t *ids, *pos, *last, *gather, *scatter;                /* device copies of L: [R] [R] [S] [N'] [N]        */
-    int32_t *seq_start, *kv_row, *q_tok, *kv_dst, *cu_q, *cu_k, *tiles;  /* [T] [T] [n_q] [N] [S+1] [S+1] [2 n_tiles] */
+    int32_t *seq_start, *kv_row, *q_tok, *kv_dst, *cu_q, *cu_k;  /* [T] [T] [n_q] [N] [S+1] [S+1]                   */
+    FlashTile *tiles;        /* [n_tiles] the flash kernel's work list                                           */
     bf16 *x, *xn;            /* [R, hidden] residual stream; norm output, reused for o_proj and down_proj out     */
     bf16 *q, *att;           /* [R, n_heads*head_dim]                                                            */
     bf16 *k, *v;             /* [R, n_kv*head_dim]                                                               */
@@ -1645,13 +1610,7 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
     const int n_out = last_only ? S : R;
     const char *sp = rows_are_nodes ? "N'" : "N";
     w->flash = g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim);
-    if (w->flash) {
-        int32_t *tiles;
-        TRY(flash_tiles(L->cu_q, L->cu_k, S, &tiles, &w->n_tiles));
-        int rc = upload_i32(&w->tiles, tiles, 2 * w->n_tiles, "the flash attention work list");
-        free(tiles);
-        TRY(rc);
-    }
+    if (w->flash) TRY(flash_tiles(L->cu_q, L->cu_k, S, &w->tiles, &w->n_tiles));
     TRY(upload_i32(&w->ids, L->tok, R, "the token ids"));
     TRY(upload_i32(&w->pos, L->pos, R, "the positions"));
     TRY(upload_i32(&w->last, L->last, S, "the last-token rows"));
@@ -1692,7 +1651,7 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
 /* Line 9, started inside the timed region: the embedding is a row gather from the table, h0 = E[x~]  [R, hidden]. */
 static int embed_rows(GpuModel *g, GpuWork *w) {
     CUDA_CHECK(cudaEventRecord(w->t0, 0));
-    return rows_by_index_gpu(w->x, g->embed, w->ids, w->L.R, g->cfg.hidden_size * sizeof(bf16));
+    return gpu_rows_by_index(w->x, g->embed, w->ids, w->L.R, g->cfg.hidden_size * sizeof(bf16));
 }
 
 /* Layer l up to attention, on the R rows (lines 15-18), as layer_qkv_ref. */
@@ -1701,17 +1660,15 @@ static int gpu_layer_qkv(GpuModel *g, int l, GpuWork *w) {
     const GpuLayer *W = &g->layers[l];
     const int R = w->L.R, H = c->hidden_size, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
-    TRY(rmsnorm(w->xn, w->x, W->input_norm, R, H, eps));   /* xn = input_layernorm(x) [R, hidden]              */
-    TRY(gemm(g->blas, w->q, w->xn, W->q_proj, R, H, QD));      /* q = xn @ Wq^T     [R, n_heads*head_dim]          */
-    TRY(gemm(g->blas, w->k, w->xn, W->k_proj, R, H, KVD));     /* k = xn @ Wk^T     [R, n_kv*head_dim]             */
-    TRY(gemm(g->blas, w->v, w->xn, W->v_proj, R, H, KVD));     /* v = xn @ Wv^T     [R, n_kv*head_dim]             */
-    TRY(qk_norm_rope(w->q, W->q_norm, w->pos, g->inv_freq, R, c->n_heads, c->head_dim, eps));
-    return qk_norm_rope(w->k, W->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps);
+    TRY(gpu_rmsnorm(w->xn, w->x, W->input_norm, R, H, eps)); /* xn = input_layernorm(x) [R, hidden]              */
+    TRY(gpu_gemm(g, w->q, w->xn, W->q_proj, R, H, QD));        /* q = xn @ Wq^T     [R, n_heads*head_dim]          */
+    TRY(gpu_gemm(g, w->k, w->xn, W->k_proj, R, H, KVD));       /* k = xn @ Wk^T     [R, n_kv*head_dim]             */
+    TRY(gpu_gemm(g, w->v, w->xn, W->v_proj, R, H, KVD));       /* v = xn @ Wv^T     [R, n_kv*head_dim]             */
+    TRY(gpu_qk_norm_rope(w->q, W->q_norm, w->pos, g->inv_freq, R, c->n_heads, c->head_dim, eps));
+    return gpu_qk_norm_rope(w->k, W->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps);
 }
 
-/* The new tokens' k and v into the rows of kv that attention reads them from, as kv_store_ref: new token i's row
- * (i, or I_scatter[i]) of the R rows goes to key row kv_dst[i]. Radix in Part I: the scatter of K/V to original
- * space (line 20); Part II: the write into the pool's slots. */
+/* The new tokens' k and v into the rows of kv that attention reads them from, as kv_store_ref. */
 static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w) {
     const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
     const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16);     /* bytes of one K or V row */
@@ -1729,30 +1686,30 @@ static int attention_step(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     const int radix = w->L.mode == RX_RADIX, n_q = radix ? w->L.N : w->L.R;
     const size_t qd = (size_t)c->n_heads * c->head_dim * sizeof(bf16);   /* bytes per query row */
     bf16 *q = radix ? w->q_n : w->q, *out = radix ? w->att_n : w->att;
-    if (radix) TRY(rows_by_index_gpu(w->q_n, w->q, w->scatter, n_q, qd));    /* [N', .] -> [N, .] */
+    if (radix) TRY(gpu_rows_by_index(w->q_n, w->q, w->scatter, n_q, qd));    /* [N', .] -> [N, .] */
     if (w->flash)
         TRY(flash_attention(out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, c->n_heads,
                             c->n_kv_heads, c->head_dim));
     else
-        TRY(attention(out, q, *kv, n_q, w->q_tok, w->seq_start, c->n_heads, c->n_kv_heads, c->head_dim));
-    return radix ? rows_by_index_gpu(w->att, w->att_n, w->gather, w->L.R, qd) : 0;  /* [N, .] -> [N', .] */
+        TRY(gpu_attention(out, q, kv->k, kv->v, kv->row_stride, n_q, w->q_tok, w->seq_start, kv->kv_row, c->n_heads,
+                          c->n_kv_heads, c->head_dim));
+    return radix ? gpu_rows_by_index(w->att, w->att_n, w->gather, w->L.R, qd) : 0;  /* [N, .] -> [N', .] */
 }
 
-/* The rest of layer l (lines 20-28), as layer_attn_mlp_ref: attention, o_proj and the residual, the MLP and its
- * residual. */
+/* The rest of layer l (lines 20-28), as layer_attn_mlp_ref. */
 static int gpu_layer_attn_mlp(GpuModel *g, int l, GpuWork *w, const GpuKvView *kv) {
     const Qwen3Config *c = &g->cfg;
     const GpuLayer *W = &g->layers[l];
     const int R = w->L.R, H = c->hidden_size, I = c->intermediate_size, QD = c->n_heads * c->head_dim;
     const float eps = (float)c->rms_norm_eps;
     TRY(attention_step(g, w, kv));
-    TRY(gemm(g->blas, w->xn, w->att, W->o_proj, R, QD, H));    /* xn = att @ Wo^T   [R, hidden]                    */
+    TRY(gpu_gemm(g, w->xn, w->att, W->o_proj, R, QD, H));      /* xn = att @ Wo^T   [R, hidden]                    */
     TRY(add_inplace(w->x, w->xn, (int64_t)R * H));
-    TRY(rmsnorm(w->xn, w->x, W->post_norm, R, H, eps));
-    TRY(gemm(g->blas, w->gate, w->xn, W->gate_proj, R, H, I)); /* gate = xn @ Wg^T  [R, intermediate]              */
-    TRY(gemm(g->blas, w->up, w->xn, W->up_proj, R, H, I));     /* up = xn @ Wu^T    [R, intermediate]              */
-    TRY(silu_mul(w->gate, w->gate, w->up, (int64_t)R * I));
-    TRY(gemm(g->blas, w->xn, w->gate, W->down_proj, R, I, H)); /* xn = (silu(gate)*up) @ Wd^T [R, hidden]          */
+    TRY(gpu_rmsnorm(w->xn, w->x, W->post_norm, R, H, eps));
+    TRY(gpu_gemm(g, w->gate, w->xn, W->gate_proj, R, H, I));   /* gate = xn @ Wg^T  [R, intermediate]              */
+    TRY(gpu_gemm(g, w->up, w->xn, W->up_proj, R, H, I));       /* up = xn @ Wu^T    [R, intermediate]              */
+    TRY(gpu_silu_mul(w->gate, w->gate, w->up, (size_t)R * I));
+    TRY(gpu_gemm(g, w->xn, w->gate, W->down_proj, R, I, H));   /* xn = (silu(gate)*up) @ Wd^T [R, hidden]          */
     return add_inplace(w->x, w->xn, (int64_t)R * H);
 }
 
@@ -1764,14 +1721,14 @@ static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, floa
     const bf16 *h = w->x;
     bf16 *hn = w->xn;
     if (last_only) {   /* each sequence's last token: its row in the R rows, w->last */
-        TRY(rows_by_index_gpu(w->x_last, w->x, w->last, S, H * sizeof(bf16)));
+        TRY(gpu_rows_by_index(w->x_last, w->x, w->last, S, H * sizeof(bf16)));
         h = hn = w->x_last;
     }
-    TRY(rmsnorm(hn, h, g->final_norm, n_out, H, eps));
-    if (!embed) TRY(gemm(g->blas, w->logits, hn, g->lm_head, n_out, H, V));   /* logits = hn @ W_lm^T [n_out, V] */
+    TRY(gpu_rmsnorm(hn, h, g->final_norm, n_out, H, eps));
+    if (!embed) TRY(gpu_gemm(g, w->logits, hn, g->lm_head, n_out, H, V));   /* logits = hn @ W_lm^T [n_out, V] */
     const bf16 *out = w->logits;
     if (w->L.mode != RX_BASELINE && !last_only && !embed) {                 /* y = y_c[I_scatter]  [N, vocab] */
-        TRY(rows_by_index_gpu(w->logits_n, w->logits, w->scatter, w->L.N, V * sizeof(bf16)));
+        TRY(gpu_rows_by_index(w->logits_n, w->logits, w->scatter, w->L.N, V * sizeof(bf16)));
         out = w->logits_n;
     }
     CUDA_CHECK(cudaEventRecord(w->t1, 0));
@@ -1785,17 +1742,14 @@ static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, floa
     return logits ? download_bf16(logits, out, (size_t)(last_only ? S : w->L.N) * V) : 0;
 }
 
-/* What a forward reports, from its layout (asked for baseline, it builds no trie and reports N' = N) and its GPU
- * time. */
+/* What a forward reports: its layout (N' = N where no trie was built: baseline asked for) and its GPU time. */
 static void run_info(const GpuWork *w, GpuRunInfo *info) {
     if (!info) return;
     info->mode = w->L.mode, info->n_tokens = w->L.N, info->index_ms = w->L.index_ms, info->forward_ms = w->ms;
     info->n_compact = w->L.ix.n_tokens ? w->L.ix.n_compact : w->L.N;
 }
 
-/* Part I's forward: embed -> layers -> final norm -> LM head, as forward_ref, attention reading the batch's own rows
- * (GpuKvView): baseline the N rows, compact the N' rows through I_scatter, radix the N rows that each layer scatters
- * first. */
+/* Part I's forward, as forward_ref: embed -> layers -> final norm -> LM head, attention reading the batch's rows. */
 static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
                        float *logits, float *embed, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
@@ -2638,18 +2592,12 @@ done:
 /* ------------------------------------------------------------------------------------ part ii: prefill on the gpu */
 /* The GPU twin of qwen3_prefill_ref. The cache's bookkeeping (the tree, locks, LRU, hash chains, the page refs and
  * free list of RxKvPool) stays on the host; only the K/V live on the device, in a pool laid out as the C pool is,
- * bf16 [slot, n_layers, n_kv*head_dim], slot = page * page_size + i. The host cache hands out page ids; the same ids
- * index this pool. Attention reads every key, cached or new, through one index, as compact mode reads its keys
- * through I_scatter:
+ * bf16 [slot, n_layers, n_kv*head_dim], slot = page * page_size + i, indexed by the host cache's page ids:
  *
  *   attention's token space T (sequence by sequence, cached then new positions; Layout)
  *       seq 0: | pos 0  pos 1  pos 2  pos 3 | pos 4  pos 5 |     cached_len 4, page size 2, pages [7 2 | 5]
  *   kv_row  [T]:  14     15     4      5       10     11         slot = pages[pos / 2] * 2 + pos % 2
- *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride): the flash kernel's
- *   cu_k spans all 6 positions, its cu_q only the 2 new ones (or their compact rows), the last positions of the 6.
- *
- * Each layer first writes its new K/V into their slots (gpu_kv_store: compact row I_scatter[i] -> the slot of new
- * token i), then attends: the same layer steps as Part I, with another view. */
+ *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride). */
 struct GpuKvPool {
     const RxKvPool *host;            /* the host pool whose page ids index this one (its bookkeeping)          */
     int n_slots, n_layers, kv_dim;   /* n_slots = n_pages * page_size of host, when this pool was made        */
@@ -2691,9 +2639,8 @@ int gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v) {
     return download_bf16(v, p->v, n);
 }
 
-/* Part II's prefill, as qwen3_prefill_ref: the layout over every cached and new position (the trie keyed by cached
- * prefix, kv_row the pool slots), then Part I's layer steps, each layer writing its new K/V into their slots before
- * attending through them, and last-token logits. */
+/* Part II's prefill, as qwen3_prefill_ref: Part I's layer steps, each layer writing its new K/V into their slots
+ * (gpu_kv_store) before attending through them, and last-token logits. */
 static int prefill_run(GpuModel *g, GpuKvPool *pool, const RxBatch *b, const RxPrefill *pf, RxMode mode,
                        float *last_logits, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
@@ -2730,9 +2677,6 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
 }
 
 /* ------------------------------------------------------------------ gpu entry points for the tests and benchmarks */
-/* What test_radixmlp.c and bench.c build their checks and timings from (radixmlp.h says the shapes): device memory,
- * each kernel of the forward alone on device buffers (a thin call of its launcher), and one timing harness. */
-
 int gpu_upload(void **dev, const void *host, size_t bytes) {
     TRY(dev_alloc(dev, bytes, "a buffer of %zu bytes", bytes));
     if (host && cuda_copy(*dev, host, bytes, cudaMemcpyHostToDevice)) {
@@ -2743,72 +2687,41 @@ int gpu_upload(void **dev, const void *host, size_t bytes) {
     return 0;
 }
 int gpu_upload_bf16(void **dev, const float *host, size_t n) {
-    bf16 *h = host ? host_bf16(host, n) : NULL;
+    bf16 *h = host ? (bf16 *)malloc(n * sizeof(bf16)) : NULL;
     *dev = NULL;
     if (host && !h) return rx_fail("out of host memory converting %zu values to bf16", n);
+    for (size_t i = 0; h && i < n; i++) h[i] = to_bf16(host[i]);
     int rc = gpu_upload(dev, h, n * sizeof(bf16));
     free(h);
     return rc;
 }
-int gpu_download(void *host, const void *dev, size_t bytes) {
-    return cuda_copy(host, dev, bytes, cudaMemcpyDeviceToHost);
-}
-int gpu_download_bf16(float *host, const void *dev, size_t n) { return download_bf16(host, (const bf16 *)dev, n); }
 void gpu_free(void *dev) { cudaFree(dev); }
-int gpu_copy(void *dst, const void *src, size_t bytes) {
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
-    return 0;
-}
+int gpu_copy(void *dst, const void *src, size_t bytes) { return cuda_copy(dst, src, bytes, cudaMemcpyDefault); }
 
-int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes) {
-    if (row_bytes % 2) return rx_fail("gpu_rows_by_index: rows of %zu bytes; bf16 and fp32 rows are even", row_bytes);
-    return rows_by_index_gpu(out, in, idx, rows_out, row_bytes);
-}
-int gpu_rmsnorm(void *out, const void *x, const void *w, int rows, int dim, float eps) {
-    return rmsnorm((bf16 *)out, (const bf16 *)x, (const bf16 *)w, rows, dim, eps);
-}
-int gpu_qk_norm_rope(void *x, const void *w, const int32_t *pos, int rows, int n_heads, int head_dim, float eps,
-                     double rope_theta) {
-    float inv_freq[MAX_HEAD_DIM / 2];
-    void *d_inv_freq;
-    TRY(check_heads(n_heads, 1, head_dim));                /* head_dim fits inv_freq */
-    rope_inv_freq(inv_freq, head_dim, rope_theta);
-    TRY(gpu_upload(&d_inv_freq, inv_freq, head_dim / 2 * sizeof(float)));
-    int rc = qk_norm_rope((bf16 *)x, (const bf16 *)w, pos, (const float *)d_inv_freq, rows, n_heads, head_dim, eps);
-    cudaFree(d_inv_freq);                                  /* after the kernel: cudaFree waits for the device */
-    return rc;
-}
-int gpu_silu_mul(void *out, const void *gate, const void *up, size_t n) {
-    return silu_mul((bf16 *)out, (const bf16 *)gate, (const bf16 *)up, (int64_t)n);
-}
-int gpu_gemm(GpuModel *g, void *y, const void *x, const void *w, int rows, int in, int out) {
-    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
-    return gemm(g->blas, (bf16 *)y, (const bf16 *)x, (const bf16 *)w, rows, in, out);
-}
-int gpu_attention(void *out, const void *q, const void *k, const void *v, int n_q, const int32_t *q_orig,
-                  const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads, int head_dim) {
-    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
-    return attention((bf16 *)out, (const bf16 *)q, kv, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
-}
 /* cu_q and cu_k are host arrays here: the work list is made from them (flash_tiles), then all three go up. */
 int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
                         const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
                         int head_dim) {
+    TRY(check_heads(n_heads, n_kv_heads, head_dim));
+    if (!flash_supported(head_dim))
+        return rx_fail("the flash attention kernel is built for head_dim %d, not %d: use the naive kernel", FLASH_D,
+                       head_dim);
+    if (((uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16)
+        return rx_fail("gpu_flash_attention: q, k, v and out must be 16-byte aligned");
     if (n_seqs < 1 || cu_q[0] != 0 || cu_k[0] != 0)
         return rx_fail("gpu_flash_attention: needs n_seqs >= 1 and cu_q[0] = cu_k[0] = 0");
     for (int s = 0; s < n_seqs; s++)
         if (cu_q[s + 1] < cu_q[s] || cu_k[s + 1] - cu_k[s] < cu_q[s + 1] - cu_q[s])
             return rx_fail("gpu_flash_attention: sequence %d has %d queries and %d keys; it needs 0 <= queries <= "
                            "keys", s, cu_q[s + 1] - cu_q[s], cu_k[s + 1] - cu_k[s]);
-    int32_t *tiles, *d_cu_q = NULL, *d_cu_k = NULL, *d_tiles = NULL;
+    int32_t *d_cu_q = NULL, *d_cu_k = NULL;
+    FlashTile *d_tiles = NULL;
     int n_tiles;
-    TRY(flash_tiles(cu_q, cu_k, n_seqs, &tiles, &n_tiles));
     GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
-    int rc = upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") || upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
-             (n_tiles && upload_i32(&d_tiles, tiles, 2 * n_tiles, "the flash attention work list")) ||
+    int rc = flash_tiles(cu_q, cu_k, n_seqs, &d_tiles, &n_tiles) || upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") ||
+             upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
              flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,
                              n_kv_heads, head_dim);
-    free(tiles);
     cudaFree(d_cu_q), cudaFree(d_cu_k), cudaFree(d_tiles);
     return rc ? -1 : 0;
 }
@@ -2829,7 +2742,6 @@ static int time_reps(int (*run)(void *ctx), void *ctx, int reps, double *ms, cud
     return 0;
 }
 int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_ms) {
-    if (!gpu_available()) return -1;
     if (!run || reps < 1) return rx_fail("gpu_time_median needs a function to time and reps >= 1, not %d", reps);
     cudaEvent_t ev[2] = {NULL, NULL};
     double *ms = (double *)rx_alloc(reps * sizeof(double), "the timings");
@@ -2844,9 +2756,8 @@ int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_m
     return rc ? -1 : 0;
 }
 
-/* bench --attention: one layer's attention as gpu_forward runs it, alone, in one mode on batch b: what happens
- * between a layer's two steps (in radix mode the scatter of k and v, then attention_step's scatter of q and gather).
- * The model has attention's shapes and no weights; q, k and v are random in (-1, 1), never zero. */
+/* bench --attention (radixmlp.h): what happens between a layer's two steps (in radix mode the scatter of k and v,
+ * then attention_step's), on a model with attention's shapes and no weights; q, k and v random in (-1, 1). */
 typedef struct { GpuModel *g; GpuWork *w; GpuKvView kv; } AttnBench;
 static int attn_bench_run(void *ctx) {
     AttnBench *a = (AttnBench *)ctx;
@@ -2854,13 +2765,11 @@ static int attn_bench_run(void *ctx) {
     return attention_step(a->g, a->w, &a->kv);
 }
 static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k + 0.5) / 2^22 - 1, k < 2^23 */
-    float *h = (float *)rx_alloc(n * sizeof(float), "random attention inputs");
-    bf16 *hb = NULL;
-    for (size_t i = 0; h && i < n; i++) h[i] = ((float)(rx_rand(&seed) >> 41) + 0.5f) / 4194304.0f - 1.0f;
-    if (h) hb = host_bf16(h, n);
-    int rc = !hb ? rx_fail("out of host memory for %zu random inputs", n)
-                 : cuda_copy(dst, hb, n * sizeof(bf16), cudaMemcpyHostToDevice);
-    free(h); free(hb);
+    bf16 *h = (bf16 *)rx_alloc(n * sizeof(bf16), "random attention inputs");
+    if (!h) return -1;
+    for (size_t i = 0; i < n; i++) h[i] = to_bf16(((float)(rx_rand(&seed) >> 41) + 0.5f) / 4194304.0f - 1.0f);
+    int rc = cuda_copy(dst, h, n * sizeof(bf16), cudaMemcpyHostToDevice);
+    free(h);
     return rc;
 }
 static int time_attention(GpuModel *g, GpuWork *w, const RxBatch *b, RxMode mode, int reps, double *median_ms) {
@@ -2878,20 +2787,14 @@ static int time_attention(GpuModel *g, GpuWork *w, const RxBatch *b, RxMode mode
 int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
                        int reps, double *median_ms) {
     if (!gpu_available() || check_heads(n_heads, n_kv_heads, head_dim)) return -1;
-    if (!b || b->n_seqs < 1 || b->n_tokens < 1 || reps < 1 || layout < RX_BASELINE || layout > RX_COMPACT)
-        return rx_fail("gpu_time_attention: needs a non-empty batch, reps >= 1, and the baseline, radix or compact "
-                       "layout");
-    if (kernel == RX_ATTN_FLASH && !flash_supported(head_dim))
-        return rx_fail("the flash attention kernel is built for head_dim %d, not %d", FLASH_D, head_dim);
-    if (ragged_check("gpu_time_attention", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens))
-        return -1;
-    for (int s = 0; s < b->n_seqs; s++)           /* layout_build, as every forward, takes no empty sequence */
-        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("gpu_time_attention: sequence %d is empty", s);
+    if (reps < 1 || layout < RX_BASELINE || layout > RX_COMPACT)
+        return rx_fail("gpu_time_attention: needs reps >= 1, and the baseline, radix or compact layout");
     GpuModel g;                      /* attention's shapes; the sizes it does not use at 1 (no logits are made) */
     memset(&g, 0, sizeof g);
     g.cfg.n_heads = n_heads, g.cfg.n_kv_heads = n_kv_heads, g.cfg.head_dim = head_dim, g.cfg.n_layers = 1;
-    g.cfg.hidden_size = g.cfg.intermediate_size = g.cfg.vocab_size = 1;
-    g.attention = kernel;
+    g.cfg.hidden_size = g.cfg.intermediate_size = 1;
+    g.cfg.vocab_size = g.cfg.max_position_embeddings = INT32_MAX;       /* any token id and position: random q, k, v */
+    if (gpu_set_attention(&g, kernel) || rx_batch_check(b, &g.cfg, NULL)) return -1;   /* as a forward checks them */
     GpuWork w;
     memset(&w, 0, sizeof w);
     int rc = time_attention(&g, &w, b, layout, reps, median_ms);
@@ -2899,10 +2802,8 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
     return rc;
 }
 
-/* A cudaDeviceReset(): every allocation, stream and cudaFuncSetAttribute setting of this process on the device is
- * gone; a GpuModel made after it must still run (the flash launch sets its shared-memory attribute every time). */
+/* cudaDeviceReset(), which the flash launch survives: it sets its shared-memory attribute every time. */
 int gpu_test_device_reset(void) {
-    if (!gpu_available()) return -1;
     CUDA_CHECK(cudaDeviceReset());
     return 0;
 }
@@ -2937,16 +2838,14 @@ int gpu_forward(GpuModel *, const RxBatch *, RxMode, double, int, float *, GpuRu
 int gpu_embed(GpuModel *, const RxBatch *, RxMode, double, float *, GpuRunInfo *) { return no_gpu(); }
 int gpu_upload(void **dev, const void *, size_t) { *dev = NULL; return no_gpu(); }
 int gpu_upload_bf16(void **dev, const float *, size_t) { *dev = NULL; return no_gpu(); }
-int gpu_download(void *, const void *, size_t) { return no_gpu(); }
-int gpu_download_bf16(float *, const void *, size_t) { return no_gpu(); }
 void gpu_free(void *) {}
 int gpu_copy(void *, const void *, size_t) { return no_gpu(); }
 int gpu_rows_by_index(void *, const void *, const int32_t *, int, size_t) { return no_gpu(); }
 int gpu_rmsnorm(void *, const void *, const void *, int, int, float) { return no_gpu(); }
-int gpu_qk_norm_rope(void *, const void *, const int32_t *, int, int, int, float, double) { return no_gpu(); }
+int gpu_qk_norm_rope(void *, const void *, const int32_t *, const float *, int, int, int, float) { return no_gpu(); }
 int gpu_silu_mul(void *, const void *, const void *, size_t) { return no_gpu(); }
 int gpu_gemm(GpuModel *, void *, const void *, const void *, int, int, int) { return no_gpu(); }
-int gpu_attention(void *, const void *, const void *, const void *, int, const int32_t *, const int32_t *,
+int gpu_attention(void *, const void *, const void *, const void *, int64_t, int, const int32_t *, const int32_t *,
                   const int32_t *, int, int, int) { return no_gpu(); }
 int gpu_flash_attention(void *, const void *, const void *, const void *, const int32_t *, const int32_t *,
                         const int32_t *, int, int, int, int) { return no_gpu(); }

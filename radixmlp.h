@@ -233,33 +233,35 @@ int gpu_embed(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold,
 /* The GPU a piece at a time, for test_radixmlp.c (each kernel against its rx_*_ref oracle) and bench.c (timings).
  * A device buffer is a void * (C has no bf16 type); index arguments are int32_t arrays in device memory. Every
  * function returns 0, or -1 with one line in radix_error() (every CUDA call is checked); without a device each fails.
- * The kernels are queued in order on the default stream; gpu_download waits for them. */
+ * The kernels are queued in order on the default stream; a copy to the host waits for them. */
 int  gpu_upload(void **dev, const void *host, size_t bytes);    /* a copy of host's bytes (int32 indices, fp32);    */
                                                                 /* host NULL: uninitialised. *dev is NULL on failure */
 int  gpu_upload_bf16(void **dev, const float *host, size_t n);  /* [n] bf16: host rounded to nearest even; host NULL: */
                                                                 /* uninitialised                                    */
-int  gpu_download(void *host, const void *dev, size_t bytes);
-int  gpu_download_bf16(float *host, const void *dev, size_t n); /* host [n]: the bf16 values as fp32 (exact)          */
 void gpu_free(void *dev);                                       /* NULL: nothing                                    */
-int  gpu_copy(void *dst, const void *src, size_t bytes);        /* device to device: the memory roofline (Table 6)  */
+int  gpu_copy(void *dst, const void *src, size_t bytes);        /* host or device, either way; device to device is  */
+                                                                /* the memory roofline (Table 6)                    */
 
-/* Each kernel of gpu_forward alone, launched as the forward launches it, on device buffers, bf16 unless said. */
+/* Each kernel of gpu_forward alone, through the launcher the forward calls, on device buffers, bf16 unless said. */
 /* out [rows_out, row_bytes] = in [*, row_bytes] [idx]: gather, scatter, embedding (idx [rows_out]); row_bytes even. */
 int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes);
 /* x, out [rows, dim]; w [dim]. */
 int gpu_rmsnorm(void *out, const void *x, const void *w, int rows, int dim, float eps);
-/* In place on x [rows, n_heads*head_dim]; w [head_dim]; pos [rows]. */
-int gpu_qk_norm_rope(void *x, const void *w, const int32_t *pos, int rows, int n_heads, int head_dim, float eps,
-                     double rope_theta);
+/* In place on x [rows, n_heads*head_dim]; w [head_dim]; pos [rows]; inv_freq [head_dim/2] fp32, RoPE's frequencies
+ * 1 / theta^(2i/head_dim). */
+int gpu_qk_norm_rope(void *x, const void *w, const int32_t *pos, const float *inv_freq, int rows, int n_heads,
+                     int head_dim, float eps);
 int gpu_silu_mul(void *out, const void *gate, const void *up, size_t n);                 /* out, gate, up [n]         */
 /* y [rows, out] = x [rows, in] @ w^T, w [out, in], on g's cuBLAS handle: the handle every GEMM of g's forward runs on,
  * with the math mode that forward promises. A handle takes milliseconds and memory to make, too much for a call a
  * benchmark repeats, so the caller brings one; any GpuModel serves (a tiny gpu_model_random for a test). */
 int gpu_gemm(GpuModel *g, void *y, const void *x, const void *w, int rows, int in, int out);
-/* The naive kernel, as rx_attention_ref: q, out [n_q, n_heads*head_dim]; k, v [*, n_kv*head_dim], rows addressed
- * through kv_row; q_orig [n_q] or NULL; seq_start and kv_row (or NULL) [T], T attention's tokens (N in Part I). */
-int gpu_attention(void *out, const void *q, const void *k, const void *v, int n_q, const int32_t *q_orig,
-                  const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads, int head_dim);
+/* The naive kernel, as rx_attention_ref: q, out [n_q, n_heads*head_dim]; k, v [*, n_kv*head_dim], rows kv_stride
+ * elements apart (n_kv*head_dim when packed), addressed through kv_row; q_orig [n_q] or NULL; seq_start and kv_row
+ * (or NULL) [T], T attention's tokens (N in Part I). */
+int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_t kv_stride, int n_q,
+                  const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads,
+                  int head_dim);
 /* The flash kernel (head_dim 128) in its varlen layout: query i of sequence s is row cu_q[s] + i, at key position
  * Lk_s - Lq_s + i (Lq_s = cu_q[s+1] - cu_q[s], Lk_s = cu_k[s+1] - cu_k[s] >= Lq_s); key t of sequence s is row
  * kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t. q, out [cu_q[n_seqs], n_heads*head_dim]; k, v [*, n_kv*head_dim];
