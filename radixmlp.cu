@@ -30,7 +30,8 @@
  *
  * Non-obvious things:
  *   - Every buffer says which token space it lives in: [N, ...] the user's ragged batch (original space), [N', ...]
- *     one row per trie node (compact space). Layout adds R and T.
+ *     one row per trie node (compact space). Layout adds R, the rows computed on (N or N'), and T, attention's
+ *     tokens (N, plus the cached positions in Part II).
  *   - Attention is the only op that mixes rows, and it mixes them by original sequence (cu_seqlens). That is why
  *     it alone needs the original layout, and why the compact mode can skip it by indexing keys via I_scatter.
  *   - The GPU computes in bf16 with cuBLAS, whose results can depend on the matrix shape (N vs N' rows): its radix
@@ -1040,7 +1041,7 @@ static int add_inplace(bf16 *x, const bf16 *y, int64_t n) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
-/* The C reference's KvView in device memory: both kernels below read keys through it (its fields as arguments). */
+/* The C reference's KvView, on the host, over bf16 device arrays: both kernels below read keys through it. */
 typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
 
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
@@ -1350,8 +1351,9 @@ static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, Fla
     }
     qsort(t, n, sizeof *t, cmp_flash_tile);
     *n_tiles = n;
-    int rc = dev_alloc((void **)tiles, (size_t)n * sizeof *t, "the flash attention work list [%d tiles]", n) ||
-             cuda_copy(*tiles, t, (size_t)n * sizeof *t, cudaMemcpyHostToDevice);
+    *tiles = NULL;
+    int rc = n && (dev_alloc((void **)tiles, (size_t)n * sizeof *t, "the flash attention work list [%d tiles]", n) ||
+                   cuda_copy(*tiles, t, (size_t)n * sizeof *t, cudaMemcpyHostToDevice));   /* no queries: no list */
     free(t);
     return rc ? -1 : 0;
 }
@@ -2697,6 +2699,7 @@ int gpu_upload_bf16(void **dev, const float *host, size_t n) {
 }
 void gpu_free(void *dev) { cudaFree(dev); }
 int gpu_copy(void *dst, const void *src, size_t bytes) { return cuda_copy(dst, src, bytes, cudaMemcpyDefault); }
+int gpu_download_bf16(float *host, const void *dev, size_t n) { return download_bf16(host, (const bf16 *)dev, n); }
 
 /* cu_q and cu_k are host arrays here: the work list is made from them (flash_tiles), then all three go up. */
 int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
@@ -2789,7 +2792,7 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
     if (!gpu_available() || check_heads(n_heads, n_kv_heads, head_dim)) return -1;
     if (reps < 1 || layout < RX_BASELINE || layout > RX_COMPACT)
         return rx_fail("gpu_time_attention: needs reps >= 1, and the baseline, radix or compact layout");
-    GpuModel g;                      /* attention's shapes; the sizes it does not use at 1 (no logits are made) */
+    GpuModel g;                      /* attention's shapes; the widths it does not use at 1 (no logits are made) */
     memset(&g, 0, sizeof g);
     g.cfg.n_heads = n_heads, g.cfg.n_kv_heads = n_kv_heads, g.cfg.head_dim = head_dim, g.cfg.n_layers = 1;
     g.cfg.hidden_size = g.cfg.intermediate_size = 1;
@@ -2840,6 +2843,7 @@ int gpu_upload(void **dev, const void *, size_t) { *dev = NULL; return no_gpu();
 int gpu_upload_bf16(void **dev, const float *, size_t) { *dev = NULL; return no_gpu(); }
 void gpu_free(void *) {}
 int gpu_copy(void *, const void *, size_t) { return no_gpu(); }
+int gpu_download_bf16(float *, const void *, size_t) { return no_gpu(); }
 int gpu_rows_by_index(void *, const void *, const int32_t *, int, size_t) { return no_gpu(); }
 int gpu_rmsnorm(void *, const void *, const void *, int, int, float) { return no_gpu(); }
 int gpu_qk_norm_rope(void *, const void *, const int32_t *, const float *, int, int, int, float) { return no_gpu(); }
@@ -3442,19 +3446,21 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------------ loading a model */
-typedef struct { void *map; size_t len; char *path; } MappedFile;
+typedef struct { void *map; size_t len; char *path; int copy; } MappedFile;   /* copy: map is a malloc'd copy */
 typedef struct { MappedFile *files; int n_files; void *owned; } ModelPriv;
 
 static void unmap_file(MappedFile *mf) {
-    if (mf->map) munmap(mf->map, mf->len);
+    if (mf->copy) free(mf->map);
+    else if (mf->map) munmap(mf->map, mf->len);
     free(mf->path);
     memset(mf, 0, sizeof *mf);
 }
 
-/* Maps a whole input file for reading, at most max_bytes of it: the weights and the text files alike. Anything but a
+/* Maps a whole input file for reading, at most max_bytes of it. copy (the text files): read it into a private buffer
+ * instead, which cannot change under a parser that walks it twice, or vanish if the file shrinks. Anything but a
  * regular file is refused; O_NONBLOCK because opening a FIFO would otherwise wait for a writer before the check could
  * refuse it (a regular file ignores the flag). */
-static int map_file(MappedFile *mf, const char *path, size_t max_bytes) {
+static int map_file(MappedFile *mf, const char *path, size_t max_bytes, int copy) {
     memset(mf, 0, sizeof *mf);
     struct stat st;
     int fd = open(path, O_RDONLY | O_NONBLOCK);
@@ -3462,7 +3468,14 @@ static int map_file(MappedFile *mf, const char *path, size_t max_bytes) {
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
     mf->len = (size_t)st.st_size;
     if (mf->len > max_bytes) { close(fd); return rx_fail("%s: larger than %zu bytes", path, max_bytes); }
-    if (mf->len) {              /* mmap of 0 bytes fails; an empty file is rejected by the parser instead */
+    if ((mf->copy = copy)) {
+        size_t n = 0;
+        ssize_t got = 1;
+        mf->map = malloc(mf->len + 1);
+        while (mf->map && n < mf->len && (got = read(fd, (char *)mf->map + n, mf->len - n)) > 0) n += (size_t)got;
+        mf->len = n;                                /* n < the size only if the file shrank while we read it */
+        if (!mf->map || got < 0) { close(fd); unmap_file(mf); return rx_fail("%s: cannot read it", path); }
+    } else if (mf->len) {       /* mmap of 0 bytes fails; an empty file is rejected by the parser instead */
         mf->map = mmap(NULL, mf->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (mf->map == MAP_FAILED) { mf->map = NULL; close(fd); return rx_fail("%s: mmap failed: %s", path, strerror(errno)); }
     }
@@ -3557,7 +3570,7 @@ static int add_shard(Qwen3Model *m, const char *path) {
     if (!files) return rx_fail("out of host memory");
     p->files = files;
     MappedFile *mf = &p->files[p->n_files];
-    if (map_file(mf, path, SIZE_MAX)) return -1;
+    if (map_file(mf, path, SIZE_MAX, 0)) return -1;
     p->n_files++;
     RxTensor *t;
     int n;
@@ -3578,7 +3591,7 @@ int qwen3_load(Qwen3Model *m, const char *dir) {
     MappedFile text;
     int rc;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (map_file(&text, path, 1 << 20)) goto fail;
+    if (map_file(&text, path, 1 << 20, 1)) goto fail;
     rc = rx_parse_config(&m->cfg, (const char *)text.map, text.len, path);
     unmap_file(&text);
     if (rc) goto fail;
@@ -3586,7 +3599,7 @@ int qwen3_load(Qwen3Model *m, const char *dir) {
     if (access(path, F_OK) == 0) {                    /* sharded: every shard the index names */
         char **shards;
         int n_shards;
-        if (map_file(&text, path, 64u << 20)) goto fail;
+        if (map_file(&text, path, 64u << 20, 1)) goto fail;
         rc = rx_parse_shard_index((const char *)text.map, text.len, path, &shards, &n_shards);
         unmap_file(&text);
         if (rc) goto fail;
@@ -3766,7 +3779,7 @@ void rx_batch_free(RxBatch *b) {
 int rx_batch_read(RxBatch *b, const char *path) {
     MappedFile f;
     memset(b, 0, sizeof *b);
-    if (map_file(&f, path, 256u << 20)) return -1;
+    if (map_file(&f, path, 256u << 20, 1)) return -1;
     int n_seqs = 0, rc = -1;
     int64_t n_tok = 0;
     for (int pass = 0; pass < 2; pass++) {          /* pass 0 counts and validates, pass 1 fills */
@@ -3822,10 +3835,13 @@ static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *pa
     if (ragged_check("the batch", b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, b->n_tokens)) return -1;
     if (b->n_seqs == 0) return rx_fail("the batch is empty (0 sequences)");
     for (int s = 0; s < b->n_seqs; s++) {
-        char seq[320];
-        if (path) snprintf(seq, sizeof seq, "%.300s:%d", path, s + 1);
+        char seq[sizeof rx_err_buf];
+        int len = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
+        if (path) snprintf(seq, sizeof seq, "%s:%d", path, s + 1);
         else snprintf(seq, sizeof seq, "sequence %d", s);
-        if (b->cu_seqlens[s + 1] == b->cu_seqlens[s]) return rx_fail("%s is empty", seq);
+        if (len == 0) return rx_fail("%s is empty", seq);
+        if (path && len > c->max_position_embeddings)      /* a file's line: its positions are 0 .. len-1 */
+            return rx_fail("%s: %d tokens, more than max_position_embeddings %d", seq, len, c->max_position_embeddings);
         for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) {
             if (b->input_ids[i] < 0 || b->input_ids[i] >= c->vocab_size)
                 return rx_fail("%s: token id %d is outside the vocabulary [0, %d)", seq, b->input_ids[i],

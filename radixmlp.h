@@ -238,6 +238,7 @@ int  gpu_upload(void **dev, const void *host, size_t bytes);    /* a copy of hos
                                                                 /* host NULL: uninitialised. *dev is NULL on failure */
 int  gpu_upload_bf16(void **dev, const float *host, size_t n);  /* [n] bf16: host rounded to nearest even; host NULL: */
                                                                 /* uninitialised                                    */
+int  gpu_download_bf16(float *host, const void *dev, size_t n); /* host [n] = fp32 of the bf16 device array dev     */
 void gpu_free(void *dev);                                       /* NULL: nothing                                    */
 int  gpu_copy(void *dst, const void *src, size_t bytes);        /* host or device, either way; device to device is  */
                                                                 /* the memory roofline (Table 6)                    */

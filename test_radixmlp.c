@@ -1314,13 +1314,7 @@ static void *dev_bf16(DevBufs *d, const float *host, size_t n) {     /* [n] bf16
 /* rc: the kernel's result. Copies the bf16 output out [n] back into got (unless got is NULL), frees every buffer of d;
  * 0 when all of it succeeded. */
 static int dev_finish(DevBufs *d, int rc, float *got, const void *out, size_t n) {
-    uint16_t *h = got ? (uint16_t *)malloc(n * sizeof *h + 1) : NULL;
-    if (rc == 0 && got) rc = gpu_copy(h, out, n * sizeof *h);
-    for (size_t i = 0; rc == 0 && got && i < n; i++) {   /* a bf16 is the top half of an fp32: exact */
-        uint32_t u = (uint32_t)h[i] << 16;
-        memcpy(&got[i], &u, sizeof u);
-    }
-    free(h);
+    if (rc == 0 && got) rc = gpu_download_bf16(got, out, n);
     for (int i = 0; i < d->n; i++) gpu_free(d->buf[i]);
     return rc || d->failed;
 }
@@ -1399,7 +1393,7 @@ static void qk_norm_rope_case(int rows, int heads, int hd, uint64_t *rng) {
     /* the norm's two roundings, then the rotation mixes two such values, then one more rounding:
      * (2 sqrt 2 + 1) 2^-8 of the pair's length; the fp32 angle is computed as in the reference */
     float inv_freq[128];                             /* the reference's expression, as GpuModel's table holds it */
-    for (int i = 0; i < hd / 2; i++) inv_freq[i] = 1.0f / (float)pow((float)1e6, (float)(2 * i) / (float)hd);
+    for (int i = 0; i < hd / 2; i++) inv_freq[i] = 1.0f / powf((float)1e6, (float)(2 * i) / (float)hd);
     DevBufs d = {0};
     void *d_x = dev_bf16(&d, x, n), *d_w = dev_bf16(&d, w, (size_t)hd);
     const int32_t *d_pos = (const int32_t *)dev_raw(&d, pos, (size_t)rows * sizeof(int32_t));
@@ -1925,6 +1919,7 @@ static void test_gpu_functions_fail_cleanly_without_device(void) {
     expect(gpu_upload(&dev, x, sizeof x) != 0 && dev == NULL, "gpu_upload succeeded without a device");
     expect(gpu_gemm(g, y, x, x, 1, 4, 1) != 0, "gpu_gemm succeeded without a device (and a model)");
     expect(gpu_copy(y, x, sizeof x) != 0, "gpu_copy succeeded without a device");
+    expect(gpu_download_bf16(y, x, 4) != 0, "gpu_download_bf16 succeeded without a device");
     expect(gpu_time_median(NULL, NULL, 3, &ms) != 0, "gpu_time_median succeeded without a device");
     int rc = gpu_rmsnorm(y, x, x, 1, 4, 1e-6f);
     note_rejected(rc, 0, "gpu_rmsnorm without a device");
@@ -2989,7 +2984,7 @@ static void test_cli_rejects_bad_tokens(void) {
         {"a byte above ASCII", "1 2\n3\xff\n", 0, "t.txt:2: '\\xff' is not part of a token id"},
         {"empty line", "1 2\n\n3\n", 0, "t.txt:2: empty line"},
         {"empty file", "", 0, "no sequences"},
-        {"129 tokens, max 128", long_line, 0, "t.txt:1: position 128 is beyond max_position_embeddings 128"},
+        {"129 tokens, max 128", long_line, 0, "t.txt:1: 129 tokens, more than max_position_embeddings 128"},
     };
     char dir[] = "/tmp/radixmlp-cli-XXXXXX";
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
@@ -4072,7 +4067,7 @@ static void test_cli_requests_rejects_bad_input(void) {
         {"non-numeric token id", "1 2\n3 x\n", "", ":2: 'x' is not part of a token id"},
         {"empty line", "1 2\n\n3\n", "", ":2: empty line"},
         {"empty file", "", "", "no sequences"},
-        {"129 tokens, max 128", long_line, "", ":1: position 128 is beyond max_position_embeddings 128"},
+        {"129 tokens, max 128", long_line, "", ":1: 129 tokens, more than max_position_embeddings 128"},
         {"request beyond the pool", "1 2 3\n1 2 3 4 5 6 7 8 9\n", "--page-size 4 --cache-pages 2",
          ":2: a request of 9 tokens needs 3 pages of 4 tokens, but --cache-pages is 2"},
     };
