@@ -942,13 +942,15 @@ __global__ void rows_by_index_kernel(Chunk *out, int64_t out_stride, const int32
 static int rows_copy_gpu(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
                          const int32_t *idx, int n_rows, size_t row_bytes) {
     if (n_rows == 0) return 0;
-    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0)
+    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0) {
         rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
                                                       (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
-    else
+        LAUNCH_CHECK();
+    } else {
         rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
                                                       (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
-    LAUNCH_CHECK();
+        LAUNCH_CHECK();
+    }
     return 0;
 }
 int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes) {
@@ -1093,9 +1095,8 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
                   const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row, int n_heads, int n_kv_heads,
                   int head_dim) {
     TRY(check_heads(n_heads, n_kv_heads, head_dim));
-    attention_kernel<<<blocks_for((int64_t)n_q * n_heads, BLOCK / 32), BLOCK>>>(
-        (bf16 *)out, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, kv_stride, kv_row, n_q, q_orig, seq_start,
-        n_heads, n_kv_heads, head_dim);
+    attention_kernel<<<blocks_for((int64_t)n_q * n_heads, BLOCK / 32), BLOCK>>>((bf16 *)out, (const bf16 *)q,
+        (const bf16 *)k, (const bf16 *)v, kv_stride, kv_row, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
     LAUNCH_CHECK();
     return 0;
 }
