@@ -1190,44 +1190,83 @@ static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, doubl
     return rc;
 }
 
+/* The core's fp32 peak, GFLOP/s per core: a loop of independent AVX2 FMAs (12 chains, 8 lanes, 2 FLOPs each), timed
+ * by the process's CPU time on one thread. 0 where the CPU has no AVX2 + FMA. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) static double fma_peak_gflops(void)
+{
+    const long n = 20000000;
+    __m256 a[12], x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
+    double best = 0;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps((float)k);
+    for (int r = 0; r < 3; r++) {
+        double c0 = cpu_s();
+        for (long i = 0; i < n; i++)
+            for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
+        double g = 12.0 * 8 * 2 * n / (cpu_s() - c0) * 1e-9;
+        best = g > best ? g : best;
+    }
+    float sink[8];
+    for (int k = 1; k < 12; k++) a[0] = _mm256_add_ps(a[0], a[k]);
+    _mm256_storeu_ps(sink, a[0]);
+    return sink[0] == 12345.0f ? 0 : best;                      /* keeps the loop from being optimized away */
+}
+#else
+static double fma_peak_gflops(void) { return 0; }
+#endif
+
 /* GFLOP/s of the forward's matmul (rx_matmul_packed_ref) at one of Qwen3-0.6B's shapes, [rows, 1024] @ [1024, 3072]
- * (gate_proj), on 1 thread and on all of them, beside the plain loop it equals bit for bit (rx_matmul_ref). */
+ * (gate_proj), at 64 and 256 rows, on each instruction-set path (rx_cpu_path; the same bits) on 1 thread, the fastest
+ * on all threads, beside the plain loop it equals bit for bit (rx_matmul_ref) and the core's FMA peak. */
 static int cpu_matmul_rate(int quick)
 {
-    const int rows = quick ? 64 : 256, in = 1024, out = 3072, threads = rx_threads(0);
+    const int max_rows = 256, in = 1024, out = 3072, threads = rx_threads(0);
+    const char *path0 = rx_cpu_path(NULL);
     uint64_t rng = SEED;
-    float *x = malloc((size_t)rows * in * sizeof *x), *w = malloc((size_t)in * out * sizeof *w),
-          *wp = malloc((size_t)in * out * sizeof *wp), *y = malloc((size_t)rows * out * sizeof *y);
+    float *x = malloc((size_t)max_rows * in * sizeof *x), *w = malloc((size_t)in * out * sizeof *w),
+          *wp = malloc(rx_packed_floats(out, in) * sizeof *wp), *y = malloc((size_t)max_rows * out * sizeof *y);
     RxTensor W = {.dtype = RX_F32, .rank = 2, .shape = {out, in}, .nbytes = (size_t)out * in * sizeof *w};
     if (!x || !w || !wp || !y) {
         fprintf(stderr, "bench: out of host memory for the matmul\n");
         free(x); free(w); free(wp); free(y);
         return 1;
     }
-    for (size_t i = 0; i < (size_t)rows * in; i++) x[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
+    for (size_t i = 0; i < (size_t)max_rows * in; i++) x[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
     for (size_t i = 0; i < (size_t)in * out; i++) w[i] = (float)(splitmix(&rng) % 2001) / 32000.0f - 0.03f;
     W.data = w;                                             /* w [out, in], as a weight in a checkpoint */
     rx_pack_weight(wp, &W);
-    printf("matmul [%d, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of 5: GFLOP/s of wall time, and per\n"
-           "core: FLOPs / the process's CPU time (what one core delivers while it runs, even on a busy machine)\n",
-           rows, in, in, out);
-    for (int v = 0; v < 3; v++) {   /* 0: the plain loop, 1 thread; 1: the tiled matmul, 1 thread; 2: all threads */
-        int n_rows = v == 0 ? 16 : rows;                     /* the plain loop is slow: 16 rows give its rate */
-        double t[5], c[5], flops = 2.0 * n_rows * in * out;
-        rx_threads(v == 2 ? threads : 1);
-        for (int r = 0; r < 5; r++) {
-            double t0 = now_s(), c0 = cpu_s();
-            if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
-            else rx_matmul_packed_ref(y, x, wp, n_rows, in, out);
-            t[r] = now_s() - t0, c[r] = cpu_s() - c0;
+    double peak = fma_peak_gflops();
+    printf("matmul [rows, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of 5 after a warm-up: GFLOP/s of wall time,\n"
+           "and per core: FLOPs / the process's CPU time (what one core delivers while it runs, even on a busy "
+           "machine)\n  fp32 peak of one core (a loop of AVX2 FMAs): %.1f GFLOP/s\n", in, in, out, peak);
+    for (int rows = 64; rows <= max_rows; rows *= 4) {
+        if (quick && rows > 64) break;
+        for (int v = 0; v < 4; v++) {   /* 0: the plain loop; 1: portable C; 2: the fastest path; 3: all threads */
+            int n_rows = v < 2 ? 6 : rows;                  /* the plain loops are slow: 6 rows give their rate */
+            double t[5], c[5], flops = 2.0 * n_rows * in * out;
+            const char *path = rx_cpu_path(v == 1 ? "portable" : "auto");
+            rx_threads(v == 3 ? threads : 1);
+            for (int r = -1; r < 5; r++) {                  /* round -1: the warm-up */
+                double t0 = now_s(), c0 = cpu_s();
+                if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
+                else rx_matmul_packed_ref(y, x, wp, n_rows, in, out);
+                if (r >= 0) t[r] = now_s() - t0, c[r] = cpu_s() - c0;
+            }
+            char what[80];
+            snprintf(what, sizeof what, "%s, %s", v ? "tiled (rx_matmul_packed_ref)" : "definition (rx_matmul_ref)",
+                     v ? path : "plain C");
+            double per_core = flops / median(c, 5) * 1e-9;
+            printf("  %3d rows  %-40s %2d thread%s  %6.1f GFLOP/s  %6.1f GFLOP/s per core", v < 2 ? n_rows : rows, what,
+                   v == 3 ? threads : 1, v == 3 && threads > 1 ? "s" : " ", flops / median(t, 5) * 1e-9, per_core);
+            if (peak > 0) printf(" (%.0f%% of peak)", 100 * per_core / peak);
+            printf("\n");
         }
-        printf("  %-44s %2d thread%s  %6.1f GFLOP/s  %6.1f GFLOP/s per core\n",
-               v ? "tiled, the forward's (rx_matmul_packed_ref)" : "plain loop, the definition (rx_matmul_ref)",
-               v == 2 ? threads : 1, v == 2 && threads > 1 ? "s" : " ", flops / median(t, 5) * 1e-9,
-               flops / median(c, 5) * 1e-9);
     }
     printf("\n");
     rx_threads(threads);
+    rx_cpu_path(path0);
     free(x); free(w); free(wp); free(y);
     return 0;
 }

@@ -56,6 +56,9 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>                  /* the matmul's AVX2 tile, chosen at run time (rx_matmul_packed_ref) */
+#endif
 #ifndef RADIXMLP_HOST_ONLY
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -71,6 +74,7 @@ static int64_t rx_numel(const RxTensor *t);
 static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i as fp32, exactly */
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *path);  /* ids, positions, cu_seqlens */
 static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
+static float **model_panels(const Qwen3Model *m);    /* [n_tensors] the reference's packed weights (NULL: none yet) */
 
 /* ----------------------------------------------------------------------------------------- the trie (algorithm 2) */
 /* The paper's toy example: sequences [1,2,3] and [1,2,4], ragged as [1,2,3,1,2,4], cu_seqlens [0,3,6].
@@ -367,80 +371,129 @@ void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int di
     for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
 
-/* The definition: y [rows, out] = x [rows, in] @ w^T, w [out, in]; each y[r][o] sums x[r][i] * w[o][i] over
- * i = 0, 1, ..., in-1 in that order. Slow (one output at a time, a serial chain of adds): the forward uses
- * rx_matmul_packed_ref, which computes the same sums, bit for bit. */
+/* The definition: y [rows, out] = x [rows, in] @ w^T, w [out, in]; each y[r][o] is a chain of fused multiply-adds
+ * over i = 0, 1, ..., in-1 in that order: acc = 0, acc = fmaf(x[r][i], w[o][i], acc). An FMA rounds once and is
+ * correctly rounded on every IEEE machine (the x86 instruction, libm's fmaf, a GPU's fma), so every path below
+ * computes these very bits. Slow (one output at a time, a serial chain): the forward uses rx_matmul_packed_ref. */
 void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out) {
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
             const float *xr = x + (size_t)r * in, *wo = w + (size_t)o * in;
             float acc = 0.0f;
-            for (int i = 0; i < in; i++) acc += xr[i] * wo[i];
+            for (int i = 0; i < in; i++) acc = fmaf(xr[i], wo[i], acc);
             y[(size_t)r * out + o] = acc;
         }
 }
 
-/* The same sums, fast. The weight is first packed into panels of MM_COLS outputs: wp holds W^T strip by strip,
- * [out / MM_COLS][in][MM_COLS], then the out % MM_COLS outputs left over as one narrow strip [in][out % MM_COLS],
- * out * in floats in all (rx_pack_weight). So the MM_COLS weights that step i of a strip needs lie side by side, and
- * a strip's panel is one contiguous block that stays in cache. (A plain transpose W^T [in][out] would do the same
- * with rows out * 4 bytes apart; at out = 3072 that is a multiple of 4 KiB, and every row of a strip would fall into
- * the same cache set.)
+/* The same chains, fast: a register-blocked micro-kernel over packed panels, as BLIS and llm.c's CPU matmul do it.
+ * The weight is packed once per model (weight_panels) into panels of MM_COLS outputs, zero-padded past out:
+ * wp [ceil(out / MM_COLS)][in][MM_COLS], so the MM_COLS weights that step i needs lie side by side, and one panel
+ * is one contiguous block that stays in cache (a plain W^T [in][out] would put its rows out * 4 bytes apart: at
+ * out = 3072 a multiple of 4 KiB, every row of a strip in the same cache set). Memory: 4 bytes per weight (fp32,
+ * whatever the checkpoint's dtype), plus the padding of the last panel.
  *
  * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
- * weight once for MM_ROWS rows:
+ * weight once for MM_ROWS rows and each x once for MM_COLS outputs:
  *
  *            o0 ... o0+15              every lane of every row of the tile does the same thing:
- *     r0   [ acc acc ... acc ]            acc = acc + x[r][i] * W[o][i]   (two roundings, i = 0, 1, ...)
- *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the strip's panel)
+ *     r0   [ acc acc ... acc ]            acc = fma(x[r][i], W[o][i], acc)   (one rounding, i = 0, 1, ...)
+ *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the panel)
+ *     r5   [ acc acc ... acc ]
  *
+ * With AVX2 that is 12 accumulators of 8 lanes, two weight vectors and one broadcast x: 15 of the 16 registers.
  * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
- * last row (and stores nothing for it); the narrow strip copies its step-i weights into MM_COLS lanes padded with
- * zeros, and stores only its own columns (a lane is one output: the padding touches no other). Threads share out the
- * tiles, strip by strip. */
-enum { MM_ROWS = 4, MM_COLS = 16 };
+ * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
+ * tiles, panel by panel, once the matmul is big enough to pay for waking them (MM_GRAIN). The instruction set is
+ * picked at run time (mm_path); RADIXMLP_CPU=portable, or rx_cpu_path("portable"), forces the plain-C fmaf path,
+ * which gives the same bits. */
+enum { MM_ROWS = 6, MM_COLS = 16 };
+#define MM_GRAIN 4e6                                   /* FLOPs below which one thread does the whole matmul */
+
+size_t rx_packed_floats(int out, int in) {
+    return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
+}
 
 void rx_pack_weight(float *wp, const RxTensor *W) {
-    int out = (int)W->shape[0], in = (int)W->shape[1], n_strips = (out + MM_COLS - 1) / MM_COLS;
+    int out = (int)W->shape[0], in = (int)W->shape[1], n_panels = (out + MM_COLS - 1) / MM_COLS;
     const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
     RX_OMP(omp parallel for schedule(static))
-    for (int s = 0; s < n_strips; s++) {
-        int o0 = s * MM_COLS, width = out - o0 < MM_COLS ? out - o0 : MM_COLS;
-        float *panel = wp + (size_t)o0 * in;                                  /* [in][width] */
+    for (int p = 0; p < n_panels; p++) {
+        float *panel = wp + (size_t)p * in * MM_COLS;                         /* [in][MM_COLS] */
         for (int i0 = 0; i0 < in; i0 += 16)            /* 16 inputs at a time: each read of W is one cache line */
-            for (int c = 0; c < width; c++)
+            for (int c = 0; c < MM_COLS; c++)
                 for (int i = i0; i < i0 + 16 && i < in; i++) {
-                    size_t at = (size_t)(o0 + c) * in + i;
-                    panel[(size_t)i * width + c] = wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
+                    int o = p * MM_COLS + c;
+                    size_t at = (size_t)o * in + i;
+                    panel[(size_t)i * MM_COLS + c] = o >= out ? 0.0f : wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
                 }
     }
 }
 
-void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out) {
-    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_ct = (out + MM_COLS - 1) / MM_COLS;
-    RX_OMP(omp parallel for schedule(static))
-    for (long t = 0; t < (long)n_rt * n_ct; t++) {
-        int r0 = (int)(t % n_rt) * MM_ROWS, c_lo = (int)(t / n_rt) * MM_COLS;          /* strip major */
-        int width = out - c_lo < MM_COLS ? out - c_lo : MM_COLS;                      /* < MM_COLS: the narrow strip */
-        const float *panel = wp + (size_t)c_lo * in;                                   /* [in][width] */
-        const float *xr[MM_ROWS];
-        for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
-        float acc[MM_ROWS][MM_COLS] = {{0.0f}}, wl[MM_COLS] = {0.0f};
-        for (int i = 0; i < in; i++) {
-            const float *wi = panel + (size_t)i * MM_COLS;             /* W[c_lo .. c_lo+15][i] */
-            if (width < MM_COLS) {                                      /* W[c_lo .. out-1][i], then zeros */
-                memcpy(wl, panel + (size_t)i * width, sizeof(float) * (size_t)width);
-                wi = wl;
-            }
-#pragma GCC unroll 4
-            for (int j = 0; j < MM_ROWS; j++) {          /* unrolled, so that acc lives in registers */
-                float xv = xr[j][i];
-#pragma GCC unroll 16
-                for (int c = 0; c < MM_COLS; c++) acc[j][c] += xv * wi[c];
-            }
+/* One tile, portable C: acc[j][c] = fmaf(x[j][i], panel[i][c], acc[j][c]) for i = 0 .. in-1. */
+static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_ROWS], const float *panel, int in) {
+    for (int i = 0; i < in; i++)
+        for (int j = 0; j < MM_ROWS; j++)
+            for (int c = 0; c < MM_COLS; c++) acc[j][c] = fmaf(xr[j][i], panel[(size_t)i * MM_COLS + c], acc[j][c]);
+}
+
+/* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define MM_X86 1
+__attribute__((target("avx2,fma")))
+static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_ROWS], const float *panel, int in) {
+    __m256 a[MM_ROWS][2];
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) {
+        a[j][0] = _mm256_setzero_ps();
+        a[j][1] = _mm256_setzero_ps();
+    }
+    for (int i = 0; i < in; i++) {
+        __m256 w0 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS);         /* W[o0 .. o0+7][i]  */
+        __m256 w1 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8);     /* W[o0+8 .. o0+15][i] */
+#pragma GCC unroll 6
+        for (int j = 0; j < MM_ROWS; j++) {
+            __m256 xv = _mm256_broadcast_ss(xr[j] + i);
+            a[j][0] = _mm256_fmadd_ps(xv, w0, a[j][0]);
+            a[j][1] = _mm256_fmadd_ps(xv, w1, a[j][1]);
         }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) {
+        _mm256_storeu_ps(acc[j], a[j][0]);
+        _mm256_storeu_ps(acc[j] + 8, a[j][1]);
+    }
+}
+#endif
+
+typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_ROWS], const float *panel, int in);
+static MmTile mm_tile;                                 /* the path in effect; NULL until mm_path picks one */
+
+const char *rx_cpu_path(const char *want) {
+    const char *env = getenv("RADIXMLP_CPU");
+    if (!want && mm_tile) return mm_tile == mm_tile_portable ? "portable" : "avx2";
+    if (!want) want = env && *env ? env : "auto";
+    mm_tile = mm_tile_portable;
+#ifdef MM_X86
+    if (strcmp(want, "portable") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        mm_tile = mm_tile_avx2;
+#endif
+    return mm_tile == mm_tile_portable ? "portable" : "avx2";
+}
+
+void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out) {
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS;
+    if (!mm_tile) rx_cpu_path(NULL);
+    RX_OMP(omp parallel for schedule(static) if (2.0 * rows * in * out > MM_GRAIN))
+    for (long t = 0; t < (long)n_rt * n_panels; t++) {
+        int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
+        int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
+        const float *xr[MM_ROWS];
+        float acc[MM_ROWS][MM_COLS];
+        memset(acc, 0, sizeof acc);
+        for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
+        mm_tile(acc, xr, wp + (size_t)o0 * in, in);
         for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
-            memcpy(y + (size_t)(r0 + j) * out + c_lo, acc[j], sizeof(float) * (size_t)width);
+            memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
     }
 }
 
@@ -544,11 +597,38 @@ static void rows_by_index(float *out, const float *in, const int32_t *idx, int n
     for (int r = 0; r < n_rows; r++) memcpy(out + (size_t)r * dim, in + (size_t)idx[r] * dim, dim * sizeof(float));
 }
 
-/* y [rows, out] = x [rows, in] @ W^T, W [out, in] of any dtype, packed into fp32 panels in the scratch buffer w32
- * (as many floats as W has elements). */
-static void linear_ref(float *y, const float *x, const RxTensor *W, float *w32, int rows) {
-    rx_pack_weight(w32, W);
-    rx_matmul_packed_ref(y, x, w32, rows, (int)W->shape[1], (int)W->shape[0]);
+/* The model's weights as the matmul reads them: every linear weight (each layer's seven, and the LM head) packed
+ * into fp32 panels by the first reference forward (or prefill) on the model, kept with it and freed by qwen3_free:
+ * 4 bytes a weight on top of the checkpoint's own (Qwen3-0.6B: 0.6 B weights with its tied head, 2.4 GB). Once per
+ * model, never per call; a model only ever run on the GPU never pays it. Not safe to race: run one reference
+ * forward before sharing a model between threads. */
+static int pack_once(float **panels, const Qwen3Model *m, const RxTensor *W) {
+    float **slot = &panels[W - m->tensors];           /* W's slot: its index in the model's tensor table */
+    if (*slot) return 0;
+    if (!(*slot = (float *)malloc(sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
+        return rx_fail("out of host memory for the packed weight %s", W->name);
+    rx_pack_weight(*slot, W);
+    return 0;
+}
+
+static int model_pack_ref(const Qwen3Model *m) {
+    float **panels = model_panels(m);                 /* [n_tensors] one slot per tensor, NULL: not packed */
+    if (!panels) return rx_fail("out of host memory for the packed weights");
+    if (m->lm_head && pack_once(panels, m, m->lm_head)) return -1;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const Qwen3Layer *w = &m->layers[l];
+        const RxTensor *linear[] = {w->q_proj, w->k_proj, w->v_proj, w->o_proj, w->gate_proj, w->up_proj,
+                                    w->down_proj};
+        for (int k = 0; k < 7; k++)
+            if (pack_once(panels, m, linear[k])) return -1;
+    }
+    return 0;
+}
+
+/* y [rows, out] = x [rows, in] @ W^T, W [out, in], from its panels (model_pack_ref). */
+static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows) {
+    const float *wp = model_panels(m)[W - m->tensors];
+    rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0]);
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -665,14 +745,12 @@ typedef struct {
     float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode, Part I: k and v scattered to original space         */
     float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
     float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
-    float *w32;          /* one weight matrix in fp32, sized for the largest                                       */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
 } RefActs;
 
 static void acts_free(RefActs *a) {
     free(a->h); free(a->xn); free(a->q); free(a->k); free(a->v); free(a->att); free(a->gate); free(a->up);
-    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_last); free(a->logits_R); free(a->w32);
-    free(a->norm_w);
+    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_last); free(a->logits_R); free(a->norm_w);
     memset(a, 0, sizeof *a);
 }
 
@@ -680,16 +758,14 @@ static void acts_free(RefActs *a) {
 static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits, int kv_rows) {
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
-    size_t wmax = V * H > I * H ? V * H : I * H;
-    if (QD * H > wmax) wmax = QD * H;
     a->h = floats(R * H); a->xn = floats(R * H); a->q = floats(R * QD); a->att = floats(R * QD);
     a->k = floats(R * KVD); a->v = floats(R * KVD); a->gate = floats(R * I); a->up = floats(R * I);
     a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(kv_rows * KVD); a->vN = floats(kv_rows * KVD);
     a->x_last = floats(last_only ? (size_t)L->S * H : 0);
     a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
-    a->w32 = floats(wmax); a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
+    a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_last || !a->logits_R || !a->w32 || !a->norm_w) {
+        !a->vN || !a->x_last || !a->logits_R || !a->norm_w) {
         acts_free(a);
         return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
@@ -698,8 +774,10 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
 
 /* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], a row gather from the table by each row's token (lines 6-8). */
 static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
-    rx_tensor_to_f32(m->embed, a->w32);                                           /* [vocab, hidden] */
-    rows_by_index(a->h, a->w32, L->tok, L->R, m->cfg.hidden_size);
+    const int64_t H = m->cfg.hidden_size;           /* only the R rows asked for become fp32, never the table */
+    RX_OMP(omp parallel for schedule(static) if (L->R > 64))
+    for (int r = 0; r < L->R; r++)
+        for (int64_t i = 0; i < H; i++) a->h[r * H + i] = rx_tensor_at(m->embed, L->tok[r] * H + i);
 }
 
 /* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
@@ -711,9 +789,9 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     int R = L->R;
     rx_tensor_to_f32(W->input_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, c->hidden_size, eps);  /* xn = input_layernorm(h)  [R, hidden] */
-    linear_ref(a->q, a->xn, W->q_proj, a->w32, R);      /* q = xn @ Wq^T                  [R, n_heads*head_dim] */
-    linear_ref(a->k, a->xn, W->k_proj, a->w32, R);      /* k = xn @ Wk^T                  [R, n_kv*head_dim] */
-    linear_ref(a->v, a->xn, W->v_proj, a->w32, R);      /* v = xn @ Wv^T                  [R, n_kv*head_dim] */
+    linear_ref(a->q, a->xn, m, W->q_proj, R);      /* q = xn @ Wq^T                  [R, n_heads*head_dim] */
+    linear_ref(a->k, a->xn, m, W->k_proj, R);      /* k = xn @ Wk^T                  [R, n_kv*head_dim] */
+    linear_ref(a->v, a->xn, m, W->v_proj, R);      /* v = xn @ Wv^T                  [R, n_kv*head_dim] */
     rx_tensor_to_f32(W->q_norm, a->norm_w);
     rx_qk_norm_rope_ref(a->q, a->norm_w, L->pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
     rx_tensor_to_f32(W->k_norm, a->norm_w);
@@ -744,14 +822,14 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefAc
     if (attention_ref(q, kv, att, n_q, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim)) return -1;
     if (radix) rows_by_index(a->att, a->attN, L->ix.gather, R, QD);                   /* [N, .] -> [N', .] */
     float eps = (float)c->rms_norm_eps;
-    linear_ref(a->xn, a->att, W->o_proj, a->w32, R);    /* a = att @ Wo^T                 [R, hidden] */
+    linear_ref(a->xn, a->att, m, W->o_proj, R);    /* a = att @ Wo^T                 [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
     rx_tensor_to_f32(W->post_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, H, eps);  /* xn = post_attention_layernorm(h) */
-    linear_ref(a->gate, a->xn, W->gate_proj, a->w32, R);  /* gate = xn @ Wg^T             [R, intermediate] */
-    linear_ref(a->up, a->xn, W->up_proj, a->w32, R);      /* up   = xn @ Wu^T             [R, intermediate] */
+    linear_ref(a->gate, a->xn, m, W->gate_proj, R);  /* gate = xn @ Wg^T             [R, intermediate] */
+    linear_ref(a->up, a->xn, m, W->up_proj, R);      /* up   = xn @ Wu^T             [R, intermediate] */
     rx_silu_mul_ref(a->gate, a->gate, a->up, (size_t)R * I);
-    linear_ref(a->xn, a->gate, W->down_proj, a->w32, R);  /* mlp  = (silu(gate)*up) @ Wd^T [R, hidden] */
+    linear_ref(a->xn, a->gate, m, W->down_proj, R);  /* mlp  = (silu(gate)*up) @ Wd^T [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
     return 0;
 }
@@ -783,9 +861,9 @@ static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_
     if (embed) l2_normalize_rows(embed, xn, n, H);
     if (!logits) return;
     if (last_only || L->mode == RX_BASELINE) {
-        linear_ref(logits, xn, m->lm_head, a->w32, n);                      /* logits = xn @ W_lm^T  [n, V] */
+        linear_ref(logits, xn, m, m->lm_head, n);                      /* logits = xn @ W_lm^T  [n, V] */
     } else {
-        linear_ref(a->logits_R, xn, m->lm_head, a->w32, n);                 /* logits = xn @ W_lm^T  [N', V] */
+        linear_ref(a->logits_R, xn, m, m->lm_head, n);                 /* logits = xn @ W_lm^T  [N', V] */
         rows_by_index(logits, a->logits_R, L->ix.scatter, L->N, V);         /* [N', V] -> [N, V] */
     }
 }
@@ -802,7 +880,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build(&L, b, NULL, mode, RX_AUTO_THRESHOLD) ||
+    if (model_pack_ref(m) || layout_build(&L, b, NULL, mode, RX_AUTO_THRESHOLD) ||
         acts_alloc(&a, c, &L, last_only, logits != NULL, L.mode == RX_RADIX ? L.N : 0))
         goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
@@ -2429,7 +2507,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build(&L, b, pf, mode, RX_AUTO_THRESHOLD) ||
+    if (model_pack_ref(m) || layout_build(&L, b, pf, mode, RX_AUTO_THRESHOLD) ||
         acts_alloc(&a, c, &L, 1, last_logits != NULL, 0))
         goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
@@ -3448,7 +3526,11 @@ done:
 
 /* ------------------------------------------------------------------------------------------------ loading a model */
 typedef struct { void *map; size_t len; char *path; int copy; } MappedFile;   /* copy: map is a malloc'd copy */
-typedef struct { MappedFile *files; int n_files; void *owned; } ModelPriv;
+typedef struct {
+    MappedFile *files; int n_files;
+    void *owned;         /* a random model's tensors */
+    float **panels;      /* [n_tensors] each linear weight packed for the C reference's matmul (model_pack_ref) */
+} ModelPriv;
 
 static void unmap_file(MappedFile *mf) {
     if (mf->copy) free(mf->map);
@@ -3559,9 +3641,17 @@ void qwen3_free(Qwen3Model *m) {
     free(m->layers);
     if (p) {
         for (int i = 0; i < p->n_files; i++) unmap_file(&p->files[i]);
-        free(p->files); free(p->owned); free(p);
+        for (int i = 0; p->panels && i < m->n_tensors; i++) free(p->panels[i]);
+        free(p->files); free(p->owned); free(p->panels); free(p);
     }
     memset(m, 0, sizeof *m);
+}
+
+/* The slots of the reference's packed weights, made on first use (the model's tensor table is final by then). */
+static float **model_panels(const Qwen3Model *m) {
+    ModelPriv *p = (ModelPriv *)m->priv;
+    if (!p->panels) p->panels = (float **)calloc((size_t)m->n_tensors + 1, sizeof(float *));
+    return p->panels;
 }
 
 /* Maps one safetensors file and appends its tensors to the model's table. */

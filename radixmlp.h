@@ -177,11 +177,18 @@ int  rx_attention_ref(const float *q, const float *k, const float *v, float *out
 
 /* The reference's position-wise building blocks, fp32, row-major; exposed as the oracles of the CUDA kernels. */
 void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps);  /* [rows, dim] */
-void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out);        /* y = x @ w^T  */
+/* y = x @ w^T, the definition: each output a chain of fmaf over i = 0 .. in-1 in order, from 0. */
+void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out);
 /* The same y = x @ w^T, bit for bit, tiled, vectorized across outputs and threaded (what the forward runs), on the
- * weight packed by rx_pack_weight: W [out, in] of any dtype -> wp, out*in floats in strips of 16 outputs. */
+ * weight packed by rx_pack_weight: W [out, in] of any dtype -> wp, rx_packed_floats(out, in) floats in panels of 16
+ * outputs (out*in, rounded up to whole panels). */
+size_t rx_packed_floats(int out, int in);
 void rx_pack_weight(float *wp, const RxTensor *W);
 void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out);
+/* The matmul's instruction set: want "portable" (plain C fmaf) or "auto" (AVX2 + FMA where the CPU has them) sets
+ * it; NULL leaves it (first use: $RADIXMLP_CPU, else auto). Returns the path in effect: "portable" or "avx2". Every
+ * path gives the same bits. */
+const char *rx_cpu_path(const char *want);
 /* Threads of the C reference (OpenMP; always 1 in a build without it): n > 0 sets the count, n <= 0 leaves it
  * (OMP_NUM_THREADS, or every core). Returns the count in effect. The results never depend on it. */
 int  rx_threads(int n);

@@ -1029,39 +1029,47 @@ static void test_reference_radix_equals_baseline_table7a(void) {
 }
 
 /* The forward's matmul (packed weight, tiled, vectorized across outputs, threaded) against the definition
- * rx_matmul_ref, bit for bit: every sum over i in the same increasing order. At edge shapes (one row, rows past a
- * 4-row tile, outputs below, at and past a 16-wide strip, a narrow last strip of 1 to 15), each row also alone
- * (rows = 1): a row's result must not depend on the rows around it or on its place in a tile; 1 and 2 threads. */
+ * rx_matmul_ref, bit for bit: every output the same chain of fmaf over i in increasing order. On every instruction
+ * set path (portable C and, where the CPU has it, AVX2), at edge shapes (one row, rows below, at and past a 6-row
+ * tile, outputs below, at and past a 16-wide panel, a last panel of 1 to 15), each row also alone (rows = 1): a
+ * row's result must not depend on the rows around it, on its place in a tile, or on the path; 1 and 2 threads. */
 static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     static const int shapes[][3] = {{1, 64, 16}, {3, 7, 17}, {4, 33, 5}, {5, 64, 48}, {9, 100, 33}, {13, 1, 100},
-                                    {2, 50, 31}};   /* rows, in, out */
+                                    {2, 50, 31}, {6, 257, 16}, {7, 129, 47}, {64, 300, 200}};   /* rows, in, out */
+    static const char *paths[] = {"portable", "auto"};
     int threads0 = rx_threads(0), cases = 0, n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
+    const char *path0 = rx_cpu_path(NULL), *ran[2];
     uint64_t rng = 18;
     for (int c = 0; c < n_shapes; c++) {
         int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
         float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng), *w = rand_floats((size_t)out * in, -1.0f, 1.0f, &rng);
-        float *wp = floats((size_t)in * out), *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
+        float *wp = floats(rx_packed_floats(out, in)), *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
         RxTensor W = {0};                               /* w as the forward sees a weight: F32 [out, in] */
         W.dtype = RX_F32, W.rank = 2, W.shape[0] = out, W.shape[1] = in, W.data = w, W.nbytes = (size_t)out * in * 4;
         rx_pack_weight(wp, &W);
         rx_matmul_ref(ref, x, w, rows, in, out);
-        for (int t = 1; t <= 2; t++) {
-            char what[96];
-            rx_threads(t);
-            rx_matmul_packed_ref(got, x, wp, rows, in, out);
-            snprintf(what, sizeof what, "[%d, %d] @ [%d, %d]^T, %d thread%s", rows, in, out, in, t, t > 1 ? "s" : "");
-            expect_identical(what, got, ref, (size_t)rows * out);
-            for (int r = 0; r < rows; r++) rx_matmul_packed_ref(got + (size_t)r * out, x + (size_t)r * in, wp, 1, in, out);
-            snprintf(what, sizeof what, "[%d, %d] @ [%d, %d]^T, row by row, %d thread%s", rows, in, out, in, t,
-                     t > 1 ? "s" : "");
-            expect_identical(what, got, ref, (size_t)rows * out);
-            cases++;
-        }
+        for (int p = 0; p < 2; p++)
+            for (int t = 1; t <= 2; t++) {
+                char what[128];
+                ran[p] = rx_cpu_path(paths[p]);
+                rx_threads(t);
+                rx_matmul_packed_ref(got, x, wp, rows, in, out);
+                snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, %d thread%s", ran[p], rows, in, out, in, t,
+                         t > 1 ? "s" : "");
+                expect_identical(what, got, ref, (size_t)rows * out);
+                for (int r = 0; r < rows; r++)
+                    rx_matmul_packed_ref(got + (size_t)r * out, x + (size_t)r * in, wp, 1, in, out);
+                snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, row by row, %d thread%s", ran[p], rows, in,
+                         out, in, t, t > 1 ? "s" : "");
+                expect_identical(what, got, ref, (size_t)rows * out);
+                cases++;
+            }
         free(x); free(w); free(wp); free(ref); free(got);
     }
     rx_threads(threads0);
-    summary("%d shapes x {1, 2} threads, whole and row by row: rx_matmul_packed_ref == rx_matmul_ref bit for bit",
-            cases / 2);
+    rx_cpu_path(path0);
+    summary("%d shapes x paths {%s, %s} x {1, 2} threads, whole and row by row: rx_matmul_packed_ref == rx_matmul_ref "
+            "bit for bit", n_shapes, ran[0], ran[1]);
 }
 
 /* The thread count changes who computes a row, never how: the logits of every mode with 2 threads equal the
