@@ -23,7 +23,8 @@ GENCODE   := $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
 CFLAGS    ?= -O2
 CFLAGS    += -std=c99 -Wall -Wextra -Werror=implicit-function-declaration -D_DEFAULT_SOURCE
 # The C reference runs its loops on every core with OpenMP (OMP_NUM_THREADS=n to choose) and must give the same bits
-# on any build: -ffp-contract=off on every line, so that no compiler fuses a * b + c into an FMA in one loop and not
+# on any build: its matmul is an explicit chain of FMAs (fmaf, or the AVX2 instruction chosen at run time), and
+# -ffp-contract=off on every line keeps any compiler from fusing any other a * b + c into an FMA in one loop and not
 # in another (radixmlp.cu, "the plain-c reference forward"). nvcc passes the matmul's `#pragma GCC unroll` on to
 # gcc but warns that it does not know it itself (1675): silenced.
 OMP       := -fopenmp

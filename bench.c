@@ -23,8 +23,9 @@
  *   index       radix_index_build on one CPU thread, CLOCK_MONOTONIC, median and mean over >= 0.2 s.
  *   kernels     gpu_rows_by_index, gpu_copy, gpu_gemm on random device buffers (uploaded from the host, never
  *               zero), timed by gpu_time_median: CUDA events, median after a warm-up.
- *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) per forward, median of rounds of the three
- *               modes in turn; the first round's logits checked (finite; radix and compact == baseline bit for bit).
+ *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) and process CPU time per forward, medians of
+ *               `reps` rounds of the three modes in turn after a warm-up round, whose logits are checked (finite;
+ *               radix and compact == baseline bit for bit).
  * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random: qwen3_random's
  * model, rounded). That model is made on the host in fp32 first: 4 bytes of host memory per parameter (computed,
  * not measured: ~33 GB for the 8B configuration, untied, while it is uploaded).
@@ -1118,9 +1119,8 @@ static int attention_bench(const ModelSpec *m, int reps, int quick)
 /* The same effect on any processor: the position-wise work of the C reference scales with N', its attention with N
  * (radix) or with the N' queries (compact). Random fp32 weights at a model's width, CPU_LAYERS layers, a small
  * vocabulary (the LM head runs on the B last tokens only, so its size barely counts; ids are folded into it). Wall
- * time of qwen3_forward_ref_last per forward (CLOCK_MONOTONIC), the median of `reps` rounds of baseline, radix,
- * compact in turn; no warm-up is needed on a CPU, the first round's logits are checked instead: finite, and radix
- * and compact equal to baseline bit for bit. */
+ * time of qwen3_forward_ref_last per forward (CLOCK_MONOTONIC) and the process's CPU time, the median of `reps`
+ * rounds of baseline, radix, compact in turn after a warm-up round (cpu_time_modes). */
 #define CPU_LAYERS 1
 #define CPU_VOCAB 8192
 
@@ -1155,11 +1155,14 @@ static int cpu_prefix_batch(RxBatch *b, int B, int P, int S)
     return 0;
 }
 
-/* ms[k]: median wall ms of MODES[k] over reps rounds; *n_compact: N'. */
-static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, double ms[3], int *n_compact)
+/* ms[k]: median wall ms of MODES[k] over reps rounds, cpu_ms[k]: the median process CPU ms of the same forwards (all
+ * threads: on a busy machine the steadier figure); *n_compact: N'. Round -1 is the warm-up, not timed: it packs the
+ * model's weights (once per model) and its logits are checked: finite, radix and compact equal to baseline. */
+static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, double ms[3], double cpu_ms[3],
+                          int *n_compact)
 {
     size_t n = (size_t)b->n_seqs * m->cfg.vocab_size, bad = 0;
-    double *t = malloc(3 * reps * sizeof *t);
+    double *t = malloc(6 * reps * sizeof *t), *c = t + 3 * reps;
     float *logits = malloc(3 * n * sizeof *logits);
     RadixIndex ix;
     int rc = !t || !logits;
@@ -1168,23 +1171,26 @@ static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, doubl
         *n_compact = ix.n_compact;
         radix_index_free(&ix);
     }
-    for (int r = 0; r < reps && !rc; r++)
+    for (int r = -1; r < reps && !rc; r++)
         for (int k = 0; k < 3 && !rc; k++) {
-            double t0 = now_s();
-            rc = qwen3_forward_ref_last(m, b, MODES[k], r ? logits : logits + k * n, NULL) != 0;
-            t[k * reps + r] = 1e3 * (now_s() - t0);
+            double t0 = now_s(), c0 = cpu_s();
+            rc = qwen3_forward_ref_last(m, b, MODES[k], r >= 0 ? logits : logits + k * n, NULL) != 0;
+            if (r >= 0) t[k * reps + r] = 1e3 * (now_s() - t0), c[k * reps + r] = 1e3 * (cpu_s() - c0);
             if (rc) fprintf(stderr, "bench: qwen3_forward_ref_last (%s) failed: %s\n", rx_mode_name(MODES[k]), radix_error());
-            if (!rc && r == 0 && (rx_max_abs_diff(logits + k * n, NULL, n, &bad), bad < n)) {
+            if (!rc && r < 0 && (rx_max_abs_diff(logits + k * n, NULL, n, &bad), bad < n)) {
                 fprintf(stderr, "bench: the %s forward produced a non-finite logit: not timed\n", rx_mode_name(MODES[k]));
                 rc = 1;
             }
-            if (!rc && r == 0 && k > 0 && memcmp(logits + k * n, logits, n * sizeof *logits)) {
+            if (!rc && r < 0 && k > 0 && memcmp(logits + k * n, logits, n * sizeof *logits)) {
                 fprintf(stderr, "bench: the %s logits differ from the baseline's: the C reference is broken\n",
                         rx_mode_name(MODES[k]));
                 rc = 1;
             }
         }
-    for (int k = 0; k < 3 && !rc; k++) ms[k] = median(t + k * reps, reps);
+    for (int k = 0; k < 3 && !rc; k++) {
+        ms[k] = median(t + k * reps, reps);
+        cpu_ms[k] = median(c + k * reps, reps);
+    }
     free(t);
     free(logits);
     return rc;
@@ -1204,6 +1210,7 @@ __attribute__((target("avx2,fma"))) static double fma_peak_gflops(void)
     for (int r = 0; r < 3; r++) {
         double c0 = cpu_s();
         for (long i = 0; i < n; i++)
+#pragma GCC unroll 12
             for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
         double g = 12.0 * 8 * 2 * n / (cpu_s() - c0) * 1e-9;
         best = g > best ? g : best;
@@ -1290,7 +1297,8 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
         {"B", "B"}, {"P", "P"}, {"S", "S"}, {"N", "N"}, {"N'", "N_compact"}, {"gamma", "gamma"},
         {"base ms", "base_ms"}, {"radix ms", "radix_ms"}, {"compact ms", "compact_ms"}, {"radix x", "radix_x"},
         {"compact x", "compact_x"}, {"paper P", "paper_P"}, {"paper S", "paper_S"}, {"paper gamma", "paper_gamma"},
-        {"paper base ms", "paper_base_ms"}, {"paper radix ms", "paper_radix_ms"}, {"paper x", "paper_x"}};
+        {"paper base ms", "paper_base_ms"}, {"paper radix ms", "paper_radix_ms"}, {"paper x", "paper_x"},
+        {"base CPU ms", "base_cpu_ms"}, {"radix CPU ms", "radix_cpu_ms"}, {"compact CPU ms", "compact_cpu_ms"}};
     const int B = quick ? 4 : 8, n_prefix = quick ? 2 : 4, n_suffix = quick ? 1 : 2;
     const int *prefix = quick ? QUICK_P : PREFIX, *suffix = quick ? QUICK_S : SUFFIX;
     char title[200], lead[200], name[128];
@@ -1301,17 +1309,17 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
              name, rx_threads(0));
     snprintf(title, sizeof title, "Table 4 on the CPU: C reference, Qwen3-0.6B width (%d layer%s, random fp32 "
              "weights), B = %d, shared prefix P + unique suffix S", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "", B);
-    table_begin(title, cols, 17, "model,device");
+    table_begin(title, cols, 20, "model,device");
     *n_pts = 0;
     for (int si = 0; si < n_suffix; si++)
         for (int pi = 0; pi < n_prefix; pi++) {
             int P = prefix[pi], S = suffix[si], Nc = 0;
-            double ms[3], pg = 0, gamma;
+            double ms[3], cpu_ms[3], pg = 0, gamma;
             RxBatch b;
             Row r = {0};
             fprintf(stderr, "bench: table 4 --cpu, P = %d, S = %d, %d reps\n", P, S, reps);
             if (cpu_prefix_batch(&b, B, P, S)) { qwen3_free(&m); return 1; }
-            if (cpu_time_modes(&m, &b, reps, ms, &Nc)) { rx_batch_free(&b); qwen3_free(&m); return 1; }
+            if (cpu_time_modes(&m, &b, reps, ms, cpu_ms, &Nc)) { rx_batch_free(&b); qwen3_free(&m); return 1; }
             gamma = (double)Nc / b.n_tokens;
             const PaperT4 *p = paper_t4_nearest(gamma, &pg);
             cell(&r, "%d", B); cell(&r, "%d", P); cell(&r, "%d", S); cell(&r, "%d", b.n_tokens); cell(&r, "%d", Nc);
@@ -1320,13 +1328,14 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
             cell(&r, "%.2f", ms[0] / ms[1]); cell(&r, "%.2f", ms[0] / ms[2]);
             cell(&r, "%d", p->P); cell(&r, "%d", p->S); cell(&r, "%.3f", pg);
             cell(&r, "%.1f", p->base_ms); cell(&r, "%.1f", p->radix_ms); cell(&r, "%.2f", p->speedup);
+            cell(&r, "%.0f", cpu_ms[0]); cell(&r, "%.0f", cpu_ms[1]); cell(&r, "%.0f", cpu_ms[2]);
             table_row(&r, lead);
             pts[(*n_pts)++] = (Point){P, S, ms[0] / ms[1], ms[0] / ms[2], -1};
             rx_batch_free(&b);
         }
     qwen3_free(&m);
     printf("\nx = baseline ms / mode ms: wall time of one forward (qwen3_forward_ref_last, logits of the B last tokens),"
-           " medians of %d rounds;\nradix and compact logits equal baseline bit for bit (checked). The paper's columns: "
+           " medians of %d rounds after a warm-up (CPU ms: the process's CPU time, all threads);\nradix and compact logits equal baseline bit for bit (checked). The paper's columns: "
            "the row of its Table 4 (Qwen3-4B, H100,\nfp16, B = 32) with the nearest gamma = N'/N, the paper's "
            "numbers, not a measurement of this code.\n\n", reps);
     return 0;
@@ -1364,7 +1373,8 @@ static int cpu_table2(const ModelSpec *only, int reps, int quick)
         if (quick && mi > 0) continue;                        /* --quick: Qwen3-0.6B's width only */
         fprintf(stderr, "bench: table 2 --cpu, %s width, %d reps\n", ms_->name, reps);
         if (cpu_model(&m, ms_)) { rx_batch_free(&b); return 1; }
-        int rc = cpu_time_modes(&m, &b, reps, ms, &Nc);
+        double cpu_ms[3];
+        int rc = cpu_time_modes(&m, &b, reps, ms, cpu_ms, &Nc);
         qwen3_free(&m);
         if (rc) { rx_batch_free(&b); return 1; }
         {   /* attention alone at the baseline layout: N query rows, keys t0..i of the same sequence */
@@ -1539,7 +1549,7 @@ int main(int argc, char **argv)
     if (svg && !replot && table != 4)
         return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
     if (cpu && table != 4 && table != 2) return usage_error("--cpu runs --table 4 or --table 2 on the CPU", NULL);
-    if (!reps) reps = quick ? 2 : prefix_cache ? 15 : cpu ? 3 : 5;   /* the CPU tables are short: more rounds */
+    if (!reps) reps = quick ? 2 : prefix_cache ? 15 : 5;
     if (cpu) {   /* the C reference: no GPU needed */
         if (csv && !(g_csv = fopen(csv, "w"))) {
             fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));

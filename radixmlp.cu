@@ -333,9 +333,11 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  *
  * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
  * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
- * the compiler vectorizes them without reordering any sum (no -ffast-math). -ffp-contract=off (Makefile) keeps any
- * compiler from fusing a mul and an add into one FMA in one place and not in another; without -fopenmp (the
- * emulator's build) the pragmas vanish and one thread runs the same code. */
+ * the compiler vectorizes them without reordering any sum (no -ffast-math). The rule for the bits: a matmul output
+ * is a chain of fused multiply-adds (fmaf, one rounding each) in a fixed order, on every path and instruction set
+ * (rx_matmul_ref states it); everywhere else a mul and an add round separately, and -ffp-contract=off (Makefile)
+ * keeps any compiler from fusing them in one place and not in another. Without -fopenmp (the emulator's build) the
+ * pragmas vanish and one thread runs the same code. */
 #ifdef _OPENMP
 #define RX_OMP(directive) _Pragma(#directive)
 static int rx_thread(void) { return omp_get_thread_num(); }
