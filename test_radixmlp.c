@@ -1107,34 +1107,44 @@ static void test_random_model_identical_for_1_and_2_threads(void) {
     note_rejected(rc, 0, "intermediate_size 0");
 }
 
-static void test_logits_identical_for_1_and_2_threads_every_mode(void) {
+/* The matmul's instruction set changes nothing either: each mode on the portable path and on the fastest one (AVX2
+ * where the CPU has it) equals the baseline on the fastest path with 1 thread. */
+static void test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path(void) {
+    static const char *paths[] = {"portable", "auto"};
     Qwen3Config cfg = tiny_config();
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 12)) { expect(0, "qwen3_random: %s", radix_error()); return; }
     int threads0 = rx_threads(0), two = (rx_threads(2), rx_threads(0)), cases = 0;
+    const char *path0 = rx_cpu_path(NULL), *ran[2] = {"", ""};
     for (size_t p = 0; p < sizeof table7a / sizeof table7a[0]; p++) {
         RxBatch b = pattern_batch(&table7a[p], cfg.vocab_size, 200 + p);
         size_t n = (size_t)b.n_tokens * cfg.vocab_size;
         float *one = floats(n), *got = floats(n);
         rx_threads(1);
+        const char *base = rx_cpu_path("auto");
         int ok = one && got && !qwen3_forward_ref(&m, &b, RX_BASELINE, one);
         expect(ok, "%s: 1 thread: %s", table7a[p].name, radix_error());
         rx_threads(2);
-        for (int mode = RX_BASELINE; ok && mode <= RX_COMPACT; mode++) {
-            char what[96];
-            snprintf(what, sizeof what, "%s: %s, %d threads vs baseline, 1 thread", table7a[p].name,
-                     rx_mode_name((RxMode)mode), two);
-            ok = !qwen3_forward_ref(&m, &b, (RxMode)mode, got);
-            expect(ok, "%s: %s", what, radix_error());
-            if (ok) cases += expect_identical(what, got, one, n);
+        for (int k = 0; k < 2; k++) {
+            ran[k] = rx_cpu_path(paths[k]);
+            for (int mode = RX_BASELINE; ok && mode <= RX_COMPACT; mode++) {
+                char what[128];
+                snprintf(what, sizeof what, "%s: %s, %s, %d threads vs baseline, %s, 1 thread", table7a[p].name,
+                         rx_mode_name((RxMode)mode), ran[k], two, base);
+                ok = !qwen3_forward_ref(&m, &b, (RxMode)mode, got);
+                expect(ok, "%s: %s", what, radix_error());
+                if (ok) cases += expect_identical(what, got, one, n);
+            }
         }
         free(one); free(got);
         rx_batch_free(&b);
     }
     rx_threads(threads0);
+    rx_cpu_path(path0);
     qwen3_free(&m);
     if (two < 2) note("built without OpenMP: only 1 thread to compare with");
-    summary("%d patterns x 3 modes with %d threads: logits bit-identical to the baseline with 1 thread", cases / 3, two);
+    summary("%d patterns x 3 modes x paths {%s, %s} with %d threads: logits bit-identical to the baseline with 1 "
+            "thread", cases / 6, ran[0], ran[1], two);
 }
 
 /* Batches a C API caller could build by hand, each inconsistent in one field; both forwards must refuse each with its
@@ -4424,7 +4434,8 @@ static const Test tests[] = {
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
     {"reference", "matmul_packed_equals_definition_bit_for_bit", test_matmul_packed_equals_definition_bit_for_bit},
     {"reference", "random_model_identical_for_1_and_2_threads", test_random_model_identical_for_1_and_2_threads},
-    {"reference", "logits_identical_for_1_and_2_threads_every_mode", test_logits_identical_for_1_and_2_threads_every_mode},
+    {"reference", "logits_identical_for_1_and_2_threads_every_mode_and_cpu_path",
+     test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path},
     {"reference", "last_token_logits_and_embeddings", test_last_token_logits_and_embeddings},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
     {"reference", "auto_mode_compacts_only_below_threshold", test_auto_mode_compacts_only_below_threshold},
