@@ -57,7 +57,11 @@
 #include <omp.h>
 #endif
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define RX_X86 1
 #include <immintrin.h>                  /* the matmul's AVX2 tile, chosen at run time (rx_matmul_packed_ref) */
+#define RX_CLONES __attribute__((target_clones("avx2", "default")))   /* and AVX2 copies of attention's loops */
+#else
+#define RX_CLONES
 #endif
 #ifndef RADIXMLP_HOST_ONLY
 #include <cublas_v2.h>
@@ -439,8 +443,7 @@ static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *const xr[
 }
 
 /* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them. */
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define MM_X86 1
+#ifdef RX_X86
 __attribute__((target("avx2,fma")))
 static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_ROWS], const float *panel, int in) {
     __m256 a[MM_ROWS][2];
@@ -475,7 +478,7 @@ const char *rx_cpu_path(const char *want) {
     if (!want && mm_tile) return mm_tile == mm_tile_portable ? "portable" : "avx2";
     if (!want) want = env && *env ? env : "auto";
     mm_tile = mm_tile_portable;
-#ifdef MM_X86
+#ifdef RX_X86
     if (strcmp(want, "portable") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         mm_tile = mm_tile_avx2;
 #endif
@@ -532,6 +535,39 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
  *   Part II, prefill:                layer l of the paged pool [slot, n_layers, n_kv*head_dim], read through slots */
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
+/* Attention's two sums, each a chain of a mul and an add per term in a fixed order (the dot product's arithmetic),
+ * their partial sums kept in registers, a block of outputs at a time (enough independent chains to hide the add's
+ * latency): s[j] = q . k_j for keys j = 0 .. len-1, summed over i = 0 .. head_dim-1, from kt [head_dim][n_t] (rows
+ * n_t apart, the keys side by side; a last block past len reads on into the next keys or the buffer's ATT_KEYS
+ * zeros, and stores nothing); o[i] = sum over j = 0 .. len-1 of p[j] * v_j[i], v_j key t0+j's row through kv, from
+ * offset at. RX_CLONES: a second copy for AVX2 where the CPU has it; the same roundings, twice the lanes. */
+enum { ATT_KEYS = 32, ATT_DIMS = 64 };
+RX_CLONES
+static void attention_scores(float *s, const float *q, const float *kt, size_t n_t, int len, int head_dim) {
+    for (int j0 = 0; j0 < len; j0 += ATT_KEYS) {
+        float acc[ATT_KEYS] = {0.0f};
+        for (int i = 0; i < head_dim; i++)
+            for (int c = 0; c < ATT_KEYS; c++) acc[c] += q[i] * kt[(size_t)i * n_t + j0 + c];
+        memcpy(s + j0, acc, sizeof(float) * (size_t)(len - j0 < ATT_KEYS ? len - j0 : ATT_KEYS));
+    }
+}
+
+RX_CLONES
+static void attention_values(float *o, const float *p, const KvView *kv, int t0, int len, int at, int head_dim) {
+    for (int i0 = 0; i0 < head_dim; i0 += ATT_DIMS) {
+        int width = head_dim - i0 < ATT_DIMS ? head_dim - i0 : ATT_DIMS;
+        float acc[ATT_DIMS] = {0.0f};
+        for (int j = 0; j < len; j++) {
+            const float *v = kv->v + (size_t)(kv->kv_row ? kv->kv_row[t0 + j] : t0 + j) * kv->row_stride + at + i0;
+            if (width == ATT_DIMS)
+                for (int c = 0; c < ATT_DIMS; c++) acc[c] += p[j] * v[c];
+            else                                       /* a head_dim that is no multiple of ATT_DIMS */
+                for (int c = 0; c < width; c++) acc[c] += p[j] * v[c];
+        }
+        memcpy(o + i0, acc, sizeof(float) * (size_t)width);
+    }
+}
+
 /* rx_attention_ref, its keys and values read through kv. The keys are first copied transposed, kt [n_kv_heads,
  * head_dim, n_t], so that a query's scores s_t = q . k_t are summed over i in increasing order (exactly the dot
  * product's arithmetic) by a loop across keys t, side by side in memory: it vectorizes, a dot product would not. */
@@ -546,11 +582,13 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
     }
     int n_threads = rx_threads(0);
     float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float)), /* [threads, longest] softmax weights */
-          *kt = (float *)malloc((size_t)n_kv_heads * head_dim * n_t * sizeof(float) + 1);   /* [kv, head_dim, n_t] */
+          *kt = (float *)malloc(((size_t)n_kv_heads * head_dim * n_t + ATT_KEYS) * sizeof(float));
+                                                     /* [kv, head_dim, n_t], then ATT_KEYS zeros */
     if (!p_all || !kt) {
         free(p_all); free(kt);
         return rx_fail("out of host memory for attention scores (%d keys)", n_t);
     }
+    memset(kt + (size_t)n_kv_heads * head_dim * n_t, 0, ATT_KEYS * sizeof(float));
     RX_OMP(omp parallel for schedule(static))
     for (int t = 0; t < n_t; t++) {
         const float *kr = kv->k + (size_t)(kv_row ? kv_row[t] : t) * kv->row_stride;
@@ -564,22 +602,11 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         int g = q_orig ? q_orig[r] : r, t0 = seq_start[g], len = g - t0 + 1;   /* keys: positions t0..g of g's sequence */
         const float *qh = q + (size_t)r * qd + h * head_dim;
         float *p = p_all + (size_t)rx_thread() * longest, mx = -INFINITY, z = 0.0f;
-        for (int j = 0; j < len; j++) p[j] = 0.0f;
-        for (int i = 0; i < head_dim; i++) {                           /* p[j] += q[i] * k_{t0+j}[i], all j at once */
-            const float *kti = kt + ((size_t)kvh * head_dim + i) * n_t + t0, qi = qh[i];
-            RX_SIMD
-            for (int j = 0; j < len; j++) p[j] += qi * kti[j];
-        }
+        attention_scores(p, qh, kt + (size_t)kvh * head_dim * n_t + t0, n_t, len, head_dim);
         for (int j = 0; j < len; j++) mx = fmaxf(mx, p[j] *= scale);
         for (int j = 0; j < len; j++) z += (p[j] = expf(p[j] - mx));
-        float *o = out + (size_t)r * qd + h * head_dim;
-        for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
-        for (int j = 0; j < len; j++) {
-            const float *vt = kv->v + (size_t)(kv_row ? kv_row[t0 + j] : t0 + j) * kv->row_stride + kvh * head_dim;
-            float pt = p[j] / z;
-            RX_SIMD
-            for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
-        }
+        for (int j = 0; j < len; j++) p[j] /= z;
+        attention_values(out + (size_t)r * qd + h * head_dim, p, kv, t0, len, kvh * head_dim, head_dim);
     }
     free(p_all); free(kt);
     return 0;
