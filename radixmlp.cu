@@ -39,6 +39,7 @@
  *   - cuBLAS is column-major, our tensors row-major: see gpu_gemm() for the transpose trick.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -2223,7 +2224,7 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
         for (int32_t p = 0; p < c->pool->n_pages; p++) {
             const HashEntry *e = &c->entry[p];
             if (!e->used) continue;
-            fprintf(out, "model %llu ", (unsigned long long)e->model_id);
+            fprintf(out, "model id %016llx ", (unsigned long long)e->model_id);
             draw_page_run(out, c->entry_tokens + (size_t)p * c->P, &p, 1, c->P);
             if (e->parent_serial) fprintf(out, "  after page %d", e->parent_page);
             fprintf(out, "%s\n", hash_reachable(c, p) ? "" : "  (orphan)");
@@ -2235,7 +2236,8 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
     for (int32_t i = 0; i < c->cap_nodes; i++) first[i] = c->node[i].child, next[i] = c->node[i].sibling;
     for (int32_t r = 0; r < c->cap_nodes; r++)                  /* each root, one tree per model */
         if (c->node[r].used && c->node[r].parent < 0) {
-            fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
+            fprintf(out, "model id %016llx (whose K/V this tree holds; no other model reads it)\n",
+                    (unsigned long long)c->node[r].model_id);
             draw_tree(out, first, next, r, c->cap_nodes, radix_node_line, c);
         }
     free(first);
@@ -3114,6 +3116,8 @@ static void json_free(Json *j) { free(j->v); free(j->strs); memset(j, 0, sizeof 
 /* Parses text[0..len) into j; the root is value 0. On error, says where. */
 static int json_parse(Json *j, const char *text, size_t len, const char *file) {
     memset(j, 0, sizeof *j);
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3))   /* what Windows editors write; JSON (RFC 8259) forbids it */
+        return rx_fail("%s: starts with a UTF-8 byte-order mark (EF BB BF): save it as UTF-8 without one", file);
     j->p = text; j->end = text + len;
     if (!(j->strs = (char *)malloc(len + 1))) return rx_fail("%s: out of host memory parsing JSON", file);
     int root = json_value(j);
@@ -3394,6 +3398,10 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     /* What this forward does not compute is refused, never approximated: other activations, projection biases. */
     int act = jget(j, 0, "hidden_act"), bias;
     char shown[80];
+    int type = jget(j, 0, "model_type");      /* absent: as transformers' Qwen3Config, which writes "qwen3" */
+    if (type >= 0 && (j->v[type].type != J_STR || strcmp(jstr(j, type), "qwen3")))
+        return rx_fail("%s: \"model_type\" is %s; this code computes Qwen3 only (\"qwen3\")", file,
+                       cfg_show(j, type, shown, sizeof shown));
     if (act >= 0 && (j->v[act].type != J_STR || strcmp(jstr(j, act), "silu")))
         return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file,
                        cfg_show(j, act, shown, sizeof shown));
@@ -3468,7 +3476,10 @@ static int map_file(MappedFile *mf, const char *path, size_t max_bytes, int copy
     if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
     mf->len = (size_t)st.st_size;
-    if (mf->len > max_bytes) { close(fd); return rx_fail("%s: larger than %zu bytes", path, max_bytes); }
+    if (mf->len > max_bytes) {
+        close(fd);
+        return rx_fail("%s: %zu bytes, more than the %zu MiB such a file may have", path, mf->len, max_bytes >> 20);
+    }
     if ((mf->copy = copy)) {
         size_t n = 0;
         ssize_t got = 1;
@@ -3482,6 +3493,46 @@ static int map_file(MappedFile *mf, const char *path, size_t max_bytes, int copy
     }
     close(fd);
     if (!(mf->path = strdup(path))) { unmap_file(mf); return rx_fail("%s: out of host memory", path); }
+    return 0;
+}
+
+int rx_read_text(const char *path, size_t max_bytes, char **text, size_t *len) {
+    MappedFile mf;
+    if (map_file(&mf, path, max_bytes, 1)) return -1;
+    ((char *)mf.map)[mf.len] = '\0';
+    *text = (char *)mf.map;
+    *len = mf.len;
+    free(mf.path);
+    return 0;
+}
+
+/* One spelling of a path that may not exist yet: its folder made absolute (realpath), then its last name. */
+static int canonical_path(const char *path, char *out, size_t n) {
+    char dir[4096], real[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (strlen(path) >= sizeof dir || !realpath(dir, real)) return -1;
+    snprintf(out, n, "%s/%s", real, slash ? slash + 1 : path);
+    return 0;
+}
+
+int rx_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    char ca[8192], cb[8192];
+    if (!stat(a, &sa) && !stat(b, &sb)) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return !canonical_path(a, ca, sizeof ca) && !canonical_path(b, cb, sizeof cb) && !strcmp(ca, cb);
+}
+
+/* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so. */
+int rx_close_output(FILE *f, const char *path) {
+    int bad = fflush(f) != 0 || ferror(f), err = errno;
+    if (fclose(f) && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    if (bad) return rx_fail("%s: cannot write: %s", path, err ? strerror(err) : "write error");
     return 0;
 }
 
@@ -4023,6 +4074,16 @@ static int check_model(const char *dir) {
            : m.lm_head == m.embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
            "untied, as transformers does");
     int64_t params = 0;
+    for (int i = 0; i < m.n_tensors; i++) {      /* every weight finite: one NaN would poison every logit after it */
+        const RxTensor *t = &m.tensors[i];
+        for (int64_t k = 0, n = rx_numel(t); t->dtype != RX_OTHER_DTYPE && k < n; k++)
+            if (!isfinite(rx_tensor_at(t, k))) {
+                rx_fail("%s: tensor '%s' holds %g at element %lld of %lld: a checkpoint needs finite weights", t->file,
+                        t->name, rx_tensor_at(t, k), (long long)k, (long long)n);
+                qwen3_free(&m);
+                return -1;
+            }
+    }
     for (int i = 0; i < m.n_tensors; i++) {
         const RxTensor *t = &m.tensors[i];
         params += rx_numel(t);
@@ -4037,8 +4098,8 @@ static int check_model(const char *dir) {
     else snprintf(count, sizeof count, "%.*f %s", params < 1000000000 ? 1 : 2,
                   params / (params < 1000000 ? 1e3 : params < 1000000000 ? 1e6 : 1e9),
                   params < 1000000 ? "K" : params < 1000000000 ? "M" : "B");
-    printf("%d tensors, %s parameters, every tensor the config needs is present with the right shape\n",
-           m.n_tensors, count);
+    printf("%d tensors, %s parameters, every tensor the config needs is present with the right shape, every weight "
+           "finite\n", m.n_tensors, count);
     qwen3_free(&m);
     return 0;
 }
@@ -4047,10 +4108,20 @@ static int check_model(const char *dir) {
 static int write_f32(const char *path, const float *out, int rows, int cols, const char *what) {
     size_t n = (size_t)rows * cols;
     FILE *f = fopen(path, "wb");
-    int bad = !f || fwrite(out, sizeof(float), n, f) != n;
-    if ((f && fclose(f)) || bad) return rx_fail("%s: cannot write the %s: %s", path, what, strerror(errno));
+    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    fwrite(out, sizeof(float), n, f);
+    if (rx_close_output(f, path)) return -1;
     printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
     return 0;
+}
+
+/* A NaN or Inf in a forward's output [rows, cols] is an error, never a result: the first one, by row and column. */
+static int check_finite(const float *out, int rows, int cols, const char *what, const char *dir) {
+    size_t n = (size_t)rows * cols, bad;
+    rx_max_abs_diff(out, NULL, n, &bad);
+    if (bad == n) return 0;
+    return rx_fail("the %s hold %g at row %zu, column %zu (radixmlp --check --model %s looks for non-finite weights)",
+                   what, out[bad], bad / cols, bad % cols, dir);
 }
 
 /* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits. */
@@ -4089,6 +4160,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         printf("C reference, mode %s%s: %.1f ms\n", rx_mode_name(ran), mode == RX_AUTO ? " (chosen by auto)" : "",
                rx_now_ms() - t0);
     }
+    if (check_finite(logits, rows, cols, what, dir)) goto done;
     for (int s = 0; !embed && s < b.n_seqs; s++) {      /* the greedy next token of each sequence */
         const float *row = logits + (size_t)(last_only ? s : b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;
         int best = 0;
@@ -4149,12 +4221,14 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         if (!f) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
         fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
         for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
-        if (fclose(f)) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
+        if (rx_close_output(f, stats)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
+    if (dump && check_finite(logits, n, V, "last-token logits [n_requests, vocab]", dir)) goto done;
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
-    printf("requests %d in %d batches, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
-           n, st.n_batches, st.prompt_tokens, st.cached_tokens, 100.0 * st.cached_tokens / st.prompt_tokens);
+    printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
+           n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
+           100.0 * st.cached_tokens / st.prompt_tokens);
     printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, pages in use by the cache %d of %d\n",
            st.rows_computed, st.prompt_tokens - st.cached_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
     if (st.request_pages || st.held_after_flush) {
@@ -4192,9 +4266,29 @@ static int parse_count(const char *flag, const char *s, int lo, int hi, int *out
     return 0;
 }
 
-/* An output file is checked before the work starts, not after it: can it be written? A file this check creates is
- * removed again (the run writes it at the end); an existing one is left as it is until then. */
-static int check_output(const char *flag, const char *path) {
+/* A file of the model folder that is path, or NULL: an output must never overwrite the checkpoint it reads. */
+static const char *model_file_at(const char *dir, const char *path) {
+    static char file[4096];
+    DIR *d = dir ? opendir(dir) : NULL;
+    int found = 0;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+        found = e->d_name[0] != '.' && rx_same_file(file, path);
+    }
+    if (d) closedir(d);
+    return found ? file : NULL;
+}
+
+/* An output file is checked before the work starts, not after it: can it be written, and is it none of the inputs
+ * (the tokens or requests file, a file of the model folder) and none of the outputs before it (outputs[0..k))? A
+ * file this check creates is removed again (the run writes it at the end); an existing one is left as it is. */
+static int check_output(const char *flag, const char *path, const char *const outputs[][2], int k, const char *input,
+                        const char *model) {
+    const char *clash = input && rx_same_file(input, path) ? input : model_file_at(model, path);
+    if (clash) return rx_fail("%s %s: that is the input %s; write the output to another file", flag, path, clash);
+    for (int o = 0; o < k; o++)
+        if (outputs[o][1] && rx_same_file(outputs[o][1], path))
+            return rx_fail("%s %s: %s writes that file too; give each output its own file", flag, path, outputs[o][0]);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644), created = fd >= 0;
     if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_NONBLOCK);
     if (fd < 0) return rx_fail("%s %s: cannot write: %s", flag, path, strerror(errno));
@@ -4224,12 +4318,18 @@ int main(int argc, char **argv) {
     const char *val[N_FLAGS] = {NULL};          /* each flag given: its value, or its own name if it takes none */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            if (!rx_close_output(stdout, "<stdout>")) return 0;
+            fprintf(stderr, "radixmlp: %s\n", radix_error());
+            return 1;
+        }
         int f = 0;
         while (f < N_FLAGS && strcmp(a, FLAGS[f].name)) f++;
         if (f == N_FLAGS) return usage_error("unknown argument '%s' (radixmlp --help lists them)", a);
         if (val[f]) return usage_error("%s is given twice", a);
         if (FLAGS[f].takes_value && i + 1 == argc) return usage_error("%s needs a value", a);
+        if (FLAGS[f].takes_value && !argv[i + 1][0]) return usage_error("%s needs a value, not an empty string", a);
         val[f] = FLAGS[f].takes_value ? argv[++i] : a;
     }
     if (!!val[F_CHECK] + !!val[F_SHOW_INDEX] + !!val[F_REQUESTS] > 1)
@@ -4271,7 +4371,8 @@ int main(int argc, char **argv) {
     const char *outputs[3][2] = {{"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}};
     int rc = 0;
     for (int k = 0; k < 3 && !rc; k++)
-        if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1]);
+        if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1], outputs, k, action == SERVE ? requests : tokens,
+                                             model);
     if (!rc) {
         if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump, force_cpu);
         else if (action == CHECK) rc = check_model(model);
@@ -4279,6 +4380,7 @@ int main(int argc, char **argv) {
         else if (action == RUN) rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);
         else rc = demo();
     }
+    if (!rc) rc = rx_close_output(stdout, "<stdout>");
     if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 1; }
     return 0;
 }
