@@ -4065,15 +4065,6 @@ static int show_index(const char *tokens) {
 static int check_model(const char *dir) {
     Qwen3Model m;
     if (qwen3_load(&m, dir)) return -1;
-    const Qwen3Config *c = &m.cfg;
-    printf("config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
-           "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
-           c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-           c->rope_theta, c->rms_norm_eps, c->max_position_embeddings,
-           !m.lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
-           : m.lm_head == m.embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
-           "untied, as transformers does");
-    int64_t params = 0;
     for (int i = 0; i < m.n_tensors; i++) {      /* every weight finite: one NaN would poison every logit after it */
         const RxTensor *t = &m.tensors[i];
         for (int64_t k = 0, n = rx_numel(t); t->dtype != RX_OTHER_DTYPE && k < n; k++)
@@ -4084,6 +4075,15 @@ static int check_model(const char *dir) {
                 return -1;
             }
     }
+    const Qwen3Config *c = &m.cfg;
+    printf("config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
+           "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
+           c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+           c->rope_theta, c->rms_norm_eps, c->max_position_embeddings,
+           !m.lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
+           : m.lm_head == m.embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
+           "untied, as transformers does");
+    int64_t params = 0;
     for (int i = 0; i < m.n_tensors; i++) {
         const RxTensor *t = &m.tensors[i];
         params += rx_numel(t);
