@@ -938,7 +938,8 @@ static int prefix_cache_tables(int reps, int gpu)
     if (g) snprintf(cpu, sizeof cpu, "%s", gpu_device_name());
     if (g) printf("gpu: %s; gpu_prefill (bf16), ms = the prefills' GPU time (CUDA events), the host's scheduling "
                   "excluded.", cpu);
-    else printf("cpu: %s (one thread); the C reference (fp32), not a GPU.", cpu);
+    else printf("cpu: %s, %d thread%s (OMP_NUM_THREADS); the C reference (fp32), not a GPU.", cpu, rx_threads(0),
+                rx_threads(0) == 1 ? "" : "s");
     printf(" A random Qwen3 of fixtures/tiny-bf16's shape\n(vocab 512, hidden 64, 2 layers); page size %d, batch 1, "
            "fcfs, mode compact; median of %d runs.\n\n", PC_PAGE, reps);
     table_begin(g ? "Part II: six radix vs hash scenarios, off vs hash vs radix (GPU timings)"
@@ -1030,7 +1031,7 @@ static int prefix_cache_tables(int reps, int gpu)
     printf("\nThe first batch finds nothing cached: compaction computes its shared system prompt and stem once. Later\n"
            "batches read the prompt's 3 pages from the cache, and compaction merges their equal stems (same cached\n"
            "prefix, same tokens, same positions). %s\n\n", g ? "GPU timings of gpu_prefill (CUDA events)." :
-           "CPU timings of the C reference, one thread.");
+           "CPU timings of the C reference.");
     g_csv = csv;
     gpu_model_free(g);
     qwen3_free(&m);

@@ -332,7 +332,16 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
  * the compiler vectorizes them without reordering any sum (no -ffast-math). -ffp-contract=off (Makefile) keeps any
  * compiler from fusing a mul and an add into one FMA in one place and not in another; without -fopenmp (the
- * emulator's build) the pragmas vanish and one thread runs the same code. */
+ * emulator's build) the pragmas vanish and one thread runs the same code.
+ *
+ * Threads must never slow a forward. A parallel loop costs a wake-up and a join, and the join waits for the slowest
+ * thread: on a busy machine, one that is not running, while the others spin on their cores (libgomp spins about
+ * 300000 rounds before it sleeps). So a loop runs in parallel only when its work (about one multiply-add per unit)
+ * pays for that: if(work >= RX_GRAIN), PyTorch's parallel_for grain; below it no thread waits at all. (The spinning
+ * itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its constructor, and a
+ * setenv from this program, even from a .preinit_array function, is undone when libc's own initializer resets the
+ * environment first.) */
+enum { RX_GRAIN = 32768 };
 #ifdef _OPENMP
 #define RX_OMP(directive) _Pragma(#directive)
 static int rx_thread(void) { return omp_get_thread_num(); }
@@ -364,7 +373,7 @@ static void rmsnorm_row(float *out, const float *x, const float *w, int dim, flo
 }
 
 void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * dim >= RX_GRAIN))
     for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
 
@@ -448,7 +457,7 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta) {
     int half = head_dim / 2;
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * n_heads * head_dim >= RX_GRAIN))
     for (int r = 0; r < rows; r++) {
         float *xr = x + (size_t)r * n_heads * head_dim;                 /* [n_heads, head_dim] of row r */
         for (int h = 0; h < n_heads; h++)                               /* q_norm / k_norm: before RoPE */
@@ -466,7 +475,7 @@ void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows,
 }
 
 void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
@@ -497,14 +506,14 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         free(p_all); free(kt);
         return rx_fail("out of host memory for attention scores (%d keys)", n_t);
     }
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
     for (int t = 0; t < n_t; t++) {
         const float *kr = kv->k + (size_t)(kv_row ? kv_row[t] : t) * kv->row_stride;
         for (int d = 0; d < n_kv_heads * head_dim; d++) kt[(size_t)d * n_t + t] = kr[d];
     }
     int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
-    RX_OMP(omp parallel for schedule(dynamic))
+    RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
     for (long rh = 0; rh < (long)n_q * n_heads; rh++) {
         int r = (int)(rh / n_heads), h = (int)(rh % n_heads), kvh = h / group;   /* GQA */
         int g = q_orig ? q_orig[r] : r, t0 = seq_start[g], len = g - t0 + 1;   /* keys: positions t0..g of g's sequence */
@@ -1436,7 +1445,7 @@ static int upload(bf16 **dst, const RxTensor *t) {
     DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", t->name, (long long)n);
     bf16 *h = (bf16 *)malloc((size_t)n * sizeof(bf16));
     if (!h) return rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * sizeof(bf16)));
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
     for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
     int rc = cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
     free(h);
@@ -3785,7 +3794,7 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *c, uint64_t seed) {
         int64_t numel = rx_numel(t);
         float a = t->rank == 1 ? 0.5f : k == 0 ? 1.0f : 1.0f / sqrtf((float)t->shape[1]), mid = t->rank == 1;
         t->data = data + at;
-        RX_OMP(omp parallel for schedule(static))
+        RX_OMP(omp parallel for schedule(static) if(numel >= RX_GRAIN))
         for (int64_t e = at; e < at + numel; e++) {
             uint64_t s = seed + (uint64_t)e * SPLITMIX_STEP;   /* the state after e draws */
             data[e] = rx_uniform(&s, mid - a, mid + a);
