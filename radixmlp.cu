@@ -336,12 +336,13 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  *
  * Threads must never slow a forward. A parallel loop costs a wake-up and a join, and the join waits for the slowest
  * thread: on a busy machine, one that is not running, while the others spin on their cores (libgomp spins about
- * 300000 rounds before it sleeps). So a loop runs in parallel only when its work (about one multiply-add per unit)
- * pays for that: if(work >= RX_GRAIN), PyTorch's parallel_for grain; below it no thread waits at all. (The spinning
- * itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its constructor, and a
- * setenv from this program, even from a .preinit_array function, is undone when libc's own initializer resets the
- * environment first.) */
-enum { RX_GRAIN = 32768 };
+ * 300000 rounds before it sleeps), so a join can cost a scheduler time slice, milliseconds. A loop therefore runs in
+ * parallel only when its work pays for that: if(work >= RX_GRAIN), as PyTorch's parallel_for grain, with work in
+ * multiply-adds (or elements); 2^20 of them take about 0.3 ms on one core. Below it no thread waits at all.
+ * (The spinning itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its own
+ * constructor, and a setenv from this program, even from a .preinit_array function, is undone when libc's
+ * initializer resets the environment first.) */
+enum { RX_GRAIN = 1 << 20 };
 #ifdef _OPENMP
 #define RX_OMP(directive) _Pragma(#directive)
 static int rx_thread(void) { return omp_get_thread_num(); }
@@ -4235,7 +4236,8 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     if (dump && check_finite(logits, n, V, "last-token logits [n_requests, vocab]", dir)) goto done;
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
-    printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
+    printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
+           "tokens)\n",
            n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
            100.0 * st.cached_tokens / st.prompt_tokens);
     printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, pages in use by the cache %d of %d\n",
@@ -4379,9 +4381,9 @@ int main(int argc, char **argv) {
     so.show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
     const char *outputs[3][2] = {{"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}};
     int rc = 0;
+    const char *input = action == SERVE ? requests : tokens;
     for (int k = 0; k < 3 && !rc; k++)
-        if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1], outputs, k, action == SERVE ? requests : tokens,
-                                             model);
+        if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1], outputs, k, input, model);
     if (!rc) {
         if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump, force_cpu);
         else if (action == CHECK) rc = check_model(model);
