@@ -2234,7 +2234,7 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
         for (int32_t p = 0; p < c->pool->n_pages; p++) {
             const HashEntry *e = &c->entry[p];
             if (!e->used) continue;
-            fprintf(out, "model id %016llx ", (unsigned long long)e->model_id);
+            fprintf(out, "model %llu ", (unsigned long long)e->model_id);
             draw_page_run(out, c->entry_tokens + (size_t)p * c->P, &p, 1, c->P);
             if (e->parent_serial) fprintf(out, "  after page %d", e->parent_page);
             fprintf(out, "%s\n", hash_reachable(c, p) ? "" : "  (orphan)");
@@ -2246,8 +2246,7 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
     for (int32_t i = 0; i < c->cap_nodes; i++) first[i] = c->node[i].child, next[i] = c->node[i].sibling;
     for (int32_t r = 0; r < c->cap_nodes; r++)                  /* each root, one tree per model */
         if (c->node[r].used && c->node[r].parent < 0) {
-            fprintf(out, "model id %016llx (whose K/V this tree holds; no other model reads it)\n",
-                    (unsigned long long)c->node[r].model_id);
+            fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
             draw_tree(out, first, next, r, c->cap_nodes, radix_node_line, c);
         }
     free(first);
@@ -4220,6 +4219,9 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         }
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
+    if (o->show_cache)
+        printf("--show-cache: 'model %llu' is this checkpoint's id in the cache (a hash of its path): K/V computed by "
+               "one model is never offered to another\n", (unsigned long long)o->model_id);
     if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
     printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
            " %s%s, mode %s: %.1f ms\n", n, st.prompt_tokens, rx_cache_kind_name(o->cache), o->page_size, st.pool_pages,
