@@ -1493,7 +1493,9 @@ int main(int argc, char **argv)
         int f = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
-            return rx_close_output(stdout, "<stdout>") ? fprintf(stderr, "bench: %s\n", radix_error()), 1 : 0;
+            if (!rx_close_output(stdout, "<stdout>")) return 0;
+            fprintf(stderr, "bench: %s\n", radix_error());
+            return 1;
         }
         while (f < N_FLAGS && strcmp(a, FLAGS[f].name)) f++;
         if (f == N_FLAGS) return usage_error("unknown option", a);
