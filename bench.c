@@ -1457,7 +1457,8 @@ static const char *USAGE =
     "  --csv FILE            also write the table as CSV (one header row); not --replot\n"
     "  --svg FILE            --table 4 [--cpu] or --replot: plot the speedups as SVG\n"
     "  --help                this text\n"
-    "Times are printed with the number of CPU threads they ran on. Outputs never overwrite an input or each other.\n"
+    "Times are printed with the number of CPU threads they ran on (OMP_NUM_THREADS; on a busy machine\n"
+    "OMP_WAIT_POLICY=passive keeps waiting threads off other processes' cores). Outputs never overwrite an input.\n"
     "Results go to stdout as markdown, progress to stderr. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
 
 static int usage_error(const char *msg, const char *arg)
