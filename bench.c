@@ -498,7 +498,7 @@ static int write_svg(const char *path, Point *pt, int n, const char *title)
 #undef SY
     fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"11\" fill=\"#555\">dashed: the paper's Table 4 (Qwen3-4B, "
                "H100, fp16)</text>\n</svg>\n", X0, H - 12);
-    if (fclose(f)) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    if (rx_close_output(f, path)) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
     fprintf(stderr, "bench: wrote %s\n", path);
     return 0;
 }
@@ -509,11 +509,16 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
     enum { MODEL, DEVICE, P, S, RADIX, COMPACT, PAPER, NCOL };
     static const char *want[NCOL] = {"model", "device", "P", "S", "radix_x", "compact_x", "paper_x"};
     int at[NCOL], nf, header = 1, rc = 1;
-    char line[2048], *field[64];
-    FILE *f = fopen(path, "r");
-    if (!f) { fprintf(stderr, "bench: cannot read %s: %s\n", path, strerror(errno)); return 1; }
-    for (*n = 0; fgets(line, sizeof line, f) && *n < max;) {
-        line[strcspn(line, "\r\n")] = '\0';
+    char *text, *line, *next, *field[64];
+    size_t len;
+    if (rx_read_text(path, 16u << 20, &text, &len)) {   /* a regular file of at most 16 MiB: never a FIFO or device */
+        fprintf(stderr, "bench: %s\n", radix_error());
+        return 1;
+    }
+    for (*n = 0, line = text; line && *n < max; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        line[strcspn(line, "\r")] = '\0';
         if (!line[0] || line[0] == '#') continue;   /* blank lines and comments (what the file is, where from) */
         field[0] = line, nf = 1;
         for (char *c = line; *c && nf < 64; c++) if (*c == ',') *c = '\0', field[nf++] = c + 1;
@@ -542,9 +547,9 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
 #undef FIELD
     }
     rc = *n == 0;
-    if (rc) fprintf(stderr, "bench: %s has no data rows\n", path);
+    if (rc) fprintf(stderr, "bench: %s has no data rows (a header, then a row per P and S)\n", path);
 done:
-    fclose(f);
+    free(text);
     return rc;
 }
 
@@ -934,7 +939,8 @@ static int prefix_cache_tables(int reps, int gpu)
     if (g) snprintf(cpu, sizeof cpu, "%s", gpu_device_name());
     if (g) printf("gpu: %s; gpu_prefill (bf16), ms = the prefills' GPU time (CUDA events), the host's scheduling "
                   "excluded.", cpu);
-    else printf("cpu: %s (one thread); the C reference (fp32), not a GPU.", cpu);
+    else printf("cpu: %s, %d thread%s (OMP_NUM_THREADS); the C reference (fp32), not a GPU.", cpu, rx_threads(0),
+                rx_threads(0) == 1 ? "" : "s");
     printf(" A random Qwen3 of fixtures/tiny-bf16's shape\n(vocab 512, hidden 64, 2 layers); page size %d, batch 1, "
            "fcfs, mode compact; median of %d runs.\n\n", PC_PAGE, reps);
     table_begin(g ? "Part II: six radix vs hash scenarios, off vs hash vs radix (GPU timings)"
@@ -1026,7 +1032,7 @@ static int prefix_cache_tables(int reps, int gpu)
     printf("\nThe first batch finds nothing cached: compaction computes its shared system prompt and stem once. Later\n"
            "batches read the prompt's 3 pages from the cache, and compaction merges their equal stems (same cached\n"
            "prefix, same tokens, same positions). %s\n\n", g ? "GPU timings of gpu_prefill (CUDA events)." :
-           "CPU timings of the C reference, one thread.");
+           "CPU timings of the C reference.");
     g_csv = csv;
     gpu_model_free(g);
     qwen3_free(&m);
@@ -1408,9 +1414,10 @@ static int cpu_table2(const ModelSpec *only, int reps, int quick)
     }
     rx_batch_free(&b);
     printf("\nf_c (FLOPs) = (8d^2 + 6 d d_int) / (8d^2 + 6 d d_int + 4 L d), L = %d (the paper's formula); f_c (time) "
-           "= 1 - attention ms / base ms,\nattention timed alone (rx_attention_ref, baseline layout, x %d layers); "
+           "= 1 - attention ms / base ms,\nattention timed alone (rx_attention_ref, baseline layout, x %d layer%s); "
            "predicted = 1 / ((1 - f_c) + f_c / r). Medians of %d.\nThe paper's columns: its Table 2 (H100, Qwen3 at "
-           "full depth, P = 2048, S = 256, B = 32), not a measurement of this code.\n\n", L, CPU_LAYERS, reps);
+           "full depth, P = 2048, S = 256, B = 32), not a measurement of this code.\n\n", L, CPU_LAYERS,
+           CPU_LAYERS == 1 ? "" : "s", reps);
     return 0;
 }
 
@@ -1469,33 +1476,38 @@ static int write_cpu_svg(const char *path, const Point *pt, int n, int B, const 
             Y0 + 58, X1 + 42, Y0 + 74, X1 + 42, Y0 + 88, X1 + 30, Y0 + 110);
 #undef SX
 #undef SY
-    if (fclose(f)) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    if (rx_close_output(f, path)) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
     fprintf(stderr, "bench: wrote %s\n", path);
     return 0;
 }
 
 /* ---- main: arguments, the GPU check, dispatch ---------------------------------------------------------------- */
 static const char *USAGE =
-    "usage: bench (--table 2|4|5|6 | --attention | --workload reranker | --prefix-cache | --replot CSV --svg FILE)\n"
-    "             [options]\n"
-    "  --table 4             Qwen3-4B forward latency, B = 32, prefix P x suffix S (the paper's Table 4)\n"
-    "  --table 2             Amdahl model vs observed speedup at P = 2048, S = 256, three models (Table 2)\n"
-    "  --table 5             CPU index construction, radix_index_build (Table 5); needs no GPU\n"
-    "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6)\n"
-    "  --cpu                 with --table 4 or 2: the same table on the CPU, the C reference at Qwen3 widths, 1\n"
-    "                        layer (and first the matmul's GFLOP/s); needs no GPU. OMP_NUM_THREADS sets threads\n"
-    "  --attention           attention alone, flash and naive kernels, Table 4 shapes, baseline/radix/compact\n"
-    "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped)\n"
-    "  --model 0.6b|4b|8b    the model for --table 4 and --attention (default 4b); limits --table 2 and reranker\n"
-    "                        to one model\n"
-    "  --gpu                 with --prefix-cache: serve on the GPU (gpu_prefill), GPU times\n"
-    "  --reps N              timed repeats after one warm-up (default 5, 15 for --prefix-cache; 2 with --quick;\n"
-    "                        x4 in Table 6)\n"
-    "  --quick               fewer rows and repeats, for smoke runs\n"
-    "  --csv FILE            also write the table as CSV (one header row)\n"
-    "  --svg FILE            with --table 4 or --replot: plot speedup vs prefix length as SVG\n"
-    "  --replot CSV          re-plot a CSV written by --table 4 --csv, or fixtures/table4-paper.csv (no GPU needed)\n"
+    "usage: bench (--table 2|4|5|6 [--cpu] | --attention | --workload reranker | --prefix-cache [--gpu]\n"
+    "             | --replot CSV --svg FILE) [options]\n"
+    "  --table 4             Qwen3-4B forward latency, B = 32, prefix P x suffix S (the paper's Table 4); needs a GPU\n"
+    "  --table 2             Amdahl model vs observed speedup at P = 2048, S = 256, three models (Table 2); GPU\n"
+    "  --table 4 --cpu       Table 4 on the CPU: the C reference at Qwen3-0.6B's width, 1 layer, B = 8 (first the\n"
+    "                        matmul's GFLOP/s); needs no GPU. OMP_NUM_THREADS sets the threads\n"
+    "  --table 2 --cpu       Table 2 on the CPU: f_c from FLOPs and from time, the three widths; needs no GPU\n"
+    "  --table 5             CPU index construction, radix_index_build, one thread (Table 5); needs no GPU\n"
+    "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6); GPU\n"
+    "  --attention           attention alone, flash and naive kernels, Table 4 shapes, baseline/radix/compact; GPU\n"
+    "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped); GPU\n"
+    "  --prefix-cache        Part II: the KV prefix cache, six radix vs hash scenarios, off vs hash vs radix, on a\n"
+    "                        random Qwen3 of fixtures/tiny-bf16's shape; the C reference (no GPU needed)\n"
+    "  --prefix-cache --gpu  the same served on the GPU (gpu_prefill), GPU times\n"
+    "  --replot CSV          re-plot a CSV written by --table 4 --csv, or fixtures/table4-paper.csv; needs --svg\n"
+    "options, each at most once, and only where it applies (anything else is an error):\n"
+    "  --model 0.6b|4b|8b    --table 4, --attention (default 4b); --table 2 [--cpu] and --workload: that model only\n"
+    "  --reps N              timed repeats after one warm-up (default 5, 3 with --cpu, 15 for --prefix-cache, 2\n"
+    "                        with --quick; x4 in Table 6); not --table 5 (timed for 0.2 s each) or --replot\n"
+    "  --quick               fewer rows and repeats, for smoke runs; not --replot\n"
+    "  --csv FILE            also write the table as CSV (one header row); not --replot\n"
+    "  --svg FILE            --table 4 [--cpu] or --replot: plot the speedups as SVG\n"
     "  --help                this text\n"
+    "Times are printed with the number of CPU threads they ran on (OMP_NUM_THREADS; on a busy machine\n"
+    "OMP_WAIT_POLICY=passive keeps waiting threads off other processes' cores). Outputs never overwrite an input.\n"
     "Results go to stdout as markdown, progress to stderr. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
 
 static int usage_error(const char *msg, const char *arg)
@@ -1504,57 +1516,93 @@ static int usage_error(const char *msg, const char *arg)
     return 2;
 }
 
+/* What a command line runs, and for each flag the runs it applies to: any other flag is an error. */
+enum { R_T4, R_T4_CPU, R_T2, R_T2_CPU, R_T5, R_T6, R_ATTENTION, R_RERANKER, R_CACHE, R_CACHE_GPU, R_REPLOT, N_RUNS };
+static const char *const RUN_NAME[N_RUNS] = {"--table 4", "--table 4 --cpu", "--table 2", "--table 2 --cpu",
+    "--table 5", "--table 6", "--attention", "--workload reranker", "--prefix-cache", "--prefix-cache --gpu",
+    "--replot"};
+enum { F_TABLE, F_WORKLOAD, F_ATTENTION, F_CACHE, F_REPLOT, F_CPU, F_GPU, F_MODEL, F_REPS, F_QUICK, F_CSV, F_SVG,
+       N_FLAGS };
+#define ON(r) (1 << (r))
+#define ALL ((1 << N_RUNS) - 1)
+static const struct { const char *name; int takes_value, runs; } FLAGS[N_FLAGS] = {   /* in the enum's order */
+    {"--table", 1, ALL}, {"--workload", 1, ALL}, {"--attention", 0, ALL}, {"--prefix-cache", 0, ALL},
+    {"--replot", 1, ALL}, {"--cpu", 0, ON(R_T4_CPU) | ON(R_T2_CPU)}, {"--gpu", 0, ON(R_CACHE_GPU)},
+    {"--model", 1, ON(R_T4) | ON(R_T2) | ON(R_T2_CPU) | ON(R_ATTENTION) | ON(R_RERANKER)},
+    {"--reps", 1, ALL & ~ON(R_T5) & ~ON(R_REPLOT)}, {"--quick", 0, ALL & ~ON(R_REPLOT)},
+    {"--csv", 1, ALL & ~ON(R_REPLOT)}, {"--svg", 1, ON(R_T4) | ON(R_T4_CPU) | ON(R_REPLOT)},
+};
+
 int main(int argc, char **argv)
 {
-    int table = 0, reranker_run = 0, attention_run = 0, prefix_cache = 0, quick = 0, reps = 0, gpu = 0, cpu = 0, rc;
-    const char *csv = NULL, *svg = NULL, *replot = NULL, *what;
+    const char *val[N_FLAGS] = {NULL};   /* each flag given: its value, or its own name if it takes none */
     const ModelSpec *model = NULL;
-    char *end;
+    int table = 0, reps = 0, run, rc;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(USAGE, stdout); return 0; }
-        if (!strcmp(a, "--quick")) { quick = 1; continue; }
-        if (!strcmp(a, "--prefix-cache")) { prefix_cache = 1; continue; }
-        if (!strcmp(a, "--gpu")) { gpu = 1; continue; }
-        if (!strcmp(a, "--attention")) { attention_run = 1; continue; }
-        if (!strcmp(a, "--cpu")) { cpu = 1; continue; }
-        if (strcmp(a, "--table") && strcmp(a, "--workload") && strcmp(a, "--model") && strcmp(a, "--reps") &&
-            strcmp(a, "--csv") && strcmp(a, "--svg") && strcmp(a, "--replot"))
-            return usage_error("unknown option", a);
-        if (!v) { fprintf(stderr, "bench: %s needs a value (see --help)\n", a); return 2; }
-        i++;
-        if (!strcmp(a, "--table")) {
-            table = atoi(v);
-            if (strlen(v) != 1 || !strchr("2456", v[0])) return usage_error("--table takes 2, 4, 5 or 6, not", v);
-        } else if (!strcmp(a, "--workload")) {
-            if (strcmp(v, "reranker")) return usage_error("--workload takes reranker, not", v);
-            reranker_run = 1;
-        } else if (!strcmp(a, "--model")) {
-            for (int m = 0; m < 3; m++) if (!strcmp(v, MODELS[m].key)) model = &MODELS[m];
-            if (!model) return usage_error("--model takes 0.6b, 4b or 8b, not", v);
-        } else if (!strcmp(a, "--reps")) {
-            long n = strtol(v, &end, 10);
-            if (*end || end == v || n < 1 || n > 10000)
-                return usage_error("--reps takes a count from 1 to 10000, not", v);
-            reps = (int)n;
-        } else if (!strcmp(a, "--csv")) csv = v;
-        else if (!strcmp(a, "--svg")) svg = v;
-        else replot = v;
-    }
-    if ((table != 0) + reranker_run + attention_run + prefix_cache + (replot != NULL) != 1)
-        return usage_error("choose exactly one of --table N, --attention, --workload reranker, --prefix-cache, "
-                           "--replot CSV", NULL);
-    if (replot && !svg) return usage_error("--replot needs --svg FILE", NULL);
-    if (gpu && !prefix_cache) return usage_error("--gpu goes with --prefix-cache (the other benchmarks need a GPU)", NULL);
-    if (svg && !replot && table != 4)
-        return usage_error("--svg plots Table 4: use it with --table 4 or --replot", NULL);
-    if (cpu && table != 4 && table != 2) return usage_error("--cpu runs --table 4 or --table 2 on the CPU", NULL);
-    if (!reps) reps = quick ? 2 : prefix_cache ? 15 : 5;
-    if (cpu) {   /* the C reference: no GPU needed */
-        if (csv && !(g_csv = fopen(csv, "w"))) {
-            fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));
+        const char *a = argv[i];
+        int f = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(USAGE, stdout);
+            if (!rx_close_output(stdout, "<stdout>")) return 0;
+            fprintf(stderr, "bench: %s\n", radix_error());
             return 1;
         }
+        while (f < N_FLAGS && strcmp(a, FLAGS[f].name)) f++;
+        if (f == N_FLAGS) return usage_error("unknown option", a);
+        if (val[f]) return usage_error("this option is given twice:", a);
+        if (FLAGS[f].takes_value && i + 1 == argc) return usage_error("this option needs a value:", a);
+        if (FLAGS[f].takes_value && !argv[i + 1][0]) return usage_error("this option needs a value, not \"\":", a);
+        val[f] = FLAGS[f].takes_value ? argv[++i] : a;
+    }
+    if (val[F_TABLE] && (strlen(val[F_TABLE]) != 1 || !strchr("2456", val[F_TABLE][0])))
+        return usage_error("--table takes 2, 4, 5 or 6, not", val[F_TABLE]);
+    if (val[F_WORKLOAD] && strcmp(val[F_WORKLOAD], "reranker"))
+        return usage_error("--workload takes reranker, not", val[F_WORKLOAD]);
+    if (!!val[F_TABLE] + !!val[F_WORKLOAD] + !!val[F_ATTENTION] + !!val[F_CACHE] + !!val[F_REPLOT] != 1)
+        return usage_error("choose exactly one of --table N, --attention, --workload reranker, --prefix-cache, "
+                           "--replot CSV", NULL);
+    table = val[F_TABLE] ? val[F_TABLE][0] - '0' : 0;
+    run = table == 4 ? (val[F_CPU] ? R_T4_CPU : R_T4) : table == 2 ? (val[F_CPU] ? R_T2_CPU : R_T2)
+        : table == 5 ? R_T5 : table == 6 ? R_T6 : val[F_ATTENTION] ? R_ATTENTION : val[F_WORKLOAD] ? R_RERANKER
+        : val[F_CACHE] ? (val[F_GPU] ? R_CACHE_GPU : R_CACHE) : R_REPLOT;
+    for (int f = 0; f < N_FLAGS; f++)
+        if (val[f] && !(FLAGS[f].runs & ON(run))) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "%s does not apply to %s", FLAGS[f].name, RUN_NAME[run]);
+            return usage_error(msg, NULL);
+        }
+    if (run == R_REPLOT && !val[F_SVG]) return usage_error("--replot needs --svg FILE", NULL);
+    for (int m = 0; val[F_MODEL] && m < 3; m++) if (!strcmp(val[F_MODEL], MODELS[m].key)) model = &MODELS[m];
+    if (val[F_MODEL] && !model) return usage_error("--model takes 0.6b, 4b or 8b, not", val[F_MODEL]);
+    if (val[F_REPS]) {
+        char *end;
+        long n = strtol(val[F_REPS], &end, 10);
+        if (*end || end == val[F_REPS] || n < 1 || n > 10000)
+            return usage_error("--reps takes a count from 1 to 10000, not", val[F_REPS]);
+        reps = (int)n;
+    }
+    {   /* an output never overwrites the input (--replot) or the other output, however the paths are spelled */
+        const char *csv = val[F_CSV], *svg = val[F_SVG], *in = val[F_REPLOT];
+        if (svg && in && rx_same_file(svg, in)) return usage_error("--svg names the --replot input file", svg);
+        if (svg && csv && rx_same_file(svg, csv)) return usage_error("--svg and --csv name the same file", svg);
+    }
+    const int quick = !!val[F_QUICK], cpu = !!val[F_CPU], gpu = !!val[F_GPU];
+    const char *csv = val[F_CSV], *svg = val[F_SVG];
+    if (!reps) reps = quick ? 2 : run == R_CACHE || run == R_CACHE_GPU ? 15 : 5;
+    if (run == R_REPLOT) {
+        Point pts[64];
+        int n;
+        char title[256] = "";
+        rc = read_t4_csv(val[F_REPLOT], pts, 64, &n, title, sizeof title) || write_svg(svg, pts, n, title);
+    } else if (!cpu && run != R_T5 && run != R_CACHE && !gpu_available()) {
+        fprintf(stderr, "bench: %s needs a CUDA device: %s%s%s\n", RUN_NAME[run], radix_error(),
+                run == R_T4 || run == R_T2 ? "; on the CPU: add --cpu" : "",
+                run == R_CACHE_GPU ? "; on the CPU: leave out --gpu" : "");
+        return 1;
+    } else if (csv && !(g_csv = fopen(csv, "w"))) {
+        fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));
+        return 1;
+    } else if (cpu) {   /* the C reference: no GPU needed */
         print_cpu();
         rc = cpu_matmul_rate(quick);
         if (!rc && table == 4) {
@@ -1567,42 +1615,31 @@ int main(int argc, char **argv)
                      quick ? 4 : 8, name, rx_threads(0));
             if (!rc && svg) rc = write_cpu_svg(svg, pts, n, quick ? 4 : 8, title);
         } else if (!rc) rc = cpu_table2(model, reps, quick);
-        if (g_csv && fclose(g_csv)) { fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno)); rc = 1; }
-        return rc ? 1 : 0;
+    } else {
+        if (run != R_T5 && run != R_CACHE) print_device();
+        if (table == 4) {
+            Point pts[16];
+            int n = 0;
+            char title[256], dev[128];
+            const ModelSpec *m = model ? model : &MODELS[1];
+            rc = table4(m, reps, quick, pts, &n);
+            csv_safe(dev, sizeof dev, gpu_device_name());
+            snprintf(title, sizeof title, "RadixMLP speedup, %s, B = 32 (%s)", m->name, dev);
+            if (!rc && svg) rc = write_svg(svg, pts, n, title);
+        } else if (run == R_ATTENTION) rc = attention_bench(model ? model : &MODELS[1], reps, quick);
+        else if (table == 2) rc = table2(model, reps);
+        else if (table == 5) rc = table5(quick);
+        else if (table == 6) rc = table6(quick ? reps : 4 * reps);
+        else if (run == R_CACHE || run == R_CACHE_GPU) rc = prefix_cache_tables(reps, gpu);
+        else rc = reranker(model, reps, quick);
     }
-
-    if (replot) {
-        Point pts[64];
-        int n;
-        char title[256] = "";
-        return read_t4_csv(replot, pts, 64, &n, title, sizeof title) || write_svg(svg, pts, n, title) ? 1 : 0;
+    if (g_csv && rx_close_output(g_csv, csv)) {
+        fprintf(stderr, "bench: %s\n", radix_error());
+        rc = 1;
     }
-    what = reranker_run ? "--workload reranker" : attention_run ? "--attention" : table == 2 ? "--table 2" :
-           table == 4 ? "--table 4" : prefix_cache ? "--prefix-cache --gpu" : "--table 6";
-    if (table != 5 && (!prefix_cache || gpu) && !gpu_available()) {
-        fprintf(stderr, "bench: %s needs a CUDA device: %s\n", what, radix_error());
-        return 1;
+    if (rx_close_output(stdout, "<stdout>")) {
+        fprintf(stderr, "bench: %s\n", radix_error());
+        rc = 1;
     }
-    if (csv && !(g_csv = fopen(csv, "w"))) {
-        fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));
-        return 1;
-    }
-    if (table != 5 && (!prefix_cache || gpu)) print_device();
-    if (table == 4) {
-        Point pts[16];
-        int n = 0;
-        char title[256], dev[128];
-        const ModelSpec *m = model ? model : &MODELS[1];
-        rc = table4(m, reps, quick, pts, &n);
-        csv_safe(dev, sizeof dev, gpu_device_name());
-        snprintf(title, sizeof title, "RadixMLP speedup, %s, B = 32 (%s)", m->name, dev);
-        if (!rc && svg) rc = write_svg(svg, pts, n, title);
-    } else if (attention_run) rc = attention_bench(model ? model : &MODELS[1], reps, quick);
-    else if (table == 2) rc = table2(model, reps);
-    else if (table == 5) rc = table5(quick);
-    else if (table == 6) rc = table6(quick ? reps : 4 * reps);
-    else if (prefix_cache) rc = prefix_cache_tables(reps, gpu);
-    else rc = reranker(model, reps, quick);
-    if (g_csv && fclose(g_csv)) { fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno)); rc = 1; }
     return rc ? 1 : 0;
 }

@@ -39,6 +39,7 @@
  *   - cuBLAS is column-major, our tensors row-major: see gpu_gemm() for the transpose trick.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -341,7 +342,17 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  * is a chain of fused multiply-adds (fmaf, one rounding each) in a fixed order, on every path and instruction set
  * (rx_matmul_ref states it); everywhere else a mul and an add round separately, and -ffp-contract=off (Makefile)
  * keeps any compiler from fusing them in one place and not in another. Without -fopenmp (the emulator's build) the
- * pragmas vanish and one thread runs the same code. */
+ * pragmas vanish and one thread runs the same code.
+ *
+ * Threads must never slow a forward. A parallel loop costs a wake-up and a join, and the join waits for the slowest
+ * thread: on a busy machine, one that is not running, while the others spin on their cores (libgomp spins about
+ * 300000 rounds before it sleeps), so a join can cost a scheduler time slice, milliseconds. A loop therefore runs in
+ * parallel only when its work pays for that: if(work >= RX_GRAIN), as PyTorch's parallel_for grain, with work in
+ * multiply-adds (or elements); 2^20 of them take about 0.3 ms on one core. Below it no thread waits at all.
+ * (The spinning itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its own
+ * constructor, and a setenv from this program, even from a .preinit_array function, is undone when libc's
+ * initializer resets the environment first.) */
+enum { RX_GRAIN = 1 << 20 };
 #ifdef _OPENMP
 #define RX_OMP(directive) _Pragma(#directive)
 static int rx_thread(void) { return omp_get_thread_num(); }
@@ -373,7 +384,7 @@ static void rmsnorm_row(float *out, const float *x, const float *w, int dim, flo
 }
 
 void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * dim >= RX_GRAIN))
     for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
 
@@ -409,11 +420,10 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
  * With AVX2 that is 12 accumulators of 8 lanes, two weight vectors and one broadcast x: 15 of the 16 registers.
  * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
  * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
- * tiles, panel by panel, once the matmul is big enough to pay for waking them (MM_GRAIN). The instruction set is
+ * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is
  * picked at run time (mm_path); RADIXMLP_CPU=portable, or rx_cpu_path("portable"), forces the plain-C fmaf path,
  * which gives the same bits. */
 enum { MM_ROWS = 6, MM_COLS = 16 };
-#define MM_GRAIN 4e6                                   /* FLOPs below which one thread does the whole matmul */
 
 size_t rx_packed_floats(int out, int in) {
     return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
@@ -422,7 +432,7 @@ size_t rx_packed_floats(int out, int in) {
 void rx_pack_weight(float *wp, const RxTensor *W) {
     int out = (int)W->shape[0], in = (int)W->shape[1], n_panels = (out + MM_COLS - 1) / MM_COLS;
     const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if((size_t)out * in >= RX_GRAIN))
     for (int p = 0; p < n_panels; p++) {
         float *panel = wp + (size_t)p * in * MM_COLS;                         /* [in][MM_COLS] */
         for (int i0 = 0; i0 < in; i0 += 16)            /* 16 inputs at a time: each read of W is one cache line */
@@ -488,7 +498,7 @@ const char *rx_cpu_path(const char *want) {
 void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out) {
     int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS;
     if (!mm_tile) rx_cpu_path(NULL);
-    RX_OMP(omp parallel for schedule(static) if (2.0 * rows * in * out > MM_GRAIN))
+    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
     for (long t = 0; t < (long)n_rt * n_panels; t++) {
         int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
         int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
@@ -505,7 +515,7 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta) {
     int half = head_dim / 2;
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * n_heads * head_dim >= RX_GRAIN))
     for (int r = 0; r < rows; r++) {
         float *xr = x + (size_t)r * n_heads * head_dim;                 /* [n_heads, head_dim] of row r */
         for (int h = 0; h < n_heads; h++)                               /* q_norm / k_norm: before RoPE */
@@ -523,7 +533,7 @@ void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows,
 }
 
 void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
@@ -589,14 +599,14 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         return rx_fail("out of host memory for attention scores (%d keys)", n_t);
     }
     memset(kt + (size_t)n_kv_heads * head_dim * n_t, 0, ATT_KEYS * sizeof(float));
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
     for (int t = 0; t < n_t; t++) {
         const float *kr = kv->k + (size_t)(kv_row ? kv_row[t] : t) * kv->row_stride;
         for (int d = 0; d < n_kv_heads * head_dim; d++) kt[(size_t)d * n_t + t] = kr[d];
     }
     int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
-    RX_OMP(omp parallel for schedule(dynamic))
+    RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
     for (long rh = 0; rh < (long)n_q * n_heads; rh++) {
         int r = (int)(rh / n_heads), h = (int)(rh % n_heads), kvh = h / group;   /* GQA */
         int g = q_orig ? q_orig[r] : r, t0 = seq_start[g], len = g - t0 + 1;   /* keys: positions t0..g of g's sequence */
@@ -804,7 +814,7 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
 /* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], a row gather from the table by each row's token (lines 6-8). */
 static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
     const int64_t H = m->cfg.hidden_size;           /* only the R rows asked for become fp32, never the table */
-    RX_OMP(omp parallel for schedule(static) if (L->R > 64))
+    RX_OMP(omp parallel for schedule(static) if((size_t)L->R * H >= RX_GRAIN))
     for (int r = 0; r < L->R; r++)
         for (int64_t i = 0; i < H; i++) a->h[r * H + i] = rx_tensor_at(m->embed, L->tok[r] * H + i);
 }
@@ -1542,7 +1552,7 @@ static int upload(bf16 **dst, const RxTensor *t) {
     DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", t->name, (long long)n);
     bf16 *h = (bf16 *)malloc((size_t)n * sizeof(bf16));
     if (!h) return rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * sizeof(bf16)));
-    RX_OMP(omp parallel for schedule(static))
+    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
     for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
     int rc = cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
     free(h);
@@ -3221,6 +3231,8 @@ static void json_free(Json *j) { free(j->v); free(j->strs); memset(j, 0, sizeof 
 /* Parses text[0..len) into j; the root is value 0. On error, says where. */
 static int json_parse(Json *j, const char *text, size_t len, const char *file) {
     memset(j, 0, sizeof *j);
+    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3))   /* what Windows editors write; JSON (RFC 8259) forbids it */
+        return rx_fail("%s: starts with a UTF-8 byte-order mark (EF BB BF): save it as UTF-8 without one", file);
     j->p = text; j->end = text + len;
     if (!(j->strs = (char *)malloc(len + 1))) return rx_fail("%s: out of host memory parsing JSON", file);
     int root = json_value(j);
@@ -3501,6 +3513,10 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     /* What this forward does not compute is refused, never approximated: other activations, projection biases. */
     int act = jget(j, 0, "hidden_act"), bias;
     char shown[80];
+    int type = jget(j, 0, "model_type");      /* absent: as transformers' Qwen3Config, which writes "qwen3" */
+    if (type >= 0 && (j->v[type].type != J_STR || strcmp(jstr(j, type), "qwen3")))
+        return rx_fail("%s: \"model_type\" is %s; this code computes Qwen3 only (\"qwen3\")", file,
+                       cfg_show(j, type, shown, sizeof shown));
     if (act >= 0 && (j->v[act].type != J_STR || strcmp(jstr(j, act), "silu")))
         return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file,
                        cfg_show(j, act, shown, sizeof shown));
@@ -3579,7 +3595,10 @@ static int map_file(MappedFile *mf, const char *path, size_t max_bytes, int copy
     if (fd < 0) return rx_fail("%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) { close(fd); return rx_fail("%s: not a regular file", path); }
     mf->len = (size_t)st.st_size;
-    if (mf->len > max_bytes) { close(fd); return rx_fail("%s: larger than %zu bytes", path, max_bytes); }
+    if (mf->len > max_bytes) {
+        close(fd);
+        return rx_fail("%s: %zu bytes, more than the %zu MiB such a file may have", path, mf->len, max_bytes >> 20);
+    }
     if ((mf->copy = copy)) {
         size_t n = 0;
         ssize_t got = 1;
@@ -3593,6 +3612,46 @@ static int map_file(MappedFile *mf, const char *path, size_t max_bytes, int copy
     }
     close(fd);
     if (!(mf->path = strdup(path))) { unmap_file(mf); return rx_fail("%s: out of host memory", path); }
+    return 0;
+}
+
+int rx_read_text(const char *path, size_t max_bytes, char **text, size_t *len) {
+    MappedFile mf;
+    if (map_file(&mf, path, max_bytes, 1)) return -1;
+    ((char *)mf.map)[mf.len] = '\0';
+    *text = (char *)mf.map;
+    *len = mf.len;
+    free(mf.path);
+    return 0;
+}
+
+/* One spelling of a path that may not exist yet: its folder made absolute (realpath), then its last name. */
+static int canonical_path(const char *path, char *out, size_t n) {
+    char dir[4096], real[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (strlen(path) >= sizeof dir || !realpath(dir, real)) return -1;
+    snprintf(out, n, "%s/%s", real, slash ? slash + 1 : path);
+    return 0;
+}
+
+int rx_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    char ca[8192], cb[8192];
+    if (!stat(a, &sa) && !stat(b, &sb)) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    return !canonical_path(a, ca, sizeof ca) && !canonical_path(b, cb, sizeof cb) && !strcmp(ca, cb);
+}
+
+/* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so. */
+int rx_close_output(FILE *f, const char *path) {
+    int bad = fflush(f) != 0 || ferror(f), err = errno;
+    if (fclose(f) && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    if (bad) return rx_fail("%s: cannot write: %s", path, err ? strerror(err) : "write error");
     return 0;
 }
 
@@ -3853,7 +3912,7 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *c, uint64_t seed) {
         int64_t numel = rx_numel(t);
         float a = t->rank == 1 ? 0.5f : k == 0 ? 1.0f : 1.0f / sqrtf((float)t->shape[1]), mid = t->rank == 1;
         t->data = data + at;
-        RX_OMP(omp parallel for schedule(static))
+        RX_OMP(omp parallel for schedule(static) if(numel >= RX_GRAIN))
         for (int64_t e = at; e < at + numel; e++) {
             uint64_t s = seed + (uint64_t)e * SPLITMIX_STEP;   /* the state after e draws */
             data[e] = rx_uniform(&s, mid - a, mid + a);
@@ -4133,6 +4192,16 @@ static int show_index(const char *tokens) {
 static int check_model(const char *dir) {
     Qwen3Model m;
     if (qwen3_load(&m, dir)) return -1;
+    for (int i = 0; i < m.n_tensors; i++) {      /* every weight finite: one NaN would poison every logit after it */
+        const RxTensor *t = &m.tensors[i];
+        for (int64_t k = 0, n = rx_numel(t); t->dtype != RX_OTHER_DTYPE && k < n; k++)
+            if (!isfinite(rx_tensor_at(t, k))) {
+                rx_fail("%s: tensor '%s' holds %g at element %lld of %lld: a checkpoint needs finite weights", t->file,
+                        t->name, rx_tensor_at(t, k), (long long)k, (long long)n);
+                qwen3_free(&m);
+                return -1;
+            }
+    }
     const Qwen3Config *c = &m.cfg;
     printf("config: vocab %d, hidden %d, intermediate %d, layers %d, heads %d, kv heads %d, head_dim %d,\n"
            "        rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, tied embeddings: %s\n",
@@ -4156,8 +4225,8 @@ static int check_model(const char *dir) {
     else snprintf(count, sizeof count, "%.*f %s", params < 1000000000 ? 1 : 2,
                   params / (params < 1000000 ? 1e3 : params < 1000000000 ? 1e6 : 1e9),
                   params < 1000000 ? "K" : params < 1000000000 ? "M" : "B");
-    printf("%d tensors, %s parameters, every tensor the config needs is present with the right shape\n",
-           m.n_tensors, count);
+    printf("%d tensors, %s parameters, every tensor the config needs is present with the right shape, every weight "
+           "finite\n", m.n_tensors, count);
     qwen3_free(&m);
     return 0;
 }
@@ -4166,10 +4235,20 @@ static int check_model(const char *dir) {
 static int write_f32(const char *path, const float *out, int rows, int cols, const char *what) {
     size_t n = (size_t)rows * cols;
     FILE *f = fopen(path, "wb");
-    int bad = !f || fwrite(out, sizeof(float), n, f) != n;
-    if ((f && fclose(f)) || bad) return rx_fail("%s: cannot write the %s: %s", path, what, strerror(errno));
+    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    fwrite(out, sizeof(float), n, f);
+    if (rx_close_output(f, path)) return -1;
     printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
     return 0;
+}
+
+/* A NaN or Inf in a forward's output [rows, cols] is an error, never a result: the first one, by row and column. */
+static int check_finite(const float *out, int rows, int cols, const char *what, const char *dir) {
+    size_t n = (size_t)rows * cols, bad;
+    rx_max_abs_diff(out, NULL, n, &bad);
+    if (bad == n) return 0;
+    return rx_fail("the %s hold %g at row %zu, column %zu (radixmlp --check --model %s looks for non-finite weights)",
+                   what, out[bad], bad / cols, bad % cols, dir);
 }
 
 /* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits. */
@@ -4208,6 +4287,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         printf("C reference, mode %s%s: %.1f ms\n", rx_mode_name(ran), mode == RX_AUTO ? " (chosen by auto)" : "",
                rx_now_ms() - t0);
     }
+    if (check_finite(logits, rows, cols, what, dir)) goto done;
     for (int s = 0; !embed && s < b.n_seqs; s++) {      /* the greedy next token of each sequence */
         const float *row = logits + (size_t)(last_only ? s : b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;
         int best = 0;
@@ -4257,6 +4337,9 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         }
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
+    if (o->show_cache)
+        printf("--show-cache: 'model %llu' is this checkpoint's id in the cache (a hash of its path): K/V computed by "
+               "one model is never offered to another\n", (unsigned long long)o->model_id);
     if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
     printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
            " %s%s, mode %s: %.1f ms\n", n, st.prompt_tokens, rx_cache_kind_name(o->cache), o->page_size, st.pool_pages,
@@ -4268,12 +4351,15 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         if (!f) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
         fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
         for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
-        if (fclose(f)) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
+        if (rx_close_output(f, stats)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
+    if (dump && check_finite(logits, n, V, "last-token logits [n_requests, vocab]", dir)) goto done;
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
-    printf("requests %d in %d batches, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt tokens)\n",
-           n, st.n_batches, st.prompt_tokens, st.cached_tokens, 100.0 * st.cached_tokens / st.prompt_tokens);
+    printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
+           "tokens)\n",
+           n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
+           100.0 * st.cached_tokens / st.prompt_tokens);
     printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, pages in use by the cache %d of %d\n",
            st.rows_computed, st.prompt_tokens - st.cached_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
     if (st.request_pages || st.held_after_flush) {
@@ -4311,9 +4397,29 @@ static int parse_count(const char *flag, const char *s, int lo, int hi, int *out
     return 0;
 }
 
-/* An output file is checked before the work starts, not after it: can it be written? A file this check creates is
- * removed again (the run writes it at the end); an existing one is left as it is until then. */
-static int check_output(const char *flag, const char *path) {
+/* A file of the model folder that is path, or NULL: an output must never overwrite the checkpoint it reads. */
+static const char *model_file_at(const char *dir, const char *path) {
+    static char file[4096];
+    DIR *d = dir ? opendir(dir) : NULL;
+    int found = 0;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+        found = e->d_name[0] != '.' && rx_same_file(file, path);
+    }
+    if (d) closedir(d);
+    return found ? file : NULL;
+}
+
+/* An output file is checked before the work starts, not after it: can it be written, and is it none of the inputs
+ * (the tokens or requests file, a file of the model folder) and none of the outputs before it (outputs[0..k))? A
+ * file this check creates is removed again (the run writes it at the end); an existing one is left as it is. */
+static int check_output(const char *flag, const char *path, const char *const outputs[][2], int k, const char *input,
+                        const char *model) {
+    const char *clash = input && rx_same_file(input, path) ? input : model_file_at(model, path);
+    if (clash) return rx_fail("%s %s: that is the input %s; write the output to another file", flag, path, clash);
+    for (int o = 0; o < k; o++)
+        if (outputs[o][1] && rx_same_file(outputs[o][1], path))
+            return rx_fail("%s %s: %s writes that file too; give each output its own file", flag, path, outputs[o][0]);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644), created = fd >= 0;
     if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_NONBLOCK);
     if (fd < 0) return rx_fail("%s %s: cannot write: %s", flag, path, strerror(errno));
@@ -4343,12 +4449,18 @@ int main(int argc, char **argv) {
     const char *val[N_FLAGS] = {NULL};          /* each flag given: its value, or its own name if it takes none */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(usage, stdout); return 0; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            if (!rx_close_output(stdout, "<stdout>")) return 0;
+            fprintf(stderr, "radixmlp: %s\n", radix_error());
+            return 1;
+        }
         int f = 0;
         while (f < N_FLAGS && strcmp(a, FLAGS[f].name)) f++;
         if (f == N_FLAGS) return usage_error("unknown argument '%s' (radixmlp --help lists them)", a);
         if (val[f]) return usage_error("%s is given twice", a);
         if (FLAGS[f].takes_value && i + 1 == argc) return usage_error("%s needs a value", a);
+        if (FLAGS[f].takes_value && !argv[i + 1][0]) return usage_error("%s needs a value, not an empty string", a);
         val[f] = FLAGS[f].takes_value ? argv[++i] : a;
     }
     if (!!val[F_CHECK] + !!val[F_SHOW_INDEX] + !!val[F_REQUESTS] > 1)
@@ -4389,8 +4501,9 @@ int main(int argc, char **argv) {
     so.show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
     const char *outputs[3][2] = {{"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}};
     int rc = 0;
+    const char *input = action == SERVE ? requests : tokens;
     for (int k = 0; k < 3 && !rc; k++)
-        if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1]);
+        if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1], outputs, k, input, model);
     if (!rc) {
         if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump, force_cpu);
         else if (action == CHECK) rc = check_model(model);
@@ -4398,6 +4511,7 @@ int main(int argc, char **argv) {
         else if (action == RUN) rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);
         else rc = demo();
     }
+    if (!rc) rc = rx_close_output(stdout, "<stdout>");
     if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 1; }
     return 0;
 }

@@ -26,6 +26,16 @@ const char *radix_error(void);
  * of the first such element, else n. */
 double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_bad);
 
+/* Files, as every command reads and writes them (the CLI and the benchmark alike):
+ * rx_read_text: a private copy of a whole input file, at most max_bytes, NUL-terminated; anything but a regular file
+ *   (a directory, a FIFO, /dev/zero) is refused at once. Free *text with free().
+ * rx_same_file: 1 if two paths name one file however spelled (the same inode, or for a path not yet there, the same
+ *   folder and name), so that an output never overwrites an input or another output.
+ * rx_close_output: flushes and closes an output (stdout included), 0, or -1 with "PATH: cannot write: why". */
+int  rx_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
+int  rx_same_file(const char *a, const char *b);
+int  rx_close_output(FILE *f, const char *path);
+
 /* ---------------------------------------------------------------------------------------------------------------
  * Algorithm 2: the prefix trie and its compaction indices
  * ------------------------------------------------------------------------------------------------------------- */
