@@ -4119,6 +4119,8 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
                   : gpu_forward(g, &b, mode, RX_AUTO_THRESHOLD, last_only, logits, &info)) goto done;
         printf("GPU %s, mode %s: forward %.3f ms, index build %.3f ms\n", gpu_device_name(), rx_mode_name(info.mode),
                info.forward_ms, info.index_ms);
+        printf("bf16 budget against the C reference: %.4g x max|ref| (%d layers)\n", rx_bf16_tolerance(&m.cfg),
+               m.cfg.n_layers);
     } else {
         if (!force_cpu) printf("%s: running the C reference\n", radix_error());
         RxMode ran = mode == RX_AUTO ? rx_auto_mode(ix.n_compact, ix.n_tokens, RX_AUTO_THRESHOLD) : mode;
@@ -4183,6 +4185,8 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
            o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
            g ? "the GPU, bf16: " : "the C reference on the CPU", g ? gpu_device_name() : "", rx_mode_name(o->mode),
            st.ms);
+    if (g) printf("bf16 budget against the C reference: %.4g x max|ref| (%d layers)\n", rx_bf16_tolerance(&m.cfg),
+                  m.cfg.n_layers);
     if (stats) {                                        /* a CSV row per request */
         FILE *f = fopen(stats, "w");
         if (!f) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }

@@ -4183,7 +4183,11 @@ static void test_bench_prefix_cache_csv(void) {
  *     the GPU pool vs the host pool, within the same of their max (a slot never written is NaN and fails).
  * Then each request finishes (its pages go into the cache) or, one in four, aborts; the pool is small, so admitting
  * evicts. */
-typedef struct { double logits, modes, kv; long batches, shared, cached, evicted, requests; } GpuPfStats;
+typedef struct {
+    double logits, modes, kv;
+    long batches, shared, cached, evicted, requests, short_seqs;
+    int max_cached, max_suffix;      /* the longest cached prefix and computed suffix of a sequence */
+} GpuPfStats;
 
 static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, RxKvPool *pool, RxRequest **adm,
                               int n, int turn, GpuPfStats *st, const char *what) {
@@ -4197,6 +4201,9 @@ static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, R
         seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
         cached[s] = adm[s]->cached_len, key[s] = adm[s]->prefix_key, tables[s] = adm[s]->pages;
         positions += adm[s]->len;
+        st->max_cached = cached[s] > st->max_cached ? cached[s] : st->max_cached;
+        st->max_suffix = lens[s] > st->max_suffix ? lens[s] : st->max_suffix;
+        st->short_seqs += adm[s]->len <= 64;
     }
     RxBatch b;
     if (rx_batch_make(&b, seqs, lens, n)) { expect(0, "rx_batch_make: %s", radix_error()); return; }
@@ -4254,26 +4261,27 @@ static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, R
     rx_batch_free(&b);
 }
 
-/* One trace: 12 requests of up to 40 tokens on 2 random stems (each request a stem's first 0 .. 32 tokens, then its
- * own; one in three repeats an earlier request, so that batches hold equal prefixes and equal suffixes), page size
- * P, batches of up to B, a pool of B requests' pages plus 2: admitting evicts. */
-static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind, int P, int B, uint64_t seed,
-                              GpuPfStats *st) {
-    enum { NREQ = 12, LEN = 40 };
+/* One trace: 12 requests of up to len_max tokens on 2 random stems (each request a stem's first 0 .. len_max * 4/5
+ * tokens, then its own; one in three repeats an earlier request, so that batches hold equal prefixes and equal
+ * suffixes), page size P, batches of up to B, a pool of B requests' pages plus 2: admitting evicts. */
+static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind, int P, int B, int len_max,
+                              uint64_t seed, GpuPfStats *st) {
+    enum { NREQ = 12, LEN = 200 };
     const Qwen3Config *c = &m->cfg;
-    const int V = c->vocab_size, W = c->n_layers * c->n_kv_heads * c->head_dim, n_pages = B * ((LEN + P - 1) / P) + 2;
+    const int V = c->vocab_size, W = c->n_layers * c->n_kv_heads * c->head_dim;
+    const int n_pages = B * ((len_max + P - 1) / P) + 2;
     uint64_t rng = seed;
     int32_t tok[NREQ][LEN], stem[2][LEN];
     int len[NREQ];
-    for (int j = 0; j < 2; j++) for (int i = 0; i < LEN; i++) stem[j][i] = 1 + rng_int(&rng, V - 1);
+    for (int j = 0; j < 2; j++) for (int i = 0; i < len_max; i++) stem[j][i] = 1 + rng_int(&rng, V - 1);
     for (int s = 0; s < NREQ; s++) {
         if (s > 0 && rng_int(&rng, 3) == 0) {
             int from = rng_int(&rng, s);
             memcpy(tok[s], tok[from], sizeof tok[s]), len[s] = len[from];
             continue;
         }
-        int j = rng_int(&rng, 2), shared = rng_int(&rng, 33);
-        len[s] = 1 + rng_int(&rng, LEN);
+        int j = rng_int(&rng, 2), shared = rng_int(&rng, len_max * 4 / 5 + 1);
+        len[s] = 1 + rng_int(&rng, len_max);
         for (int i = 0; i < len[s]; i++) tok[s][i] = i < shared ? stem[j][i] : 1 + rng_int(&rng, V - 1);
     }
     char what[96] = "trace";
@@ -4318,8 +4326,19 @@ static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind
     rx_kv_pool_free(&pool);
 }
 
+/* Part II's GPU test models: tiny_config with 3 layers, so that every stride differs from every other. head_dim 32
+ * (the naive kernel): query rows 128 apart, the batch's key rows 64, the pool's 192 (3 layers x 64), heads 32;
+ * head_dim 128 (flash): 512, 256, 768, 128. A kernel that used one stride for another reads the wrong elements. */
+static Qwen3Config part2_config(int head_dim) {
+    Qwen3Config c = tiny_config();
+    c.n_layers = 3;
+    c.head_dim = head_dim;
+    c.max_position_embeddings = 256;   /* requests of up to 150 tokens */
+    return c;
+}
+
 static void gpu_prefill_traces(const Qwen3Config *cfg, RxAttention attention, const int *pages, int n_pages,
-                               uint64_t seed) {
+                               int len_max, uint64_t seed) {
     Qwen3Model m;
     GpuModel *g = NULL;
     if (qwen3_random(&m, cfg, seed)) { expect(0, "qwen3_random: %s", radix_error()); return; }
@@ -4330,27 +4349,37 @@ static void gpu_prefill_traces(const Qwen3Config *cfg, RxAttention attention, co
     }
     GpuPfStats st = {0};
     for (int i = 0; i < n_pages && !test_failed; i++)
-        gpu_prefill_trace(&m, g, i % 2 ? RX_CACHE_HASH : RX_CACHE_RADIX, pages[i], 1 + (i + 2) % 4, seed + 10 * i, &st);
+        gpu_prefill_trace(&m, g, i % 2 ? RX_CACHE_HASH : RX_CACHE_RADIX, pages[i], 1 + (i + 2) % 4, len_max,
+                          seed + 10 * i, &st);
     expect(st.cached > 0 && st.evicted > 0 && st.shared > 0, "the traces must hit the cache (%ld), evict (%ld) and "
            "share rows inside a batch (%ld batches)", st.cached, st.evicted, st.shared);
-    summary("head_dim %d, %s attention, page sizes 1, 4, 16: %ld requests in %ld batches (%ld with rows shared), %ld "
-            "tokens cached, %ld pages evicted; max|diff|/max|ref|: logits vs C %.3g, radix/compact vs baseline %.3g, "
-            "K/V %.3g (tol %g each)", cfg->head_dim, attention == RX_ATTN_FLASH ? "flash" : "naive", st.requests, st.batches, st.shared, st.cached, st.evicted, st.logits, st.modes, st.kv,
+    expect(st.max_cached > len_max / 2 && st.max_suffix > 64 && st.short_seqs > 0, "%s: the traces must cache a "
+           "prefix over half the longest request (%d), compute a suffix over one key tile (%d) and hold sequences of "
+           "one tile or less (%ld)", cfg->head_dim == 128 ? "flash" : "naive", st.max_cached, st.max_suffix,
+           st.short_seqs);
+    summary("head_dim %d, %d layers, %s attention, requests up to %d tokens, page sizes 1, 4, 16: %ld requests in %ld "
+            "batches (%ld with rows shared), %ld tokens cached (longest prefix %d, longest suffix %d), %ld pages "
+            "evicted; max|diff|/max|ref|: logits vs C %.3g, radix/compact vs baseline %.3g, K/V %.3g (tol %.3g each)",
+            cfg->head_dim, cfg->n_layers, attention == RX_ATTN_FLASH ? "flash" : "naive", len_max, st.requests,
+            st.batches, st.shared, st.cached, st.max_cached, st.max_suffix, st.evicted, st.logits, st.modes, st.kv,
             rx_bf16_tolerance(cfg));
     gpu_model_free(g);
     qwen3_free(&m);
 }
 
+/* The naive kernel on requests of up to 40 tokens; the flash kernel on requests of up to 150: cached prefixes and
+ * suffixes of several 64-key tiles, lengths off tile multiples, and some sequences of one tile or less. */
 static void test_gpu_prefill_matches_c_reference_on_random_traces(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     static const int pages[] = {1, 4, 16, 4};
-    Qwen3Config small = tiny_config(), big = flash_config();
-    gpu_prefill_traces(&small, RX_ATTN_NAIVE, pages, 4, 900);     /* head_dim 32: the naive kernel */
-    gpu_prefill_traces(&big, RX_ATTN_FLASH, pages, 3, 950);       /* head_dim 128: the flash kernel, pool stride */
+    Qwen3Config small = part2_config(32), big = part2_config(128);
+    gpu_prefill_traces(&small, RX_ATTN_NAIVE, pages, 4, 40, 900);
+    gpu_prefill_traces(&big, RX_ATTN_FLASH, pages + 1, 2, 150, 950);
 }
 
 /* --requests on the GPU: without --cpu the CLI serves with gpu_prefill and says so; the last-token logits within the
- * bf16 budget of each request's full recomputation on the C reference; the same leak audit. --cpu says the C
+ * bf16 budget of each request's full recomputation on the C reference, and not equal to it (the C reference's are,
+ * bit for bit: cli/requests_match_full_recomputation); the same leak audit. --cpu says the C
  * reference ran. */
 static void test_gpu_cli_requests_runs_on_the_gpu(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
@@ -4374,6 +4403,10 @@ static void test_gpu_cli_requests_runs_on_the_gpu(void) {
             char what[128];
             snprintf(what, sizeof what, "--requests %s vs full recomputation", flags[k]);
             expect_close(what, 0, got, rq.want, (size_t)n * V, rx_bf16_tolerance(&rq.m.cfg));
+            /* the printed label proves nothing; bf16 logits do: the C reference's equal these bit for bit */
+            double d = max_abs_diff(got, rq.want, (size_t)n * V);
+            expect(d > 0, "%s: the logits equal the fp32 C reference's bit for bit: they were not computed in bf16 "
+                   "on the GPU", flags[k]);
         }
         free(got);
     }
