@@ -4544,6 +4544,81 @@ static void test_gpu_kernels_index_rows_past_2_31_elements(void) {
     free(q); free(kv[0]); free(kv[1]); free(got); free(want); free(back);
 }
 
+/* ---------------------------------------------------------------------------- gpu: device memory comes back */
+/* The device's free memory (cudaMemGetInfo) is the same before and after each of: a model, a pool, a successful
+ * prefill, a refused prefill, and a serving run that fails mid-way (a later request is larger than the pool, after
+ * earlier batches ran on the GPU); on the emulator and a GPU alike, no difference allowed. The first round is a
+ * warm-up and is not compared: the CUDA runtime loads a module's kernels and cuBLAS sizes its workspace on first use,
+ * lazily, and keep them, so only after one full round can a difference be a leak. */
+static void mem_same(const char *what, size_t before, int compare) {
+    size_t after = 0;
+    int rc = gpu_memory_free(&after);
+    if (!compare) return;
+    note("%-44s free before %zu, after %zu: difference %lld bytes", what, before, after,
+         (long long)after - (long long)before);
+    expect(rc == 0 && after == before, "%s: device memory %zu free before, %zu after: %lld bytes not returned", what,
+           before, after, (long long)before - (long long)after);
+}
+static void test_gpu_device_memory_returns_to_where_it_started(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    Qwen3Config cfg = part2_config(128);
+    enum { P = 4 };
+    static const int32_t seq0[6] = {5, 6, 7, 8, 9, 10}, seq1[3] = {5, 6, 11}, bad[2] = {5, 100000};
+    static const int32_t long_req[40] = {1, 2, 3};
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 77)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    for (int round = 0; round < 2 && !test_failed; round++) {
+        const int cmp = round == 1;
+        size_t f_start = 0, f_model = 0, f_pool = 0;
+        GpuModel *g = NULL;
+        GpuKvPool *gk = NULL;
+        RxKvPool pool;
+        gpu_memory_free(&f_start);
+        if (gpu_model_upload(&g, &m)) { expect(0, "gpu_model_upload: %s", radix_error()); break; }
+        gpu_memory_free(&f_model);
+        if (rx_kv_pool_init(&pool, 8, P, cfg.n_layers, cfg.n_kv_heads * cfg.head_dim) ||
+            gpu_kv_pool_create(&gk, g, &pool)) {
+            expect(0, "the pools: %s", radix_error());
+            gpu_model_free(g);
+            break;
+        }
+        gpu_memory_free(&f_pool);
+        int32_t pages[2][2], cached[2] = {0, 0}, key[2] = {-1, -1};
+        for (int i = 0; i < 4; i++) pages[i / 2][i % 2] = rx_kv_page_alloc(&pool);
+        const int32_t *tables[2] = {pages[0], pages[1]}, *seqs[2] = {seq0, seq1}, *bads[2] = {seq0, bad};
+        int lens[2] = {6, 3}, bad_lens[2] = {6, 2};
+        RxPrefill pf = {&pool, cached, tables, key};
+        RxBatch b, bb;
+        float logits[2 * 512];
+        int rc = rx_batch_make(&b, seqs, lens, 2) || rx_batch_make(&bb, bads, bad_lens, 2);
+        expect(rc == 0, "rx_batch_make: %s", radix_error());
+        if (rc == 0) {
+            rc = gpu_prefill(g, gk, &b, &pf, RX_COMPACT, logits, NULL, NULL);
+            expect(rc == 0, "gpu_prefill: %s", radix_error());
+            mem_same("a successful prefill (compact)", f_pool, cmp);
+            rc = gpu_prefill(g, gk, &bb, &pf, RX_COMPACT, logits, NULL, NULL);
+            expect(rc != 0, "gpu_prefill of token 100000 (vocab 512) was not refused");
+            mem_same("a refused prefill (token out of vocabulary)", f_pool, cmp);
+            rx_batch_free(&b);
+            rx_batch_free(&bb);
+        }
+        gpu_kv_pool_free(gk);
+        rx_kv_pool_free(&pool);
+        mem_same("a KV pool [32 slots, 3 layers, 256], freed", f_model, cmp);
+        const int32_t *reqs[3] = {seq0, seq1, long_req};
+        int req_lens[3] = {6, 3, 40};
+        RxServeOptions o = {.cache = RX_CACHE_RADIX, .page_size = P, .n_pages = 4, .batch = 1, .mode = RX_RADIX,
+                            .model_id = 3, .gpu = g};
+        RxServeStats st;
+        rc = rx_serve(&m, reqs, req_lens, 3, &o, NULL, NULL, NULL, &st);
+        expect(rc != 0, "rx_serve with a request of 10 pages in a pool of 4 did not fail");
+        mem_same("a serving run that fails at its third request", f_model, cmp);
+        gpu_model_free(g);
+        mem_same("a model, freed", f_start, cmp);
+    }
+    qwen3_free(&m);
+}
+
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
     {"trie", "toy_example_matches_paper", test_toy_example_matches_paper},
@@ -4605,6 +4680,7 @@ static const Test tests[] = {
     {"gpu", "cli_requests_runs_on_the_gpu", test_gpu_cli_requests_runs_on_the_gpu},
     {"gpu", "new_pool_is_nan_over_zeroed_memory", test_gpu_new_pool_is_nan_over_zeroed_memory},
     {"gpu", "kernels_index_rows_past_2_31_elements", test_gpu_kernels_index_rows_past_2_31_elements},
+    {"gpu", "device_memory_returns_to_where_it_started", test_gpu_device_memory_returns_to_where_it_started},
     {"gpu", "flash_forward_survives_device_reset", test_gpu_flash_forward_survives_device_reset},
     {"cli", "cli", test_cli},
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
