@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "radixmlp.h"
@@ -4508,22 +4509,31 @@ static void test_gpu_kernels_index_rows_past_2_31_elements(void) {
     uint64_t rng = 2031;
     float *q = rand_floats((size_t)T * QD, -1.0f, 1.0f, &rng), *kv[2] = {rand_floats((size_t)T * KVD, -1.0f, 1.0f, &rng),
                                                                          rand_floats((size_t)T * KVD, -1.0f, 1.0f, &rng)};
-    float *got = floats((size_t)T * QD), *want = floats((size_t)T * QD), *back = floats((size_t)T * KVD);
+    float *got = floats((size_t)T * QD), *want = floats((size_t)T * QD), *back = floats((size_t)T * 257);
     void *big[2] = {NULL, NULL};
     DevBufs d = {0};
     void *d_q = dev_bf16(&d, q, (size_t)T * QD), *d_k = dev_bf16(&d, kv[0], (size_t)T * KVD);
     void *d_v = dev_bf16(&d, kv[1], (size_t)T * KVD), *d_out = dev_bf16(&d, NULL, (size_t)T * QD);
-    void *d_back = dev_bf16(&d, NULL, (size_t)T * KVD);
+    void *d_back = dev_bf16(&d, NULL, (size_t)T * 257);
     const int32_t *d_row = (const int32_t *)dev_raw(&d, kv_row, sizeof kv_row);
     const int32_t *d_start = (const int32_t *)dev_raw(&d, seq_start, sizeof seq_start);
     int rc = d.failed || gpu_upload(&big[0], NULL, big_bytes) || gpu_upload(&big[1], NULL, big_bytes);
-    for (int h = 0; h < 2 && rc == 0; h++) {       /* store, then read back: the row-copy kernel both ways */
-        rc = gpu_rows_to_index(big[h], KVD * 2, d_row, h ? d_v : d_k, NULL, T, KVD * 2) ||
-             gpu_rows_by_index(d_back, big[h], d_row, T, KVD * 2) || gpu_download_bf16(back, d_back, (size_t)T * KVD);
-        round_to_bf16(kv[h], (size_t)T * KVD);
-        if (rc == 0) expect_identical(h ? "V rows stored past 2^31 and read back" : "K rows stored past 2^31 and read back",
-                                      back, kv[h], (size_t)T * KVD);
-    }
+    for (int h = 0; h < 2 && rc == 0; h++)       /* K and V where attention reads them: 16-byte chunks */
+        rc = gpu_rows_to_index(big[h], KVD * 2, d_row, h ? d_v : d_k, NULL, T, KVD * 2);
+    /* The row-copy kernel both ways in 2-byte chunks (rows 257 elements apart: not a multiple of 16 bytes), so that
+     * its index * stride counts elements and crosses 2^31 and 2^32 (in 16-byte chunks that takes 32 GiB): K's rows
+     * into the V buffer at rows 8355960.. and 16711930.., then read back. */
+    int32_t odd_row[T];
+    for (int t = 0; t < T; t++) odd_row[t] = (int32_t)(t < 70 ? (1u << 31) / 257 - 40 + t : (1ull << 32) / 257 - 5 + t - 70);
+    const int32_t *d_odd = (const int32_t *)dev_raw(&d, odd_row, sizeof odd_row);
+    rc = rc || d.failed || gpu_rows_to_index(big[1], 257 * 2, d_odd, d_k, NULL, T, KVD * 2) ||
+         gpu_rows_by_index(d_back, big[1], d_odd, T, 257 * 2) || gpu_download_bf16(back, d_back, (size_t)T * 257);
+    round_to_bf16(kv[0], (size_t)T * KVD);
+    for (int t = 0; t < T; t++) memmove(back + (size_t)t * KVD, back + (size_t)t * 257, KVD * sizeof(float));
+    if (rc == 0) expect_identical("K rows stored 257 elements apart past 2^31, 2^32, read back", back, kv[0],
+                                  (size_t)T * KVD);
+    for (int h = 0; h < 2 && rc == 0; h++)       /* the V rows again: the 2-byte copies above overwrote some */
+        rc = gpu_rows_to_index(big[h], KVD * 2, d_row, h ? d_v : d_k, NULL, T, KVD * 2);
     for (int flash = 0; flash < 2 && rc == 0; flash++) {
         rc = flash ? gpu_flash_attention(d_out, d_q, d_k, d_v, cu, cu, NULL, 2, NH, NKV, D)
                    : gpu_attention(d_out, d_q, d_k, d_v, KVD, T, NULL, d_start, NULL, NH, NKV, D);
@@ -4535,13 +4545,63 @@ static void test_gpu_kernels_index_rows_past_2_31_elements(void) {
                                               "naive attention, keys past 2^31 vs packed", got, want, (size_t)T * QD);
     }
     expect(rc == 0, "the GPU calls: %s", radix_error());
-    note("K, V [%lld rows, %d] each (%.1f GiB); rows %lld..%lld cross element 2^31, %lld..%lld element 2^32: the copies "
-         "and both kernels bit for bit", (long long)big_rows, KVD, big_bytes / 1073741824.0, (long long)kv_row[0],
-         (long long)kv_row[69], (long long)kv_row[70], (long long)kv_row[89]);
+    note("K, V [%lld rows, %d] each (%.1f GiB); rows %lld..%lld cross element 2^31, %lld..%lld element 2^32; rows "
+         "257 apart %d..%d and %d..%d: the copies and both kernels bit for bit", (long long)big_rows, KVD,
+         big_bytes / 1073741824.0, (long long)kv_row[0], (long long)kv_row[69], (long long)kv_row[70],
+         (long long)kv_row[89], odd_row[0], odd_row[69], odd_row[70], odd_row[89]);
     gpu_free(big[0]);
     gpu_free(big[1]);
     dev_finish(&d, 0, NULL, NULL, 0);
     free(q); free(kv[0]); free(kv[1]); free(got); free(want); free(back);
+}
+
+/* ------------------------------------------------------------------------- gpu: the budget at Qwen3-4B's depth */
+/* rx_bf16_tolerance at Qwen3-4B's width (hidden 2560, intermediate 9728, 32 heads, 8 kv heads, head_dim 128; vocab
+ * 512 is enough) and two depths, 2 and 36 layers: the GPU forward's logits against the C reference's within the
+ * budget of each depth, in every mode. Random weights; to keep the host's memory small, the 36 layers cycle through 4
+ * distinct random layers (the GPU still holds 36 uploaded copies, 7.3 GB). Opt-in (RADIXMLP_DEEP=1; make gpu-check
+ * sets it): through the emulator it takes minutes. */
+static void test_gpu_budget_holds_at_qwen3_4b_depth(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    if (!getenv("RADIXMLP_DEEP")) { skip_test("opt-in: RADIXMLP_DEEP=1 runs it (make gpu-check does)"); return; }
+    Qwen3Config cfg = {.vocab_size = 512, .hidden_size = 2560, .intermediate_size = 9728, .n_layers = 4,
+                       .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .max_position_embeddings = 4096,
+                       .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1};
+    static const int32_t s0[5] = {3, 1, 4, 1, 5}, s1[4] = {3, 1, 4, 9};
+    const int32_t *seqs[2] = {s0, s1};
+    int lens[2] = {5, 4};
+    Qwen3Model base;
+    RxBatch b;
+    if (qwen3_random(&base, &cfg, 36) || rx_batch_make(&b, seqs, lens, 2)) {
+        expect(0, "the model: %s", radix_error());
+        return;
+    }
+    static const int depths[2] = {2, 36};
+    const size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+    float *ref = floats(n), *got = floats(n);
+    for (int k = 0; k < 2 && !test_failed; k++) {
+        Qwen3Model m = base;                       /* a view: layer l is base's layer l % 4 */
+        m.cfg.n_layers = depths[k];
+        m.layers = (Qwen3Layer *)malloc((size_t)depths[k] * sizeof(Qwen3Layer));
+        for (int l = 0; l < depths[k]; l++) m.layers[l] = base.layers[l % 4];
+        GpuModel *g = NULL;
+        time_t t0 = time(NULL);
+        int rc = qwen3_forward_ref(&m, &b, RX_BASELINE, ref) || gpu_model_upload(&g, &m);
+        expect(rc == 0, "%d layers: %s", depths[k], radix_error());
+        for (int mode = RX_BASELINE; mode <= RX_COMPACT && rc == 0; mode++) {
+            char what[96];
+            snprintf(what, sizeof what, "%d layers, hidden 2560, %s vs the C reference", depths[k],
+                     rx_mode_name((RxMode)mode));
+            expect_close(what, gpu_forward(g, &b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, got, NULL), got, ref, n,
+                         rx_bf16_tolerance(&m.cfg));
+        }
+        note("%d layers: budget %.4f, %.0f s", depths[k], rx_bf16_tolerance(&m.cfg), difftime(time(NULL), t0));
+        gpu_model_free(g);
+        free(m.layers);
+    }
+    free(ref); free(got);
+    rx_batch_free(&b);
+    qwen3_free(&base);
 }
 
 /* ---------------------------------------------------------------------------- gpu: device memory comes back */
@@ -4681,6 +4741,7 @@ static const Test tests[] = {
     {"gpu", "new_pool_is_nan_over_zeroed_memory", test_gpu_new_pool_is_nan_over_zeroed_memory},
     {"gpu", "kernels_index_rows_past_2_31_elements", test_gpu_kernels_index_rows_past_2_31_elements},
     {"gpu", "device_memory_returns_to_where_it_started", test_gpu_device_memory_returns_to_where_it_started},
+    {"gpu", "budget_holds_at_qwen3_4b_depth", test_gpu_budget_holds_at_qwen3_4b_depth},
     {"gpu", "flash_forward_survives_device_reset", test_gpu_flash_forward_survives_device_reset},
     {"cli", "cli", test_cli},
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
