@@ -4357,10 +4357,10 @@ static void gpu_prefill_traces(const Qwen3Config *cfg, RxAttention attention, co
                           seed + 10 * i, &st);
     expect(st.cached > 0 && st.evicted > 0 && st.shared > 0, "the traces must hit the cache (%ld), evict (%ld) and "
            "share rows inside a batch (%ld batches)", st.cached, st.evicted, st.shared);
-    expect(st.max_cached > len_max / 2 && st.max_suffix > 64 && st.short_seqs > 0, "%s: the traces must cache a "
-           "prefix over half the longest request (%d), compute a suffix over one key tile (%d) and hold sequences of "
-           "one tile or less (%ld)", cfg->head_dim == 128 ? "flash" : "naive", st.max_cached, st.max_suffix,
-           st.short_seqs);
+    if (len_max > 64)                                   /* the flash kernel's key tiles: 64 keys */
+        expect(st.max_cached > 64 && st.max_suffix > 64 && st.short_seqs > 0, "the traces must cache a prefix over "
+               "one key tile (%d), compute a suffix over one (%d) and hold sequences of one tile or less (%ld)",
+               st.max_cached, st.max_suffix, st.short_seqs);
     summary("head_dim %d, %d layers, %s attention, requests up to %d tokens, page sizes 1, 4, 16: %ld requests in %ld "
             "batches (%ld with rows shared), %ld tokens cached (longest prefix %d, longest suffix %d), %ld pages "
             "evicted; max|diff|/max|ref|: logits vs C %.3g, radix/compact vs baseline %.3g, K/V %.3g (tol %.3g each)",
