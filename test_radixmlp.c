@@ -4361,10 +4361,10 @@ static void gpu_prefill_traces(const Qwen3Config *cfg, RxAttention attention, co
         expect(st.max_cached > 64 && st.max_suffix > 64 && st.short_seqs > 0, "the traces must cache a prefix over "
                "one key tile (%d), compute a suffix over one (%d) and hold sequences of one tile or less (%ld)",
                st.max_cached, st.max_suffix, st.short_seqs);
-    summary("head_dim %d, %d layers, %s attention, requests up to %d tokens, page sizes 1, 4, 16: %ld requests in %ld "
+    summary("head_dim %d, %d layers, %s attention, requests up to %d tokens, %d traces: %ld requests in %ld "
             "batches (%ld with rows shared), %ld tokens cached (longest prefix %d, longest suffix %d), %ld pages "
             "evicted; max|diff|/max|ref|: logits vs C %.3g, radix/compact vs baseline %.3g, K/V %.3g (tol %.3g each)",
-            cfg->head_dim, cfg->n_layers, attention == RX_ATTN_FLASH ? "flash" : "naive", len_max, st.requests,
+            cfg->head_dim, cfg->n_layers, attention == RX_ATTN_FLASH ? "flash" : "naive", len_max, n_pages, st.requests,
             st.batches, st.shared, st.cached, st.max_cached, st.max_suffix, st.evicted, st.logits, st.modes, st.kv,
             rx_bf16_tolerance(cfg));
     gpu_model_free(g);
