@@ -108,6 +108,9 @@ typedef struct {
     double rope_theta, rms_norm_eps;
     int tie_word_embeddings;
 } Qwen3Config;
+/* The bf16 GPU forward's budget against the fp32 C reference, max|gpu - ref| / max|ref|, for model c: it grows with
+ * the number of bf16 roundings on a logit's path, 19 per layer and 3 in the head (the formula: radixmlp.cu). */
+double rx_bf16_tolerance(const Qwen3Config *c);
 
 typedef struct {             /* views of one decoder layer's weights, [out, in] as nn.Linear stores them */
     const RxTensor *input_norm;     /* [hidden]                              */
@@ -259,10 +262,15 @@ int  gpu_download_bf16(float *host, const void *dev, size_t n); /* host [n] = fp
 void gpu_free(void *dev);                                       /* NULL: nothing                                    */
 int  gpu_copy(void *dst, const void *src, size_t bytes);        /* host or device, either way; device to device is  */
                                                                 /* the memory roofline (Table 6)                    */
+int  gpu_memory_free(size_t *free_bytes);                       /* the device's free memory (cudaMemGetInfo)        */
 
 /* Each kernel of gpu_forward alone, through the launcher the forward calls, on device buffers, bf16 unless said. */
 /* out [rows_out, row_bytes] = in [*, row_bytes] [idx]: gather, scatter, embedding (idx [rows_out]); row_bytes even. */
 int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes);
+/* The K/V store's form of the same kernel: out row dst[r] (rows out_stride_bytes apart) = in row idx[r] (NULL: r),
+ * for r < n_rows. */
+int gpu_rows_to_index(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in, const int32_t *idx,
+                      int n_rows, size_t row_bytes);
 /* x, out [rows, dim]; w [dim]. */
 int gpu_rmsnorm(void *out, const void *x, const void *w, int rows, int dim, float eps);
 /* In place on x [rows, n_heads*head_dim]; w [head_dim]; pos [rows]; inv_freq [head_dim/2] fp32, RoPE's frequencies
