@@ -1,5 +1,6 @@
 # radixmlp: `make` builds radixmlp, test_radixmlp and bench; `make run` runs the demo; `make test` builds all three,
-# runs the resource gate (`make resource-gate`: registers, spills, shared memory per kernel; no GPU) and the tests.
+# runs the resource gate (`make resource-gate`: registers, spills, shared memory per kernel; no GPU), the docs check,
+# the exercises' grader and the tests. `make help` lists every target.
 # `make gpu-check`, on a machine with a GPU: every check that needs one, into docs/gpu-report-<device>-<date>.md.
 # `make test-asan`, `make test-valgrind` and `make fuzz` (FUZZ_SECONDS=60 per target) check the host half with clang.
 # Needs the CUDA toolkit (nvcc, cuBLAS) to build; a GPU only to run the CUDA path (everything else runs on the CPU).
@@ -11,7 +12,7 @@ CC        ?= gcc
 comma     := ,
 space     := $() $()
 # The clang-only goals (sanitizers, fuzzers) and clean need no CUDA toolkit.
-HOST_GOALS := clean test-asan test-valgrind fuzz build/%
+HOST_GOALS := clean test-asan test-valgrind fuzz build/% help grade grade-all
 ifeq ($(and $(MAKECMDGOALS),$(if $(filter-out $(HOST_GOALS),$(MAKECMDGOALS)),,host)),)
 ifeq ($(wildcard $(NVCC)),)
   $(error nvcc not found at $(NVCC): install the CUDA toolkit or run `make CUDA_HOME=/path/to/cuda`)
@@ -53,7 +54,40 @@ run: radixmlp
 	./radixmlp
 
 test: all resource-gate            # the tests also run ./radixmlp (cli group) and ./bench (bench group)
+	.ci/docs-check
+	.ci/grade --suite
 	./test_radixmlp
+
+# Every command the docs show that needs no GPU, run and compared with the output they quote, and every name they cite
+# checked against the code (.ci/docs-check says how the docs mark their commands). Writes only under /tmp.
+docs-check: all
+	.ci/docs-check
+
+# The exercises' grader (docs/exercises.md; no CUDA toolkit needed, clang): `make grade EX=9` checks exercise 9 on this
+# tree, `make grade EX=9 ANSWER=1` on a copy with the reference answer docs/answers/09.patch applied; `make grade-all`
+# runs every reference answer through its check, and checks that this tree without it fails.
+grade:
+	@test -n "$(EX)" || { echo "make grade EX=N [ANSWER=1]: N is an exercise with docs/answers/N.check:"; \
+	    ls docs/answers/*.check | sed 's|.*/||; s|\.check||' | tr '\n' ' '; echo; exit 2; }
+	.ci/grade $(EX) $(if $(ANSWER),--answer)
+grade-all:
+	.ci/grade --suite
+
+# Every target, one line each.
+help:
+	@echo "make              build radixmlp (demo and CLI), test_radixmlp (tests) and bench (the paper's tables)"
+	@echo "make run          build radixmlp and run the demo (no GPU needed)"
+	@echo "make test         build all, then the resource gate, the docs check, the grader's suite and the tests"
+	@echo "make docs-check   run the docs' commands and compare their quoted output; check every name they cite"
+	@echo "make grade EX=N   grade exercise N on this tree (ANSWER=1: on a copy with docs/answers/N.patch)"
+	@echo "make grade-all    every reference answer passes its check; this tree without it fails"
+	@echo "make resource-gate  registers, spills and shared memory of every kernel (no GPU)"
+	@echo "make gpu-check    on a machine with a GPU: every check that needs one, into a dated report"
+	@echo "make test-asan    every host test under AddressSanitizer + UBSan (clang, no CUDA)"
+	@echo "make test-valgrind  the loader tests under valgrind"
+	@echo "make fuzz         libFuzzer on the parsers and the trie (FUZZ_SECONDS=60 per target)"
+	@echo "make clean        remove what the build made"
+	@echo "./test_radixmlp --list  every test as group/name; ./test_radixmlp GROUP|NAME ... runs those"
 
 # Registers, spills, local and shared memory and CTAs per SM of every kernel for sm_80 and sm_90, from one compile with
 # ptxas's report (no GPU needed); fails on any warning, spill, local memory or launch/kernel shared-memory mismatch.
@@ -138,4 +172,4 @@ clean:
 	rm -f radixmlp test_radixmlp bench *.o
 	rm -rf build
 
-.PHONY: all run test resource-gate gpu-check test-asan test-valgrind fuzz clean
+.PHONY: all run test docs-check grade grade-all help resource-gate gpu-check test-asan test-valgrind fuzz clean

@@ -748,7 +748,7 @@ static int layout_build(Layout *L, const RxBatch *b, const RxPrefill *pf, RxMode
         free(at);
         return rx_fail("out of host memory for the layout of %lld tokens", (long long)T);
     }
-    for (int r = 0; r < L->R; r++) {                              /* lines 6-7: x~ = x[I_gather], p~ = p[I_gather] */
+    for (int r = 0; r < L->R; r++) {                              /* lines 6, 8: p~ = p[I_gather], x~ = x[I_gather] */
         int i = rows_are_nodes ? L->ix.gather[r] : r;
         L->tok[r] = b->input_ids[i], L->pos[r] = b->position_ids[i];
     }

@@ -5045,6 +5045,10 @@ static const Test tests[] = {
 #ifndef RADIXMLP_FUZZ
 int main(int argc, char **argv) {
     int n = (int)(sizeof tests / sizeof tests[0]), passed = 0, failed = 0, skipped = 0, ran = 0;
+    if (argc == 2 && !strcmp(argv[1], "--list")) {      /* every group and test name, one "group/name" a line */
+        for (int i = 0; i < n; i++) printf("%s/%s\n", tests[i].group, tests[i].name);
+        return 0;
+    }
     for (int i = 0; i < n; i++) {
         int selected = argc < 2;
         for (int a = 1; a < argc; a++) selected |= !strcmp(argv[a], tests[i].group) || !strcmp(argv[a], tests[i].name);
