@@ -102,23 +102,26 @@ static uint64_t rx_rand(uint64_t *s);                               /* splitmix6
  * second and later children, the branch points, go to a hash table keyed on (parent, token, position). A batch of
  * shared prefixes then walks its first children through arrays read in order, and touches the table about once per
  * sequence, where it leaves the shared part. */
-typedef struct { uint64_t key; int32_t parent, node_plus_1; } TrieSlot;   /* node_plus_1 == 0: empty slot */
+typedef struct {
+    uint64_t key;
+    int32_t parent;
+    int32_t node_plus_1;     /* 0: an empty slot */
+} TrieSlot;
 
 static uint64_t trie_key(int32_t token, int32_t position) {       /* the paper's (position << 32) ^ token */
     return (uint64_t)(uint32_t)position << 32 | (uint32_t)token;
 }
 
-/* Returns the node stored under (parent, key), or stores `node` there and returns -1. */
-static int32_t trie_find_or_insert(TrieSlot *t, uint64_t mask, int32_t parent, uint64_t key, int32_t node) {
+/* The slot of (parent, key) in an open-addressing table: the one that holds it, or the empty one where it goes. */
+static TrieSlot *table_slot(TrieSlot *t, uint64_t mask, int32_t parent, uint64_t key) {
     uint64_t h = ((key ^ (uint64_t)(uint32_t)parent * 0x9E3779B97F4A7C15ull) * 0xFF51AFD7ED558CCDull) >> 20;
     for (;; h++) {
         TrieSlot *s = &t[h & mask];
-        if (!s->node_plus_1) { s->key = key; s->parent = parent; s->node_plus_1 = node + 1; return -1; }
-        if (s->key == key && s->parent == parent) return s->node_plus_1 - 1;
+        if (!s->node_plus_1 || (s->key == key && s->parent == parent)) return s;
     }
 }
 
-/* A hash table for n keys (the trie's, and the prefix cache's buckets in part ii): a power of two >= 2n, >= 16. */
+/* A hash table for n keys: a power of two >= 2n, >= 16. */
 static uint64_t table_cap(int64_t n) {
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)n) cap *= 2;
@@ -130,6 +133,67 @@ static uint64_t table_cap(int64_t n) {
 static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
     *mask = table_cap(n) - 1;
     return (TrieSlot *)calloc(*mask + 1, sizeof(TrieSlot));
+}
+
+/* The trie while it is built. Nodes 0 .. n_nodes-1 are the compact rows, numbered in order of first occurrence;
+ * the roots are numbered N, N+1, ... after them (N' <= N, so no node takes a root's number). */
+typedef struct {
+    const int32_t *ids, *pos;   /* [N] the batch's tokens and positions                                       */
+    int32_t *gather;            /* [N'] each node's first occurrence, whose (token, position) is the node's key */
+    int32_t *first_child;       /* [N + n_roots] by node or root; -1: no child yet                             */
+    TrieSlot *table;            /* second and later children: (parent, key) -> node                          */
+    uint64_t mask;
+    int32_t n_nodes;            /* N' so far, the next compact row                                            */
+} Trie;
+
+/* Lines 13-23 of Algorithm 2: the child of parent whose key is original row i's (token, position), or -1: not
+ * found. The first child answers most lookups without hashing; the table holds the rest. */
+static int32_t trie_find(const Trie *tr, int32_t parent, int i) {
+    int32_t c = tr->first_child[parent];
+    if (c < 0) return -1;                                        /* no children yet */
+    int first = tr->gather[c];
+    if (tr->ids[first] == tr->ids[i] && tr->pos[first] == tr->pos[i]) return c;
+    const TrieSlot *s = table_slot(tr->table, tr->mask, parent, trie_key(tr->ids[i], tr->pos[i]));
+    return s->node_plus_1 - 1;                                   /* a later child, or -1 (an empty slot) */
+}
+
+/* Lines 24-33: not found, so original row i is the first occurrence of a new node below parent, the next compact
+ * row. It becomes parent's first child, or, if parent has one, goes into the table. */
+static int32_t trie_add(Trie *tr, int32_t parent, int i) {
+    int32_t c = tr->n_nodes++;
+    tr->gather[c] = i;
+    tr->first_child[c] = -1;
+    if (tr->first_child[parent] < 0) {
+        tr->first_child[parent] = c;
+        return c;
+    }
+    uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
+    TrieSlot *s = table_slot(tr->table, tr->mask, parent, key);
+    s->key = key;
+    s->parent = parent;
+    s->node_plus_1 = c + 1;
+    return c;
+}
+
+/* Fast path: histories can only be shared if two sequences begin with the same (root, token, position). Returns
+ * whether any two do (1 or 0), or -1 (out of memory). */
+static int trie_any_shared_start(const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
+                                 const int32_t *root) {
+    uint64_t mask;
+    TrieSlot *t = trie_table(n_seqs, &mask);
+    if (!t) return -1;
+    int shared = 0;
+    for (int s = 0; s < n_seqs && !shared; s++) {
+        int i = cu[s];
+        if (i == cu[s + 1]) continue;                            /* an empty sequence */
+        TrieSlot *slot = table_slot(t, mask, root[s], trie_key(ids[i], pos[i]));
+        shared = slot->node_plus_1 != 0;
+        slot->key = trie_key(ids[i], pos[i]);
+        slot->parent = root[s];
+        slot->node_plus_1 = s + 1;
+    }
+    free(t);
+    return shared;
 }
 
 /* The shape of a ragged batch as a C API caller hands it over, checked before anything reads it. n_tokens < 0: not
@@ -151,87 +215,82 @@ static int ragged_check(const char *who, const int32_t *input_ids, const int32_t
     return 0;
 }
 
-/* Part I's batch is the whole history: two sequences that start with the same (token, position) are merged from
- * their first token on, whatever position ids they carry. That is exact for the cache-free forward, where nothing
- * precedes a sequence. */
-int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
-                      const int32_t *cu_seqlens, int n_seqs) {
-    return radix_index_build_keyed(ix, input_ids, position_ids, cu_seqlens, n_seqs, NULL);
-}
-
-/* With a KV cache (Part II) something does precede a sequence: its cached prefix, which the batch does not hold.
- * root_key[s] names it, and the trie gets one root per key. The real root (index N) serves the sequences with
- * nothing cached (key -1, or no root_key at all); a key k >= 0 is the virtual root ~k, a negative number that no
- * node has. A virtual root keeps no inline first child, so a sequence's first token below it always goes through
- * the hash table, keyed (~k, token, position): equal keys meet there, different keys never do. */
-static int32_t trie_root(const int32_t *root_key, int s, int32_t root) {
-    return root_key && root_key[s] >= 0 ? ~root_key[s] : root;
-}
-
-int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
-                            const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key) {
-    memset(ix, 0, sizeof *ix);
-    if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
-    for (int s = 0; root_key && s < n_seqs; s++)
-        if (root_key[s] < -1)
-            return rx_fail("radix_index_build: root key %d of sequence %d; keys are >= 0, or -1 for none",
-                           root_key[s], s);
-    int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
+/* Algorithm 2 on a checked batch (ragged_check): ix gets I_gather [N'] and I_scatter [N]. Sequence s starts at
+ * root[s], a number in 0 .. n_roots-1; sequences below different roots share no node. radix_index_build puts every
+ * sequence below one root, as the paper does. */
+static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
+                      const int32_t *root, int n_roots) {
+    const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
     ix->n_tokens = n;
     if (n == 0) return 0;
     ix->gather = (int32_t *)malloc((size_t)n * sizeof(int32_t));       /* [N'] (N' <= N; the tail stays unused) */
     ix->scatter = (int32_t *)malloc((size_t)n * sizeof(int32_t));      /* [N]                                  */
-    uint64_t mask;
-    TrieSlot *t = trie_table(n_seqs, &mask);
-    if (!ix->gather || !ix->scatter || !t) { free(t); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory"); }
-    const int32_t root = n;
-
-    /* Fast path: histories can only be shared if two sequences begin with the same (root, token, position). When no
-     * two do (one sequence, or a batch with nothing shared), the trie is the batch itself: N' = N, identity. */
-    int shared = 0;
-    for (int s = 0; s < n_seqs && !shared; s++) {
-        int i = cu_seqlens[s];
-        if (i < cu_seqlens[s + 1])
-            shared = trie_find_or_insert(t, mask, trie_root(root_key, s, root), trie_key(input_ids[i], position_ids[i]),
-                                         s) >= 0;
+    int32_t *root_id = (int32_t *)malloc((size_t)n_seqs * sizeof(int32_t));    /* [S] root[s] as a node id */
+    int shared = -1;
+    if (ix->gather && ix->scatter && root_id) {
+        for (int s = 0; s < n_seqs; s++) root_id[s] = n + root[s];
+        shared = trie_any_shared_start(ids, pos, cu, n_seqs, root_id);
     }
-    free(t);
-    if (!shared) {
-        for (int i = 0; i < n; i++) ix->gather[i] = ix->scatter[i] = i;
+    if (shared < 0) {
+        free(root_id);
+        radix_index_free(ix);
+        return rx_fail("radix_index_build: out of host memory");
+    }
+    if (!shared) {                              /* nothing shared: the trie is the batch itself, N' = N, identity */
+        for (int i = 0; i < n; i++) {
+            ix->gather[i] = i;
+            ix->scatter[i] = i;
+        }
         ix->n_compact = n;
+        free(root_id);
         return 0;
     }
-
-    /* first_child [N+1], indexed by node: room for the N' <= N compact rows (N' is not known yet), and the root in
-     * slot N. -1: no child yet. */
-    int32_t *first_child = (int32_t *)malloc((size_t)(n + 1) * sizeof(int32_t));
-    if (!first_child || !(t = trie_table(n, &mask))) {
-        free(first_child); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory");
+    uint64_t mask;
+    TrieSlot *table = trie_table(n, &mask);
+    Trie tr = {
+        .ids = ids,
+        .pos = pos,
+        .gather = ix->gather,
+        .first_child = (int32_t *)malloc((size_t)(n + n_roots) * sizeof(int32_t)),
+        .table = table,
+        .mask = mask,
+        .n_nodes = 0,
+    };
+    if (!tr.first_child || !tr.table) {
+        free(tr.first_child);
+        free(tr.table);
+        free(root_id);
+        radix_index_free(ix);
+        return rx_fail("radix_index_build: out of host memory");
     }
-    first_child[root] = -1;
-    int n_compact = 0;                                                 /* N', the next compact id */
-    for (int s = 0; s < n_seqs; s++) {
-        int32_t parent = trie_root(root_key, s, root);
-        for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++) {
-            int32_t c = parent < 0 ? -1 : first_child[parent];        /* a virtual root: straight to the table */
-            if (parent < 0 || (c >= 0 && (input_ids[ix->gather[c]] != input_ids[i] ||
-                                          position_ids[ix->gather[c]] != position_ids[i])))
-                c = trie_find_or_insert(t, mask, parent, trie_key(input_ids[i], position_ids[i]), n_compact);
-            else if (c < 0)
-                first_child[parent] = n_compact;
-            if (c < 0) {                                               /* a new node: i is its first occurrence */
-                c = n_compact++;
-                ix->gather[c] = i;
-                first_child[c] = -1;
-            }
-            ix->scatter[i] = c;
-            parent = c;
+    for (int r = 0; r < n_roots; r++) tr.first_child[n + r] = -1;
+    for (int s = 0; s < n_seqs; s++) {                                 /* line 5 */
+        int32_t parent = root_id[s];                                   /* line 8 */
+        for (int i = cu[s]; i < cu[s + 1]; i++) {                      /* line 9 */
+            int32_t child = trie_find(&tr, parent, i);                 /* lines 13-23: found? */
+            if (child < 0) child = trie_add(&tr, parent, i);           /* lines 24-33: not found, a new node */
+            ix->scatter[i] = child;                                    /* line 34 */
+            parent = child;
         }
     }
-    free(t);
-    free(first_child);
-    ix->n_compact = n_compact;
+    ix->n_compact = tr.n_nodes;
+    free(tr.first_child);
+    free(tr.table);
+    free(root_id);
     return 0;
+}
+
+/* Part I's batch is the whole history: every sequence hangs below the one root, so two sequences that start with
+ * the same (token, position) are merged from their first token on. */
+int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                      const int32_t *cu_seqlens, int n_seqs) {
+    memset(ix, 0, sizeof *ix);
+    if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
+    int32_t *root = (int32_t *)calloc((size_t)n_seqs + 1, sizeof(int32_t));     /* [S] all 0: one root */
+    if (!root) return rx_fail("radix_index_build: out of host memory");
+    int rc = trie_build(ix, input_ids, position_ids, cu_seqlens, n_seqs, root, 1);
+    free(root);
+    return rc;
 }
 
 void radix_index_free(RadixIndex *ix) {
@@ -2365,6 +2424,42 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
  * prefixes (different histories) never merge, even at equal positions. Bit for bit a full recomputation: a cached
  * slot holds the K/V an earlier forward computed for the same history with the same row arithmetic, and attention
  * visits positions 0..g in the same order. */
+
+/* Part II's entry to the trie. With a KV cache something precedes a sequence: its cached prefix, which the batch
+ * does not hold. root_key[s] names it (-1: nothing cached), and each distinct key gets a root of its own
+ * (trie_build): sequences with equal keys merge as in Part I, sequences with different keys never meet. */
+int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                            const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key) {
+    if (!root_key) return radix_index_build(ix, input_ids, position_ids, cu_seqlens, n_seqs);
+    memset(ix, 0, sizeof *ix);
+    if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
+    for (int s = 0; s < n_seqs; s++)
+        if (root_key[s] < -1)
+            return rx_fail("radix_index_build: root key %d of sequence %d; keys are >= 0, or -1 for none",
+                           root_key[s], s);
+    int32_t *root = (int32_t *)malloc(((size_t)n_seqs + 1) * sizeof(int32_t));    /* [S] each sequence's root */
+    uint64_t mask;
+    TrieSlot *roots = trie_table(n_seqs, &mask);                                   /* key -> its root + 1 */
+    if (!root || !roots) {
+        free(root);
+        free(roots);
+        return rx_fail("radix_index_build: out of host memory");
+    }
+    int n_roots = 0;
+    for (int s = 0; s < n_seqs; s++) {                  /* roots numbered in order of first appearance */
+        uint64_t key = (uint32_t)root_key[s];           /* -1 -> 0xffffffff, no key >= 0's */
+        TrieSlot *slot = table_slot(roots, mask, 0, key);
+        if (!slot->node_plus_1) {
+            slot->key = key;
+            slot->node_plus_1 = ++n_roots;
+        }
+        root[s] = slot->node_plus_1 - 1;
+    }
+    free(roots);
+    int rc = trie_build(ix, input_ids, position_ids, cu_seqlens, n_seqs, root, n_roots);
+    free(root);
+    return rc;
+}
 
 /* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf, each failure one sentence. host_kv: the
  * K/V are in the host pool's arrays (the C reference), not in a GPU pool. */
