@@ -635,80 +635,102 @@ static float *floats(size_t n) { return (float *)malloc(sizeof(float) * (n + 1))
 static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n + 1)); }
 
 /* Algorithm 1's index work (lines 1-8) and where attention finds every query and key: built once per forward on
- * the host, read by the C forward and uploaded by the GPU forward. Three token spaces:
+ * the host, read by the C forward and uploaded by the GPU forward. The token spaces, said here once for the file:
  *   N  the batch's tokens, sequence by sequence (original space)
  *   R  the rows every position-wise op runs on: N in baseline mode, N' (one per trie node) in radix and compact mode
- *   T  attention's tokens: the batch itself in Part I (T = N); in Part II (pf given) each sequence's cached positions,
- *      then its new ones (T = N + the cached lengths), because a query also sees the keys of its cached prefix */
+ *   T  attention's tokens, the ones its key index covers; for a batch alone that is the batch itself, T = N */
 typedef struct {
     RxMode mode;             /* as run: RX_AUTO resolved                                                         */
     int N, R, S, T;          /* batch tokens, rows computed on, sequences, attention's tokens                     */
     RadixIndex ix;           /* I_gather [N'], I_scatter [N] (Algorithm 2); not built when baseline is asked for  */
     double index_ms;         /* the time to build it                                                             */
     int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
-    int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
-    int32_t *kv_row;         /* [T] each token's key row: a KvView's index (Part II: the token's pool slot)       */
-    int32_t *q_tok;          /* [n_q] each query row's token, attention's q_orig; n_q = N' in compact mode, else N */
-    int32_t *kv_dst;         /* [N] the key row each new token's K and V are written to: i in Part I, or a slot   */
-    int32_t *cu_q, *cu_k;    /* [S+1] each sequence's query rows and its keys in T (the flash kernel's layout)    */
     int32_t *last;           /* [S] the row holding each sequence's last token                                   */
+    int32_t *cu_q;           /* [S+1] each sequence's query rows (the flash kernel's layout)                      */
+    int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
+    int32_t *kv_row;         /* [T] each token's key row, a KvView's index: t, or I_scatter[t] in compact mode     */
+    int32_t *q_tok;          /* [n_q] each query row's token, attention's q_orig; n_q = N' in compact mode, else N */
+    int32_t *cu_k;           /* [S+1] each sequence's keys in T (the flash kernel's layout)                       */
 } Layout;
 
 static void layout_free(Layout *L) {
     radix_index_free(&L->ix);
-    free(L->tok); free(L->pos); free(L->seq_start); free(L->kv_row); free(L->q_tok); free(L->kv_dst); free(L->cu_q);
-    free(L->cu_k); free(L->last);
+    free(L->tok);
+    free(L->pos);
+    free(L->last);
+    free(L->cu_q);
+    free(L->seq_start);
+    free(L->kv_row);
+    free(L->q_tok);
+    free(L->cu_k);
     memset(L, 0, sizeof *L);
 }
 
-/* The layout of batch b (checked by rx_batch_check), in Part II after the cached prefixes pf says (NULL: none). The
- * caller frees L with layout_free, whatever this returns. */
-static int layout_build(Layout *L, const RxBatch *b, const RxPrefill *pf, RxMode mode, double auto_threshold) {
-    const int N = b->n_tokens, S = b->n_seqs, P = pf ? pf->pool->page_size : 1;
+/* The rows' half of the layout, once L->ix holds the trie (or nothing, for baseline): resolves RX_AUTO by N'/N,
+ * then lines 6-8, each row's token and position, and each sequence's last row and query rows. */
+static int layout_rows(Layout *L, const RxBatch *b, RxMode mode, double auto_threshold) {
+    const int N = b->n_tokens;
+    const int S = b->n_seqs;
     const int32_t *cu = b->cu_seqlens;
-    memset(L, 0, sizeof *L);
-    int64_t T = N;
-    for (int s = 0; pf && s < S; s++) T += pf->cached_len[s];
-    if (T > INT32_MAX) return rx_fail("prefill: %lld cached + new tokens are too many for one batch", (long long)T);
-    if (mode != RX_BASELINE) {              /* Algorithm 2; in Part II keyed by each sequence's cached prefix */
-        double t0 = rx_now_ms();
-        if (radix_index_build_keyed(&L->ix, b->input_ids, b->position_ids, cu, S, pf ? pf->prefix_key : NULL))
-            return -1;
-        L->index_ms = rx_now_ms() - t0;
-        if (mode == RX_AUTO) mode = rx_auto_mode(L->ix.n_compact, N, auto_threshold);
-    }
-    const int rows_are_nodes = mode != RX_BASELINE, compact = mode == RX_COMPACT;
-    L->mode = mode, L->N = N, L->S = S, L->T = (int)T, L->R = rows_are_nodes ? L->ix.n_compact : N;
-    const int n_q = compact ? L->R : N;
-    int32_t *at = ints(N);                                        /* [N] batch token i -> its token in T */
-    L->tok = ints(L->R), L->pos = ints(L->R), L->seq_start = ints(T), L->kv_row = ints(T), L->q_tok = ints(n_q);
-    L->kv_dst = ints(N), L->cu_q = ints(S + 1), L->cu_k = ints(S + 1), L->last = ints(S);
-    if (!at || !L->tok || !L->pos || !L->seq_start || !L->kv_row || !L->q_tok || !L->kv_dst || !L->cu_q || !L->cu_k ||
-        !L->last) {
-        free(at);
-        return rx_fail("out of host memory for the layout of %lld tokens", (long long)T);
-    }
+    if (mode == RX_AUTO) mode = rx_auto_mode(L->ix.n_compact, N, auto_threshold);
+    const int rows_are_nodes = mode != RX_BASELINE;
+    L->mode = mode;
+    L->N = N;
+    L->S = S;
+    L->R = rows_are_nodes ? L->ix.n_compact : N;
+    L->tok = ints(L->R);
+    L->pos = ints(L->R);
+    L->last = ints(S);
+    L->cu_q = ints(S + 1);
+    if (!L->tok || !L->pos || !L->last || !L->cu_q)
+        return rx_fail("out of host memory for the layout of %d tokens", N);
     for (int r = 0; r < L->R; r++) {                              /* lines 6-7: x~ = x[I_gather], p~ = p[I_gather] */
         int i = rows_are_nodes ? L->ix.gather[r] : r;
-        L->tok[r] = b->input_ids[i], L->pos[r] = b->position_ids[i];
+        L->tok[r] = b->input_ids[i];
+        L->pos[r] = b->position_ids[i];
     }
-    L->cu_k[0] = 0;
-    for (int s = 0, t = 0; s < S; s++) {                          /* T, sequence by sequence */
-        const int t0 = t, cached = pf ? pf->cached_len[s] : 0;
-        for (int p = 0; p < cached + cu[s + 1] - cu[s]; p++, t++) {
-            L->seq_start[t] = t0;
-            L->kv_row[t] = pf ? pf->pages[s][p / P] * P + p % P : compact ? L->ix.scatter[t] : t;
-        }
-        L->cu_k[s + 1] = t;
-        for (int i = cu[s]; i < cu[s + 1]; i++) at[i] = t0 + cached + (i - cu[s]);
-        L->last[s] = rows_are_nodes ? L->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
-    }
-    for (int i = 0; i < N; i++) L->kv_dst[i] = pf ? L->kv_row[at[i]] : i;
-    for (int r = 0; r < n_q; r++) L->q_tok[r] = at[compact ? L->ix.gather[r] : r];
-    free(at);
-    if (compact) return radix_compact_cu_q(&L->ix, cu, S, L->cu_q);
+    for (int s = 0; s < S; s++) L->last[s] = rows_are_nodes ? L->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
+    if (mode == RX_COMPACT) return radix_compact_cu_q(&L->ix, cu, S, L->cu_q);
     memcpy(L->cu_q, cu, (size_t)(S + 1) * sizeof(int32_t));
     return 0;
+}
+
+/* Attention's half: each sequence's keys are its own tokens, T = N, cu_k = cu_seqlens. Baseline and radix mode
+ * read key t from row t (radix mode's rows are the scattered [N, .] ones); compact mode reads it from the R rows
+ * through I_scatter, and its queries are the R rows themselves (q_tok = I_gather). */
+static int layout_attention(Layout *L, const RxBatch *b) {
+    const int N = L->N;
+    const int S = L->S;
+    const int compact = L->mode == RX_COMPACT;
+    const int n_q = compact ? L->R : N;
+    const int32_t *cu = b->cu_seqlens;
+    L->T = N;
+    L->seq_start = ints(N);
+    L->kv_row = ints(N);
+    L->q_tok = ints(n_q);
+    L->cu_k = ints(S + 1);
+    if (!L->seq_start || !L->kv_row || !L->q_tok || !L->cu_k)
+        return rx_fail("out of host memory for the layout of %d tokens", N);
+    for (int s = 0; s < S; s++)
+        for (int t = cu[s]; t < cu[s + 1]; t++) {
+            L->seq_start[t] = cu[s];
+            L->kv_row[t] = compact ? L->ix.scatter[t] : t;
+        }
+    for (int r = 0; r < n_q; r++) L->q_tok[r] = compact ? L->ix.gather[r] : r;
+    memcpy(L->cu_k, cu, (size_t)(S + 1) * sizeof(int32_t));
+    return 0;
+}
+
+/* The layout of batch b (checked by rx_batch_check). The caller frees L with layout_free, whatever this returns. */
+static int layout_build(Layout *L, const RxBatch *b, RxMode mode, double auto_threshold) {
+    memset(L, 0, sizeof *L);
+    if (mode != RX_BASELINE) {                                    /* lines 1-5: Algorithm 2 */
+        double t0 = rx_now_ms();
+        if (radix_index_build(&L->ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
+        L->index_ms = rx_now_ms() - t0;
+    }
+    if (layout_rows(L, b, mode, auto_threshold)) return -1;
+    return layout_attention(L, b);
 }
 
 /* The activations of one forward, allocated and freed in one place (as llm.c's ActivationTensors, llama2.c's
@@ -721,7 +743,7 @@ typedef struct {
     float *att;          /* [R, n_heads*head_dim]   attention's output                                              */
     float *gate, *up;    /* [R, intermediate]                                                                       */
     float *qN, *attN;    /* [N, n_heads*head_dim]   radix mode: q scattered to original space, attention's output   */
-    float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode, Part I: k and v scattered to original space         */
+    float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode: k and v scattered to original space                 */
     float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
     float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
     float *w32;          /* one weight matrix in fp32, sized for the largest                                       */
@@ -735,15 +757,14 @@ static void acts_free(RefActs *a) {
     memset(a, 0, sizeof *a);
 }
 
-/* kv_rows: the rows of kN and vN (N in Part I's radix mode, else 0: the keys are elsewhere). */
-static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits, int kv_rows) {
+static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits) {
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
     size_t wmax = V * H > I * H ? V * H : I * H;
     if (QD * H > wmax) wmax = QD * H;
     a->h = floats(R * H); a->xn = floats(R * H); a->q = floats(R * QD); a->att = floats(R * QD);
     a->k = floats(R * KVD); a->v = floats(R * KVD); a->gate = floats(R * I); a->up = floats(R * I);
-    a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(kv_rows * KVD); a->vN = floats(kv_rows * KVD);
+    a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(Nr * KVD); a->vN = floats(Nr * KVD);
     a->x_last = floats(last_only ? (size_t)L->S * H : 0);
     a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
     a->w32 = floats(wmax); a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
@@ -779,29 +800,32 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     rx_qk_norm_rope_ref(a->k, a->norm_w, L->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
 }
 
-/* The new tokens' K and V into the key rows attention reads them from (Layout's kv_dst): in Part I's radix mode,
- * Algorithm 1's scatter of K and V to original space (line 20); in Part II, the write into the pool's slots. */
-static void kv_store_ref(const KvView *kv, const Layout *L, const RefActs *a, int kv_dim) {
-    for (int i = 0; i < L->N; i++) {
-        size_t from = (size_t)(L->mode == RX_BASELINE ? i : L->ix.scatter[i]) * kv_dim;
-        size_t to = (size_t)L->kv_dst[i] * kv->row_stride;
-        memcpy((float *)kv->k + to, a->k + from, sizeof(float) * kv_dim);
-        memcpy((float *)kv->v + to, a->v + from, sizeof(float) * kv_dim);
-    }
+/* Line 20, the paper's scatter before attention: radix mode moves q, k and v to original space [N, .]. Returns where
+ * attention reads this layer's keys: those N rows in radix mode; else the R rows, through kv_row (row t in baseline
+ * mode, I_scatter[t] in compact mode). */
+static KvView scatter_qkv_ref(const Layout *L, RefActs *a, int q_dim, int kv_dim) {
+    KvView kv = {.k = a->k, .v = a->v, .row_stride = (size_t)kv_dim, .kv_row = L->kv_row};
+    if (L->mode != RX_RADIX) return kv;
+    rows_by_index(a->qN, a->q, L->ix.scatter, L->N, q_dim);          /* [N', .] -> [N, .] */
+    rows_by_index(a->kN, a->k, L->ix.scatter, L->N, kv_dim);
+    rows_by_index(a->vN, a->v, L->ix.scatter, L->N, kv_dim);
+    kv.k = a->kN;
+    kv.v = a->vN;
+    return kv;
 }
 
-/* The rest of layer l (lines 20-28): attention, o_proj and the residual, the MLP and its residual. Attention reads
- * keys through kv (this layer's new ones already there) and queries from the R rows, except in radix mode, which
- * scatters q to the N original rows, attends, and gathers the output back: the paper's sandwich. */
+/* The rest of layer l (lines 21-28): attention, o_proj and the residual, the MLP and its residual. Attention reads
+ * keys through kv and queries from the R rows, except in radix mode: from the N rows scatter_qkv_ref made, and its
+ * output is gathered back to the R rows (line 23), the paper's sandwich. */
 static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a, const KvView *kv) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *W = &m->layers[l];
     int R = L->R, N = L->N, H = c->hidden_size, QD = c->n_heads * c->head_dim, I = c->intermediate_size;
     const int radix = L->mode == RX_RADIX, n_q = radix ? N : R;
-    float *q = radix ? a->qN : a->q, *att = radix ? a->attN : a->att;
-    if (radix) rows_by_index(a->qN, a->q, L->ix.scatter, N, QD);                      /* [N', .] -> [N, .] */
+    const float *q = radix ? a->qN : a->q;                                             /* [n_q, QD] */
+    float *att = radix ? a->attN : a->att;                                             /* [n_q, QD] */
     if (attention_ref(q, kv, att, n_q, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim)) return -1;
-    if (radix) rows_by_index(a->att, a->attN, L->ix.gather, R, QD);                   /* [N, .] -> [N', .] */
+    if (radix) rows_by_index(a->att, a->attN, L->ix.gather, R, QD);                   /* line 23: [N, .] -> [N', .] */
     float eps = (float)c->rms_norm_eps;
     linear_ref(a->xn, a->att, W->o_proj, a->w32, R);    /* a = att @ Wo^T                 [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
@@ -856,23 +880,18 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c, NULL)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
+    const int QD = c->n_heads * c->head_dim;
     const int KVD = c->n_kv_heads * c->head_dim;
     Layout L;                                           /* lines 1-8: the trie, I_gather [N'], I_scatter [N] */
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build(&L, b, NULL, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, last_only, logits != NULL, L.mode == RX_RADIX ? L.N : 0))
-        goto done;
+    if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, c, &L, last_only, logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
-        layer_qkv_ref(m, l, &L, &a);                                     /* q, k, v  [R, .] */
-        KvView kv = {a.k, a.v, (size_t)KVD, L.kv_row};   /* baseline: the N rows; compact: N' rows via I_scatter */
-        if (L.mode == RX_RADIX) {                                        /* line 20: K/V to original space [N, .] */
-            kv.k = a.kN, kv.v = a.vN;
-            kv_store_ref(&kv, &L, &a, KVD);
-        }
-        if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
+        layer_qkv_ref(m, l, &L, &a);                                     /* lines 15-18: q, k, v  [R, .] */
+        KvView kv = scatter_qkv_ref(&L, &a, QD, KVD);                    /* line 20 */
+        if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;            /* lines 21-28 */
     }
     head_ref(m, &L, &a, last_only, logits, embed);                      /* lines 31-33 */
     if (rows_out) *rows_out = L.R;
@@ -1635,14 +1654,14 @@ typedef struct {
     Layout L;                /* Algorithm 1 lines 1-8, on the host                                               */
     int flash, n_tiles;      /* 1: the flash kernel, with n_tiles query tiles in its work list                    */
     int32_t *ids, *pos, *last, *gather, *scatter;                /* device copies of L: [R] [R] [S] [N'] [N]        */
-    int32_t *seq_start, *kv_row, *q_tok, *kv_dst, *cu_q, *cu_k;  /* [T] [T] [n_q] [N] [S+1] [S+1]                   */
+    int32_t *seq_start, *kv_row, *q_tok, *cu_q, *cu_k;           /* [T] [T] [n_q] [S+1] [S+1]                       */
     FlashTile *tiles;        /* [n_tiles] the flash kernel's work list                                           */
     bf16 *x, *xn;            /* [R, hidden] residual stream; norm output, reused for o_proj and down_proj out     */
     bf16 *q, *att;           /* [R, n_heads*head_dim]                                                            */
     bf16 *k, *v;             /* [R, n_kv*head_dim]                                                               */
     bf16 *gate, *up;         /* [R, intermediate]                                                                */
     bf16 *q_n, *att_n;       /* radix only: [N, n_heads*head_dim] original space                                 */
-    bf16 *k_n, *v_n;         /* radix, Part I only: [N, n_kv*head_dim] original space (Part II: the pool)        */
+    bf16 *k_n, *v_n;         /* radix only: [N, n_kv*head_dim] original space                                    */
     bf16 *x_last;            /* last_only: [S, hidden]                                                           */
     bf16 *logits;            /* [R or S, vocab] as computed                                                      */
     bf16 *logits_n;          /* radix and compact, every token: [N, vocab] scattered back to original order      */
@@ -1651,10 +1670,10 @@ typedef struct {
 } GpuWork;
 
 static void work_free(GpuWork *w) {
-    void *dev[] = {w->ids,    w->pos,  w->last,  w->gather, w->scatter, w->seq_start, w->kv_row, w->q_tok,
-                   w->kv_dst, w->cu_q, w->cu_k,  w->tiles,  w->x,       w->xn,        w->q,      w->att,
-                   w->k,      w->v,    w->gate,  w->up,     w->q_n,     w->att_n,     w->k_n,    w->v_n,
-                   w->x_last, w->logits, w->logits_n};
+    void *dev[] = {w->ids,   w->pos,    w->last,   w->gather, w->scatter, w->seq_start, w->kv_row,
+                   w->q_tok, w->cu_q,   w->cu_k,   w->tiles,  w->x,       w->xn,        w->q,
+                   w->att,   w->k,      w->v,      w->gate,   w->up,      w->q_n,       w->att_n,
+                   w->k_n,   w->v_n,    w->x_last, w->logits, w->logits_n};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     if (w->t0) cudaEventDestroy(w->t0);
     if (w->t1) cudaEventDestroy(w->t1);
@@ -1662,8 +1681,8 @@ static void work_free(GpuWork *w) {
 }
 
 /* Uploads the layout, makes the flash work list, and allocates every activation, before the timed region: cudaMalloc
- * stalls the host and would be counted as GPU time. kv_rows: the rows of k_n and v_n (N in Part I's radix mode). */
-static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, int kv_rows) {
+ * stalls the host and would be counted as GPU time. */
+static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits) {
     const Qwen3Config *c = &g->cfg;
     const Layout *L = &w->L;
     const int N = L->N, R = L->R, S = L->S, T = L->T, H = c->hidden_size, I = c->intermediate_size;
@@ -1681,7 +1700,6 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
     TRY(upload_i32(&w->seq_start, L->seq_start, T, "the sequence starts"));
     TRY(upload_i32(&w->kv_row, L->kv_row, T, "the key rows"));
     TRY(upload_i32(&w->q_tok, L->q_tok, n_q, "the query rows' tokens"));
-    TRY(upload_i32(&w->kv_dst, L->kv_dst, N, "the new tokens' key rows"));
     TRY(upload_i32(&w->cu_q, L->cu_q, S + 1, "the query layout cu_q"));
     TRY(upload_i32(&w->cu_k, L->cu_k, S + 1, "the key layout cu_k"));
     DEV_ALLOC(w->x, (size_t)R * H, "the residual stream [%s=%d, hidden=%d]", sp, R, H);
@@ -1695,10 +1713,8 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
     if (L->mode == RX_RADIX) {
         DEV_ALLOC(w->q_n, (size_t)N * QD, "the scattered queries [N=%d, n_heads*head_dim=%d]", N, QD);
         DEV_ALLOC(w->att_n, (size_t)N * QD, "the attention output [N=%d, n_heads*head_dim=%d]", N, QD);
-    }
-    if (kv_rows) {
-        DEV_ALLOC(w->k_n, (size_t)kv_rows * KVD, "the scattered keys [N=%d, n_kv*head_dim=%d]", kv_rows, KVD);
-        DEV_ALLOC(w->v_n, (size_t)kv_rows * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", kv_rows, KVD);
+        DEV_ALLOC(w->k_n, (size_t)N * KVD, "the scattered keys [N=%d, n_kv*head_dim=%d]", N, KVD);
+        DEV_ALLOC(w->v_n, (size_t)N * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", N, KVD);
     }
     if (last_only) DEV_ALLOC(w->x_last, (size_t)S * H, "the last tokens' states [n_seqs=%d, hidden=%d]", S, H);
     if (want_logits)
@@ -1730,16 +1746,25 @@ static int gpu_layer_qkv(GpuModel *g, int l, GpuWork *w) {
     return gpu_qk_norm_rope(w->k, W->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps);
 }
 
-/* The new tokens' k and v into the rows of kv that attention reads them from, as kv_store_ref. */
-static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w) {
-    const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
-    const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16);     /* bytes of one K or V row */
-    const size_t stride = kv->row_stride * sizeof(bf16);
-    TRY(rows_copy_gpu((bf16 *)kv->k, stride, w->kv_dst, w->k, src, w->L.N, row));
-    return rows_copy_gpu((bf16 *)kv->v, stride, w->kv_dst, w->v, src, w->L.N, row);
+/* Line 20, as scatter_qkv_ref: radix mode moves q, k and v to original space [N, .]; *kv says where attention
+ * reads this layer's keys. */
+static int gpu_scatter_qkv(GpuModel *g, GpuWork *w, GpuKvView *kv) {
+    const Qwen3Config *c = &g->cfg;
+    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    const size_t q_bytes = (size_t)c->n_heads * c->head_dim * sizeof(bf16);        /* one query row */
+    const size_t kv_bytes = (size_t)KVD * sizeof(bf16);                            /* one key or value row */
+    GpuKvView rows = {.k = w->k, .v = w->v, .row_stride = KVD, .kv_row = w->kv_row};     /* the R rows */
+    *kv = rows;
+    if (w->L.mode != RX_RADIX) return 0;
+    TRY(gpu_rows_by_index(w->q_n, w->q, w->scatter, w->L.N, q_bytes));            /* [N', .] -> [N, .] */
+    TRY(gpu_rows_by_index(w->k_n, w->k, w->scatter, w->L.N, kv_bytes));
+    TRY(gpu_rows_by_index(w->v_n, w->v, w->scatter, w->L.N, kv_bytes));
+    kv->k = w->k_n;
+    kv->v = w->v_n;
+    return 0;
 }
 
-/* Attention with its keys wherever kv says (lines 20-23): radix mode scatters q to the N original rows, attends and
+/* Attention with its keys wherever kv says (lines 21-23): radix mode attends with the N rows gpu_scatter_qkv made and
  * gathers the output back; baseline attends with its N rows, compact with the N' rows. Either kernel reads the same
  * key index: the naive kernel's kv_row by token t of attention's space, the flash kernel's by cu_k[s] + t', t' the
  * key's position in its sequence, and that is t, because cu_k holds the sequences' starts in that space. */
@@ -1747,8 +1772,8 @@ static int attention_step(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     const Qwen3Config *c = &g->cfg;
     const int radix = w->L.mode == RX_RADIX, n_q = radix ? w->L.N : w->L.R;
     const size_t qd = (size_t)c->n_heads * c->head_dim * sizeof(bf16);   /* bytes per query row */
-    bf16 *q = radix ? w->q_n : w->q, *out = radix ? w->att_n : w->att;
-    if (radix) TRY(gpu_rows_by_index(w->q_n, w->q, w->scatter, n_q, qd));    /* [N', .] -> [N, .] */
+    const bf16 *q = radix ? w->q_n : w->q;                                   /* [n_q, QD] */
+    bf16 *out = radix ? w->att_n : w->att;                                   /* [n_q, QD] */
     if (w->flash)
         TRY(flash_attention(out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, c->n_heads,
                             c->n_kv_heads, c->head_dim));
@@ -1815,20 +1840,15 @@ static void run_info(const GpuWork *w, GpuRunInfo *info) {
 static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
                        float *logits, float *embed, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
-    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
     TRY(rx_batch_check(b, c, NULL));          /* on the host, before any device work */
-    TRY(layout_build(&w->L, b, NULL, mode, auto_threshold));                 /* lines 1-8 */
-    const int radix = w->L.mode == RX_RADIX;
-    TRY(work_alloc(g, w, last_only, !embed, radix ? w->L.N : 0));
+    TRY(layout_build(&w->L, b, mode, auto_threshold));                       /* lines 1-8 */
+    TRY(work_alloc(g, w, last_only, !embed));
     TRY(embed_rows(g, w));                                                    /* line 9 */
     for (int l = 0; l < c->n_layers; l++) {                                   /* lines 13-29 */
-        TRY(gpu_layer_qkv(g, l, w));
-        GpuKvView kv = {w->k, w->v, KVD, w->kv_row};   /* baseline: the N rows; compact: N' rows via I_scatter */
-        if (radix) {                                    /* line 20: K/V to original space [N, .] */
-            kv.k = w->k_n, kv.v = w->v_n;
-            TRY(gpu_kv_store(g, &kv, w));
-        }
-        TRY(gpu_layer_attn_mlp(g, l, w, &kv));
+        TRY(gpu_layer_qkv(g, l, w));                                          /* lines 15-18 */
+        GpuKvView kv;
+        TRY(gpu_scatter_qkv(g, w, &kv));                                      /* line 20 */
+        TRY(gpu_layer_attn_mlp(g, l, w, &kv));                                /* lines 21-28 */
     }
     return work_head(g, w, last_only, logits, embed);                        /* lines 31-33 */
 }
@@ -2461,6 +2481,68 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
     return rc;
 }
 
+/* Part II's layout: Part I's rows (layout_rows) on the keyed trie, and attention's half over a wider T: each
+ * sequence's cached positions, then its new ones, so that a query sees its cached prefix's keys too. Every key,
+ * cached or new, is read from its slot in the pool (kv_row [T]); kv_dst [N] (the caller frees it) is the slot each
+ * new token's K and V are written to. pf is checked (prefill_check). */
+static int layout_build_prefill(Layout *L, int32_t **kv_dst, const RxBatch *b, const RxPrefill *pf, RxMode mode) {
+    const int N = b->n_tokens;
+    const int S = b->n_seqs;
+    const int P = pf->pool->page_size;
+    const int32_t *cu = b->cu_seqlens;
+    memset(L, 0, sizeof *L);
+    *kv_dst = NULL;
+    int64_t T = N;
+    for (int s = 0; s < S; s++) T += pf->cached_len[s];
+    if (T > INT32_MAX) return rx_fail("prefill: %lld cached + new tokens are too many for one batch", (long long)T);
+    if (mode != RX_BASELINE) {                                    /* Algorithm 2, keyed by the cached prefixes */
+        double t0 = rx_now_ms();
+        if (radix_index_build_keyed(&L->ix, b->input_ids, b->position_ids, cu, S, pf->prefix_key)) return -1;
+        L->index_ms = rx_now_ms() - t0;
+    }
+    if (layout_rows(L, b, mode, RX_AUTO_THRESHOLD)) return -1;
+    const int compact = L->mode == RX_COMPACT;
+    const int n_q = compact ? L->R : N;
+    L->T = (int)T;
+    L->seq_start = ints(T);
+    L->kv_row = ints(T);
+    L->q_tok = ints(n_q);
+    L->cu_k = ints(S + 1);
+    *kv_dst = ints(N);
+    int32_t *at = ints(N);                                        /* [N] batch token i -> its token in T */
+    if (!L->seq_start || !L->kv_row || !L->q_tok || !L->cu_k || !*kv_dst || !at) {
+        free(at);
+        return rx_fail("out of host memory for the layout of %lld tokens", (long long)T);
+    }
+    L->cu_k[0] = 0;
+    int t = 0;
+    for (int s = 0; s < S; s++) {
+        const int t0 = t;
+        const int cached = pf->cached_len[s];
+        for (int p = 0; p < cached + cu[s + 1] - cu[s]; p++) {    /* position p of sequence s */
+            L->seq_start[t] = t0;
+            L->kv_row[t] = pf->pages[s][p / P] * P + p % P;       /* its slot */
+            t++;
+        }
+        L->cu_k[s + 1] = t;
+        for (int i = cu[s]; i < cu[s + 1]; i++) at[i] = t0 + cached + (i - cu[s]);
+    }
+    for (int i = 0; i < N; i++) (*kv_dst)[i] = L->kv_row[at[i]];
+    for (int r = 0; r < n_q; r++) L->q_tok[r] = at[compact ? L->ix.gather[r] : r];
+    free(at);
+    return 0;
+}
+
+/* The new tokens' K and V into their slots: new token i's are compact row I_scatter[i] (row i in baseline mode). */
+static void kv_store_ref(const KvView *kv, const Layout *L, const int32_t *kv_dst, const RefActs *a, int kv_dim) {
+    for (int i = 0; i < L->N; i++) {
+        size_t from = (size_t)(L->mode == RX_BASELINE ? i : L->ix.scatter[i]) * kv_dim;
+        size_t to = (size_t)kv_dst[i] * kv->row_stride;
+        memcpy((float *)kv->k + to, a->k + from, sizeof(float) * kv_dim);
+        memcpy((float *)kv->v + to, a->v + from, sizeof(float) * kv_dim);
+    }
+}
+
 /* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf, each failure one sentence. host_kv: the
  * K/V are in the host pool's arrays (the C reference), not in a GPU pool. */
 static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill *pf, int host_kv) {
@@ -2518,20 +2600,26 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c, NULL) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
+    const int QD = c->n_heads * c->head_dim;
     const int KVD = c->n_kv_heads * c->head_dim;
     const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
     Layout L;                                            /* T: every cached and new position; kv_row: their slots */
+    int32_t *kv_dst = NULL;                              /* [N] the new tokens' slots */
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build(&L, b, pf, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, 1, last_logits != NULL, 0))
-        goto done;
+    if (layout_build_prefill(&L, &kv_dst, b, pf, mode) || acts_alloc(&a, c, &L, 1, last_logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
         layer_qkv_ref(m, l, &L, &a);
-        KvView kv = {pf->pool->k + (size_t)l * KVD, pf->pool->v + (size_t)l * KVD, stride, L.kv_row};   /* layer l */
-        kv_store_ref(&kv, &L, &a, KVD);                  /* the new K/V into their slots */
+        scatter_qkv_ref(&L, &a, QD, KVD);                /* radix mode's q; its keys are read from the pool instead */
+        KvView kv = {
+            .k = pf->pool->k + (size_t)l * KVD,          /* layer l's slice of every slot */
+            .v = pf->pool->v + (size_t)l * KVD,
+            .row_stride = stride,
+            .kv_row = L.kv_row,
+        };
+        kv_store_ref(&kv, &L, kv_dst, &a, KVD);          /* the new K/V into their slots */
         if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
     head_ref(m, &L, &a, 1, last_logits, NULL);
@@ -2540,6 +2628,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
 done:
     acts_free(&a);
     layout_free(&L);
+    free(kv_dst);
     return rc;
 }
 
@@ -2737,19 +2826,38 @@ int gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v) {
     return download_bf16(v, p->v, n);
 }
 
+/* The new tokens' k and v into their slots, as kv_store_ref: kv_dst [N] on the device. */
+static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w, const int32_t *kv_dst) {
+    const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
+    const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16);     /* bytes of one K or V row */
+    const size_t stride = kv->row_stride * sizeof(bf16);
+    TRY(rows_copy_gpu((bf16 *)kv->k, stride, kv_dst, w->k, src, w->L.N, row));
+    return rows_copy_gpu((bf16 *)kv->v, stride, kv_dst, w->v, src, w->L.N, row);
+}
+
 /* Part II's prefill, as qwen3_prefill_ref: Part I's layer steps, each layer writing its new K/V into their slots
- * (gpu_kv_store) before attending through them, and last-token logits. */
+ * (gpu_kv_store) before attending through them, and last-token logits. kv_dst: the host and device copies of
+ * layout_build_prefill's [N] slots, freed by the caller. */
 static int prefill_run(GpuModel *g, GpuKvPool *pool, const RxBatch *b, const RxPrefill *pf, RxMode mode,
-                       float *last_logits, GpuWork *w) {
+                       float *last_logits, GpuWork *w, int32_t **kv_dst, int32_t **kv_dst_dev) {
     const Qwen3Config *c = &g->cfg;
-    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim, stride = c->n_layers * KVD;   /* a slot: every layer */
-    TRY(layout_build(&w->L, b, pf, mode, RX_AUTO_THRESHOLD));
-    TRY(work_alloc(g, w, 1, 1, 0));
+    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t stride = c->n_layers * KVD;                                /* a slot holds every layer */
+    TRY(layout_build_prefill(&w->L, kv_dst, b, pf, mode));
+    TRY(work_alloc(g, w, 1, 1));
+    TRY(upload_i32(kv_dst_dev, *kv_dst, w->L.N, "the new tokens' slots"));
     TRY(embed_rows(g, w));
     for (int l = 0; l < c->n_layers; l++) {
         TRY(gpu_layer_qkv(g, l, w));
-        GpuKvView kv = {pool->k + l * KVD, pool->v + l * KVD, stride, w->kv_row};   /* layer l's slice of every slot */
-        TRY(gpu_kv_store(g, &kv, w));
+        GpuKvView unused;
+        TRY(gpu_scatter_qkv(g, w, &unused));        /* radix mode's q; its keys are read from the pool instead */
+        GpuKvView kv = {
+            .k = pool->k + l * KVD,                 /* layer l's slice of every slot */
+            .v = pool->v + l * KVD,
+            .row_stride = stride,
+            .kv_row = w->kv_row,
+        };
+        TRY(gpu_kv_store(g, &kv, w, *kv_dst_dev));
         TRY(gpu_layer_attn_mlp(g, l, w, &kv));
     }
     return work_head(g, w, 1, last_logits, NULL);
@@ -2767,10 +2875,14 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
     if (rx_batch_check(suffixes, &g->cfg, NULL) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
     GpuWork w;
     memset(&w, 0, sizeof w);
-    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w);
+    int32_t *kv_dst = NULL;
+    int32_t *kv_dst_dev = NULL;
+    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w, &kv_dst, &kv_dst_dev);
     if (rc == 0 && rows_out) *rows_out = w.L.R;
     run_info(&w, info);
     work_free(&w);
+    free(kv_dst);
+    cudaFree(kv_dst_dev);
     return rc;
 }
 
@@ -2855,13 +2967,17 @@ int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_m
     return rc ? -1 : 0;
 }
 
-/* bench --attention (radixmlp.h): what happens between a layer's two steps (in radix mode the scatter of k and v,
- * then attention_step's), on a model with attention's shapes and no weights; q, k and v random in (-1, 1). */
-typedef struct { GpuModel *g; GpuWork *w; GpuKvView kv; } AttnBench;
+/* bench --attention (radixmlp.h): what happens between a layer's two steps (gpu_scatter_qkv, which in radix mode
+ * scatters q, k and v, then attention_step), on a model with attention's shapes and no weights; q, k and v random in (-1, 1). */
+typedef struct {
+    GpuModel *g;
+    GpuWork *w;
+} AttnBench;
 static int attn_bench_run(void *ctx) {
     AttnBench *a = (AttnBench *)ctx;
-    if (a->w->L.mode == RX_RADIX) TRY(gpu_kv_store(a->g, &a->kv, a->w));
-    return attention_step(a->g, a->w, &a->kv);
+    GpuKvView kv;
+    TRY(gpu_scatter_qkv(a->g, a->w, &kv));
+    return attention_step(a->g, a->w, &kv);
 }
 static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k + 0.5) / 2^22 - 1, k < 2^23 */
     bf16 *h = (bf16 *)rx_alloc(n * sizeof(bf16), "random attention inputs");
@@ -2874,13 +2990,13 @@ static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k
 static int time_attention(GpuModel *g, GpuWork *w, const RxBatch *b, RxMode mode, int reps, double *median_ms) {
     const Qwen3Config *c = &g->cfg;
     const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
-    TRY(layout_build(&w->L, b, NULL, mode, RX_AUTO_THRESHOLD));
-    const int radix = w->L.mode == RX_RADIX, R = w->L.R;
-    TRY(work_alloc(g, w, 0, 0, radix ? w->L.N : 0));
+    TRY(layout_build(&w->L, b, mode, RX_AUTO_THRESHOLD));
+    const int R = w->L.R;
+    TRY(work_alloc(g, w, 0, 0));
     TRY(fill_random(w->q, (size_t)(R * QD), 3));
     TRY(fill_random(w->k, (size_t)(R * KVD), 4));
     TRY(fill_random(w->v, (size_t)(R * KVD), 5));
-    AttnBench a = {g, w, {radix ? w->k_n : w->k, radix ? w->v_n : w->v, KVD, w->kv_row}};
+    AttnBench a = {.g = g, .w = w};
     return gpu_time_median(attn_bench_run, &a, reps, median_ms);
 }
 int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
