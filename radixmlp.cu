@@ -105,18 +105,18 @@ static uint64_t rx_rand(uint64_t *s);                               /* splitmix6
 typedef struct {
     uint64_t key;
     int32_t parent;
-    int32_t node_plus_1;     /* 0: an empty slot */
-} TrieSlot;
+    int32_t node_plus_1;     /* 0: an empty entry */
+} TrieEntry;
 
 static uint64_t trie_key(int32_t token, int32_t position) {       /* the paper's (position << 32) ^ token */
     return (uint64_t)(uint32_t)position << 32 | (uint32_t)token;
 }
 
-/* The slot of (parent, key) in an open-addressing table: the one that holds it, or the empty one where it goes. */
-static TrieSlot *table_slot(TrieSlot *t, uint64_t mask, int32_t parent, uint64_t key) {
+/* The entry of (parent, key) in an open-addressing table: the one that holds it, or the empty one where it goes. */
+static TrieEntry *table_entry(TrieEntry *t, uint64_t mask, int32_t parent, uint64_t key) {
     uint64_t h = ((key ^ (uint64_t)(uint32_t)parent * 0x9E3779B97F4A7C15ull) * 0xFF51AFD7ED558CCDull) >> 20;
     for (;; h++) {
-        TrieSlot *s = &t[h & mask];
+        TrieEntry *s = &t[h & mask];
         if (!s->node_plus_1 || (s->key == key && s->parent == parent)) return s;
     }
 }
@@ -128,11 +128,11 @@ static uint64_t table_cap(int64_t n) {
     return cap;
 }
 
-/* An empty trie table for n keys. calloc: a large one comes as fresh zero pages from the OS, so the slots that are
- * never touched cost nothing. */
-static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
+/* An empty trie table for n keys. calloc: a large one comes as fresh zeroed memory from the OS, so the entries that
+ * are never touched cost nothing. */
+static TrieEntry *trie_table(int64_t n, uint64_t *mask) {
     *mask = table_cap(n) - 1;
-    return (TrieSlot *)calloc(*mask + 1, sizeof(TrieSlot));
+    return (TrieEntry *)calloc(*mask + 1, sizeof(TrieEntry));
 }
 
 /* The trie while it is built. Nodes 0 .. n_nodes-1 are the compact rows, numbered in order of first occurrence;
@@ -141,7 +141,7 @@ typedef struct {
     const int32_t *ids, *pos;   /* [N] the batch's tokens and positions                                       */
     int32_t *gather;            /* [N'] each node's first occurrence, whose (token, position) is the node's key */
     int32_t *first_child;       /* [N + n_roots] by node or root; -1: no child yet                             */
-    TrieSlot *table;            /* second and later children: (parent, key) -> node                          */
+    TrieEntry *table;            /* second and later children: (parent, key) -> node                          */
     uint64_t mask;
     int32_t n_nodes;            /* N' so far, the next compact row                                            */
 } Trie;
@@ -153,8 +153,8 @@ static int32_t trie_find(const Trie *tr, int32_t parent, int i) {
     if (c < 0) return -1;                                        /* no children yet */
     int first = tr->gather[c];
     if (tr->ids[first] == tr->ids[i] && tr->pos[first] == tr->pos[i]) return c;
-    const TrieSlot *s = table_slot(tr->table, tr->mask, parent, trie_key(tr->ids[i], tr->pos[i]));
-    return s->node_plus_1 - 1;                                   /* a later child, or -1 (an empty slot) */
+    const TrieEntry *s = table_entry(tr->table, tr->mask, parent, trie_key(tr->ids[i], tr->pos[i]));
+    return s->node_plus_1 - 1;                                   /* a later child, or -1 (an empty entry) */
 }
 
 /* Lines 24-33: not found, so original row i is the first occurrence of a new node below parent, the next compact
@@ -168,7 +168,7 @@ static int32_t trie_add(Trie *tr, int32_t parent, int i) {
         return c;
     }
     uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
-    TrieSlot *s = table_slot(tr->table, tr->mask, parent, key);
+    TrieEntry *s = table_entry(tr->table, tr->mask, parent, key);
     s->key = key;
     s->parent = parent;
     s->node_plus_1 = c + 1;
@@ -180,17 +180,17 @@ static int32_t trie_add(Trie *tr, int32_t parent, int i) {
 static int trie_any_shared_start(const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
                                  const int32_t *root) {
     uint64_t mask;
-    TrieSlot *t = trie_table(n_seqs, &mask);
+    TrieEntry *t = trie_table(n_seqs, &mask);
     if (!t) return -1;
     int shared = 0;
     for (int s = 0; s < n_seqs && !shared; s++) {
         int i = cu[s];
         if (i == cu[s + 1]) continue;                            /* an empty sequence */
-        TrieSlot *slot = table_slot(t, mask, root[s], trie_key(ids[i], pos[i]));
-        shared = slot->node_plus_1 != 0;
-        slot->key = trie_key(ids[i], pos[i]);
-        slot->parent = root[s];
-        slot->node_plus_1 = s + 1;
+        TrieEntry *e = table_entry(t, mask, root[s], trie_key(ids[i], pos[i]));
+        shared = e->node_plus_1 != 0;
+        e->key = trie_key(ids[i], pos[i]);
+        e->parent = root[s];
+        e->node_plus_1 = s + 1;
     }
     free(t);
     return shared;
@@ -246,7 +246,7 @@ static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, co
         return 0;
     }
     uint64_t mask;
-    TrieSlot *table = trie_table(n, &mask);
+    TrieEntry *table = trie_table(n, &mask);
     Trie tr = {
         .ids = ids,
         .pos = pos,
@@ -384,7 +384,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 /* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
  * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
  * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first,
- * then Algorithm 1's steps (Part II's prefill and the GPU forward repeat them), then forward_ref(), which runs them.
+ * then Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs them.
  *
  * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
  * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
@@ -532,8 +532,7 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
  * k + (kv_row ? kv_row[t] : t) * row_stride, kv head h at offset h * head_dim in it, and likewise for v. That one
  * idea serves every caller; only what they pass differs:
  *   Part I, baseline and radix mode: the batch's own rows [N, n_kv*head_dim], no index
- *   Part I, compact mode:            the compact rows [N', n_kv*head_dim], read through I_scatter
- *   Part II, prefill:                layer l of the paged pool [slot, n_layers, n_kv*head_dim], read through slots */
+ *   Part I, compact mode:            the compact rows [N', n_kv*head_dim], read through I_scatter */
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
 /* rx_attention_ref, its keys and values read through kv. The keys are first copied transposed, kt [n_kv_heads,
@@ -1190,8 +1189,6 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
  *   radix     the same, on the scattered N rows, then the gather (the paper)
  *   compact   cu_k = cu_seqlens, kv_row = I_scatter, cu_q from radix_compact_cu_q (Lq_s = L_s - p_s): the whole
  *             (token, position) history of every query is read through I_scatter, with no copy.
- *   Part II   cu_k spans each sequence's cached + new positions, kv_row their pool slots, kv_stride the pool's
- *             slot stride; cu_q the new positions (or their compact rows): queries are the last positions there too.
  *
  * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
  * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
@@ -1446,7 +1443,7 @@ static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t
     if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
     const int shmem = FLASH_SMEM_BYTES;
     /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
-     * it is made before every launch (a host-side call, cheap beside the kernel), never cached in a static. */
+     * it is made before every launch (a host-side call, cheap beside the kernel), never kept in a static. */
     CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
     flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
@@ -2459,7 +2456,7 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
                            root_key[s], s);
     int32_t *root = (int32_t *)malloc(((size_t)n_seqs + 1) * sizeof(int32_t));    /* [S] each sequence's root */
     uint64_t mask;
-    TrieSlot *roots = trie_table(n_seqs, &mask);                                   /* key -> its root + 1 */
+    TrieEntry *roots = trie_table(n_seqs, &mask);                                   /* key -> its root + 1 */
     if (!root || !roots) {
         free(root);
         free(roots);
@@ -2468,7 +2465,7 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
     int n_roots = 0;
     for (int s = 0; s < n_seqs; s++) {                  /* roots numbered in order of first appearance */
         uint64_t key = (uint32_t)root_key[s];           /* -1 -> 0xffffffff, no key >= 0's */
-        TrieSlot *slot = table_slot(roots, mask, 0, key);
+        TrieEntry *slot = table_entry(roots, mask, 0, key);
         if (!slot->node_plus_1) {
             slot->key = key;
             slot->node_plus_1 = ++n_roots;
@@ -2784,7 +2781,10 @@ done:
  *   attention's token space T (sequence by sequence, cached then new positions; Layout)
  *       seq 0: | pos 0  pos 1  pos 2  pos 3 | pos 4  pos 5 |     cached_len 4, page size 2, pages [7 2 | 5]
  *   kv_row  [T]:  14     15     4      5       10     11         slot = pages[pos / 2] * 2 + pos % 2
- *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride). */
+ *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride).
+ *
+ * Either attention kernel runs unchanged: the flash kernel's cu_k spans each sequence's cached and new positions,
+ * its cu_q the new ones (or their compact rows), which are the last positions of that span, as it expects. */
 struct GpuKvPool {
     const RxKvPool *host;            /* the host pool whose page ids index this one (its bookkeeping)          */
     int n_slots, n_layers, kv_dim;   /* n_slots = n_pages * page_size of host, when this pool was made        */
