@@ -29,9 +29,7 @@
  * files) -> main().
  *
  * Non-obvious things:
- *   - Every buffer says which token space it lives in: [N, ...] the user's ragged batch (original space), [N', ...]
- *     one row per trie node (compact space). Layout adds R, the rows computed on (N or N'), and T, attention's
- *     tokens (N, plus the cached positions in Part II).
+ *   - Every buffer says which token space it lives in: N (the batch), N' (the trie's nodes), R and T (see Layout).
  *   - Attention is the only op that mixes rows, and it mixes them by original sequence (cu_seqlens). That is why
  *     it alone needs the original layout, and why the compact mode can skip it by indexing keys via I_scatter.
  *   - The GPU computes in bf16 with cuBLAS, whose results can depend on the matrix shape (N vs N' rows): its radix
@@ -294,7 +292,8 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
 }
 
 void radix_index_free(RadixIndex *ix) {
-    free(ix->gather); free(ix->scatter);
+    free(ix->gather);
+    free(ix->scatter);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -344,7 +343,11 @@ static void draw_tree(FILE *out, const int32_t *first, const int32_t *next, int3
     free(at);
 }
 
-typedef struct { const RadixIndex *ix; const int32_t *input_ids, *position_ids, *first, *next, *mult; } TrieDrawing;
+typedef struct {
+    const RadixIndex *ix;
+    const int32_t *input_ids, *position_ids;     /* [N] */
+    const int32_t *first, *next, *mult;          /* [N'+1] by node, as in radix_draw_trie */
+} TrieDrawing;
 
 static int32_t trie_line(FILE *out, const void *ctx, int32_t c) {
     const TrieDrawing *t = (const TrieDrawing *)ctx;
@@ -364,18 +367,40 @@ static int32_t trie_line(FILE *out, const void *ctx, int32_t c) {
 void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                      const int32_t *cu_seqlens, int n_seqs) {
     int nc = ix->n_compact;
-    if (nc > 400) { fprintf(out, "(a trie of %d nodes: too large to draw)\n", nc); return; }
-    int32_t *first = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4), *next = first + nc + 1, *parent = next + nc + 1,
-            *mult = parent + nc + 1;                       /* mult[c]: how many sequences pass through node c */
-    if (!first) { fprintf(out, "(out of memory drawing the trie)\n"); return; }
-    for (int c = 0; c <= nc; c++) first[c] = next[c] = -1, mult[c] = 0;
+    if (nc > 400) {
+        fprintf(out, "(a trie of %d nodes: too large to draw)\n", nc);
+        return;
+    }
+    int32_t *first = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4);   /* [nc+1] by node, the root nc last */
+    if (!first) {
+        fprintf(out, "(out of memory drawing the trie)\n");
+        return;
+    }
+    int32_t *next = first + nc + 1;                        /* [nc+1] */
+    int32_t *parent = next + nc + 1;                       /* [nc+1] */
+    int32_t *mult = parent + nc + 1;                       /* [nc+1] how many sequences pass through node c */
+    for (int c = 0; c <= nc; c++) {
+        first[c] = -1;
+        next[c] = -1;
+        mult[c] = 0;
+    }
     for (int i = 0; i < ix->n_tokens; i++) mult[ix->scatter[i]]++;
     for (int c = 0; c < nc; c++) parent[c] = ix->gather[c] > 0 ? ix->scatter[ix->gather[c] - 1] : nc;  /* nc: root */
     for (int s = 0; s < n_seqs; s++)                      /* a node that starts a sequence hangs below the root */
         if (cu_seqlens[s] < cu_seqlens[s + 1]) parent[ix->scatter[cu_seqlens[s]]] = nc;
-    for (int c = nc - 1; c >= 0; c--) next[c] = first[parent[c]], first[parent[c]] = c;   /* first-occurrence order */
+    for (int c = nc - 1; c >= 0; c--) {                    /* pushed last to first: first-occurrence order */
+        next[c] = first[parent[c]];
+        first[parent[c]] = c;
+    }
     fprintf(out, "root\n");
-    TrieDrawing t = {ix, input_ids, position_ids, first, next, mult};
+    TrieDrawing t = {
+        .ix = ix,
+        .input_ids = input_ids,
+        .position_ids = position_ids,
+        .first = first,
+        .next = next,
+        .mult = mult,
+    };
     draw_tree(out, first, next, nc, nc + 1, trie_line, &t);
     free(first);
 }
@@ -532,7 +557,12 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
  * k + (kv_row ? kv_row[t] : t) * row_stride, kv head h at offset h * head_dim in it, and likewise for v. That one
  * idea serves every caller; only what they pass differs:
  *   Part I, baseline and radix mode: the batch's own rows [N, n_kv*head_dim], no index
- *   Part I, compact mode:            the compact rows [N', n_kv*head_dim], read through I_scatter */
+ *   Part I, compact mode:            the compact rows [N', n_kv*head_dim], read through I_scatter
+ * Compact mode (queries the N' compact rows, q_orig = I_gather, kv_row = I_scatter) is exact, not an approximation:
+ * the original positions mapped to one compact row have identical (token, position) histories, hence identical q;
+ * and their histories map position by position onto the same compact rows, so the keys and values read through
+ * I_scatter are the very vectors the scattered N-row layout would hold. Same inputs, same order of operations: the
+ * result is bit-identical to scatter -> attention -> gather, without the copies. */
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
 /* rx_attention_ref, its keys and values read through kv. The keys are first copied transposed, kt [n_kv_heads,
@@ -551,7 +581,8 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
     float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float)), /* [threads, longest] softmax weights */
           *kt = (float *)malloc((size_t)n_kv_heads * head_dim * n_t * sizeof(float) + 1);   /* [kv, head_dim, n_t] */
     if (!p_all || !kt) {
-        free(p_all); free(kt);
+        free(p_all);
+        free(kt);
         return rx_fail("out of host memory for attention scores (%d keys)", n_t);
     }
     RX_OMP(omp parallel for schedule(static))
@@ -584,7 +615,8 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
             for (int i = 0; i < head_dim; i++) o[i] += pt * vt[i];
         }
     }
-    free(p_all); free(kt);
+    free(p_all);
+    free(kt);
     return 0;
 }
 
@@ -750,8 +782,21 @@ typedef struct {
 } RefActs;
 
 static void acts_free(RefActs *a) {
-    free(a->h); free(a->xn); free(a->q); free(a->k); free(a->v); free(a->att); free(a->gate); free(a->up);
-    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_last); free(a->logits_R); free(a->w32);
+    free(a->h);
+    free(a->xn);
+    free(a->q);
+    free(a->k);
+    free(a->v);
+    free(a->att);
+    free(a->gate);
+    free(a->up);
+    free(a->qN);
+    free(a->attN);
+    free(a->kN);
+    free(a->vN);
+    free(a->x_last);
+    free(a->logits_R);
+    free(a->w32);
     free(a->norm_w);
     memset(a, 0, sizeof *a);
 }
@@ -761,12 +806,22 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
     size_t wmax = V * H > I * H ? V * H : I * H;
     if (QD * H > wmax) wmax = QD * H;
-    a->h = floats(R * H); a->xn = floats(R * H); a->q = floats(R * QD); a->att = floats(R * QD);
-    a->k = floats(R * KVD); a->v = floats(R * KVD); a->gate = floats(R * I); a->up = floats(R * I);
-    a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(Nr * KVD); a->vN = floats(Nr * KVD);
+    a->h = floats(R * H);
+    a->xn = floats(R * H);
+    a->q = floats(R * QD);
+    a->att = floats(R * QD);
+    a->k = floats(R * KVD);
+    a->v = floats(R * KVD);
+    a->gate = floats(R * I);
+    a->up = floats(R * I);
+    a->qN = floats(Nr * QD);
+    a->attN = floats(Nr * QD);
+    a->kN = floats(Nr * KVD);
+    a->vN = floats(Nr * KVD);
     a->x_last = floats(last_only ? (size_t)L->S * H : 0);
     a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
-    a->w32 = floats(wmax); a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
+    a->w32 = floats(wmax);
+    a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
         !a->vN || !a->x_last || !a->logits_R || !a->w32 || !a->norm_w) {
         acts_free(a);
@@ -1132,12 +1187,7 @@ typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; }
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
  * softmax in fp32: keep the running max m, the running sum l of exp(score - m) and the weighted sum acc of values,
  * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l, rounded once (bf16 note).
- *
- * Compact mode (q_orig = I_gather, kv_row = I_scatter, queries are the N' compact rows) is exact, not an
- * approximation: the original positions mapped to one compact row have identical (token, position) histories, hence
- * identical q; and their histories map position by position onto the same compact rows, so the keys and values read
- * through I_scatter are the very vectors the scattered N-row layout would hold. Same inputs, same order of
- * operations: the result is bit-identical to scatter -> attention -> gather, without the copies. */
+ * Compact mode is exact, bit for bit the radix mode's scatter -> attention -> gather: see KvView. */
 __global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
                                  const int32_t *kv_row, int n_q, const int32_t *q_orig, const int32_t *seq_start,
                                  int n_heads, int n_kv_heads, int head_dim) {
@@ -1563,12 +1613,14 @@ void gpu_model_free(GpuModel *g) {
     if (!g) return;
     for (int l = 0; g->layers && l < g->cfg.n_layers; l++) {
         GpuLayer *L = &g->layers[l];
-        cudaFree(L->input_norm), cudaFree(L->q_proj), cudaFree(L->k_proj), cudaFree(L->v_proj);
-        cudaFree(L->o_proj), cudaFree(L->q_norm), cudaFree(L->k_norm), cudaFree(L->post_norm);
-        cudaFree(L->gate_proj), cudaFree(L->up_proj), cudaFree(L->down_proj);
+        void *dev[] = {L->input_norm, L->q_proj,  L->k_proj,    L->v_proj,  L->o_proj,   L->q_norm,
+                       L->k_norm,     L->post_norm, L->gate_proj, L->up_proj, L->down_proj};
+        for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     }
     if (g->lm_head != g->embed) cudaFree(g->lm_head);
-    cudaFree(g->embed), cudaFree(g->final_norm), cudaFree(g->inv_freq);
+    cudaFree(g->embed);
+    cudaFree(g->final_norm);
+    cudaFree(g->inv_freq);
     free(g->layers);
     if (g->blas) cublasDestroy(g->blas);
     free(g);
@@ -1829,7 +1881,10 @@ static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, floa
 /* What a forward reports: its layout (N' = N where no trie was built: baseline asked for) and its GPU time. */
 static void run_info(const GpuWork *w, GpuRunInfo *info) {
     if (!info) return;
-    info->mode = w->L.mode, info->n_tokens = w->L.N, info->index_ms = w->L.index_ms, info->forward_ms = w->ms;
+    info->mode = w->L.mode;
+    info->n_tokens = w->L.N;
+    info->index_ms = w->L.index_ms;
+    info->forward_ms = w->ms;
     info->n_compact = w->L.ix.n_tokens ? w->L.ix.n_compact : w->L.N;
 }
 
@@ -1896,7 +1951,10 @@ int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int k
         return rx_fail("KV pool of %d pages x %d tokens: both must be >= 1 and their product fit in 32 bits",
                        n_pages, page_size);
     size_t floats = (size_t)n_pages * page_size * n_layers * kv_dim;     /* [slots, n_layers, kv_dim] */
-    p->n_pages = n_pages; p->page_size = page_size; p->n_layers = n_layers; p->kv_dim = kv_dim;
+    p->n_pages = n_pages;
+    p->page_size = page_size;
+    p->n_layers = n_layers;
+    p->kv_dim = kv_dim;
     p->ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t));
     p->free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list");
     if (floats) {
@@ -1913,7 +1971,10 @@ int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int k
 }
 
 void rx_kv_pool_free(RxKvPool *p) {
-    free(p->k); free(p->v); free(p->ref); free(p->free_list);
+    free(p->k);
+    free(p->v);
+    free(p->ref);
+    free(p->free_list);
     memset(p, 0, sizeof *p);
 }
 
@@ -1985,17 +2046,27 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
         RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
         if (!grown) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
         c->node = grown;
-        for (int32_t i = cap - 1; i >= c->cap_nodes; i--)      /* the new slots join the free chain */
-            c->node[i].used = 0, c->node[i].sibling = c->free_node, c->free_node = i;
+        for (int32_t i = cap - 1; i >= c->cap_nodes; i--) {    /* the new slots join the free chain */
+            c->node[i].used = 0;
+            c->node[i].sibling = c->free_node;
+            c->free_node = i;
+        }
         c->cap_nodes = cap;
     }
     int32_t id = c->free_node;
     RadixNode *x = &c->node[id];
     int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1);   /* [n * page_size] */
     int32_t *pg = (int32_t *)malloc((size_t)n * sizeof(int32_t) + 1);            /* [n]             */
-    if (!tok || !pg) { free(tok); free(pg); return rx_fail("out of host memory for a radix tree edge"); }
+    if (!tok || !pg) {
+        free(tok);
+        free(pg);
+        return rx_fail("out of host memory for a radix tree edge");
+    }
     c->free_node = x->sibling;
-    if (n) memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t)), memcpy(pg, pages, (size_t)n * sizeof(int32_t));
+    if (n) {
+        memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t));
+        memcpy(pg, pages, (size_t)n * sizeof(int32_t));
+    }
     *x = (RadixNode){parent, -1, -1, n, tok, pg, 0, c->clock, 0, 1};
     if (parent >= 0) {                                           /* appended: children keep their insertion order */
         int32_t *link = &c->node[parent].child;
@@ -2024,7 +2095,8 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
                           int32_t *stop, int *stop_pages) {
     int32_t at = root, ch;
     int m = 0, P = c->P;
-    *stop = -1; *stop_pages = 0;
+    *stop = -1;
+    *stop_pages = 0;
     while (m < n_pages) {
         for (ch = c->node[at].child; ch >= 0; ch = c->node[ch].sibling)      /* the child that starts with page m */
             if (page_equal(c->node[ch].tokens, tokens + (size_t)m * P, P)) break;
@@ -2034,7 +2106,8 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
         while (k < x->n_pages && m + k < n_pages &&
                page_equal(x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P, P)) k++;
         if (k < x->n_pages) { *stop = ch; *stop_pages = k; break; }
-        at = ch; m += k;
+        at = ch;
+        m += k;
     }
     *matched = m;
     return at;
@@ -2047,9 +2120,13 @@ static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     if (mid < 0) return -1;
     RadixNode *x = &c->node[id], *m = &c->node[mid];
     *radix_link_to(c, id) = mid;                                 /* mid replaces id in the parent's child list */
-    m->parent = x->parent; m->sibling = x->sibling; m->child = id;
-    m->lock = x->lock; m->last_use = x->last_use;
-    x->parent = mid; x->sibling = -1;
+    m->parent = x->parent;
+    m->sibling = x->sibling;
+    m->child = id;
+    m->lock = x->lock;
+    m->last_use = x->last_use;
+    x->parent = mid;
+    x->sibling = -1;
     x->n_pages -= k;
     memmove(x->tokens, x->tokens + (size_t)k * c->P, (size_t)x->n_pages * c->P * sizeof(int32_t));
     memmove(x->pages, x->pages + k, (size_t)x->n_pages * sizeof(int32_t));
@@ -2090,8 +2167,11 @@ static void radix_drop(RxPrefixCache *c, int32_t id) {          /* an unlinked n
     RadixNode *x = &c->node[id];
     for (int j = 0; j < x->n_pages; j++) rx_kv_page_release(c->pool, x->pages[j]);
     c->evicted_pages += x->n_pages;
-    free(x->tokens); free(x->pages);
-    x->used = 0; x->sibling = c->free_node; c->free_node = id;
+    free(x->tokens);
+    free(x->pages);
+    x->used = 0;
+    x->sibling = c->free_node;
+    c->free_node = id;
 }
 
 /* Evicts the least recently used unlocked leaf, then each parent it leaves an unlocked leaf. 0: nothing to evict. */
@@ -2150,7 +2230,8 @@ static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *t
         }
         if (p < 0) break;
         if (pages) pages[j] = p;
-        h = key; serial = c->entry[p].serial;
+        h = key;
+        serial = c->entry[p].serial;
     }
     return j;
 }
@@ -2173,7 +2254,9 @@ static int hash_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *token
         c->bucket[key & c->mask] = p;
         memcpy(c->entry_tokens + (size_t)p * c->P, tokens + (size_t)j * c->P, (size_t)c->P * sizeof(int32_t));
         rx_kv_page_retain(c->pool, p);
-        h = key; serial = c->entry[p].serial; parent = p;
+        h = key;
+        serial = c->entry[p].serial;
+        parent = p;
     }
     free(hit);
     return adopted;
@@ -2220,7 +2303,10 @@ int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
     if (kind < RX_CACHE_OFF || kind > RX_CACHE_HASH) return rx_fail("unknown prefix cache kind %d", (int)kind);
     RxPrefixCache *c = (RxPrefixCache *)calloc(1, sizeof *c);
     if (!c) return rx_fail("out of host memory for the prefix cache");
-    c->kind = kind; c->pool = pool; c->P = pool->page_size; c->free_node = -1;
+    c->kind = kind;
+    c->pool = pool;
+    c->P = pool->page_size;
+    c->free_node = -1;
     if (kind == RX_CACHE_HASH) {
         uint64_t cap = table_cap(pool->n_pages);
         c->mask = cap - 1;
@@ -2243,7 +2329,10 @@ void rx_cache_free(RxPrefixCache *c) {
         if (c->node[i].used) radix_drop(c, i);                  /* its pages back to the pool */
     for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++)
         if (c->entry[p].used) rx_kv_page_release(c->pool, p);
-    free(c->node); free(c->entry); free(c->entry_tokens); free(c->bucket);
+    free(c->node);
+    free(c->entry);
+    free(c->entry_tokens);
+    free(c->bucket);
     free(c);
 }
 
@@ -2320,7 +2409,8 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
 int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     const RxKvPool *pool = c->pool;
     memset(s, 0, sizeof *s);
-    s->kind = c->kind; s->evicted_pages = c->evicted_pages;
+    s->kind = c->kind;
+    s->evicted_pages = c->evicted_pages;
     int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));        /* [n_pages] */
     int32_t *on_free_list = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));    /* [n_pages] */
     int rc = -1;
@@ -2356,14 +2446,19 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     }
     rc = 0;
 done:
-    free(cache_ref); free(on_free_list);
+    free(cache_ref);
+    free(on_free_list);
     return rc;
 }
 
 void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t model_id) {
     memset(r, 0, sizeof *r);
-    r->tokens = tokens; r->len = len; r->model_id = model_id;
-    r->state = RX_REQ_WAITING; r->prefix_key = -1; r->lock_node = -1;
+    r->tokens = tokens;
+    r->len = len;
+    r->model_id = model_id;
+    r->state = RX_REQ_WAITING;
+    r->prefix_key = -1;
+    r->lock_node = -1;
 }
 
 /* Undoes an admission: the lock and every page reference the request holds. */
@@ -2372,7 +2467,11 @@ static void request_release(RxPrefixCache *c, RxRequest *r) {
     for (int j = 0; j < r->n_pages; j++)
         if (r->pages[j] >= 0) rx_kv_page_release(c->pool, r->pages[j]);
     free(r->pages);
-    r->pages = NULL; r->n_pages = 0; r->cached_len = 0; r->prefix_key = -1; r->lock_node = -1;
+    r->pages = NULL;
+    r->n_pages = 0;
+    r->cached_len = 0;
+    r->prefix_key = -1;
+    r->lock_node = -1;
     c->n_running--;
 }
 
@@ -2714,24 +2813,33 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
                         o->gpu ? 0 : m->cfg.n_kv_heads * m->cfg.head_dim) ||
         (o->gpu && gpu_kv_pool_create(&gpu_kv, o->gpu, &pool)) || rx_cache_create(&c, o->cache, &pool))
         goto done;
-    for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
+    for (int s = 0; s < n_req; s++) {
+        rx_request_init(&req[s], tokens[s], lens[s], o->model_id);
+        wait[s].index = s;
+    }
     t0 = rx_now_ms();
     for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
         int n = admit_batch(c, req, wait, &n_wait, o, adm), rows = 0;   /* >= 1: nothing is running now */
         if (n < 0) goto done;
         for (int s = 0; s < n; s++) {                     /* the batch: sequence s is adm[s]'s uncached suffix */
-            cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
-            seqs[s] = adm[s]->tokens + cached_len[s], sfx_lens[s] = adm[s]->len - cached_len[s];
+            cached_len[s] = adm[s]->cached_len;
+            tables[s] = adm[s]->pages;
+            prefix_key[s] = adm[s]->prefix_key;
+            seqs[s] = adm[s]->tokens + cached_len[s];
+            sfx_lens[s] = adm[s]->len - cached_len[s];
         }
         if (rx_batch_make(&sfx, seqs, sfx_lens, n)) goto done;
         for (int s = 0; s < n; s++)                       /* whose positions go on after the cached prefix */
             for (int i = sfx.cu_seqlens[s]; i < sfx.cu_seqlens[s + 1]; i++) sfx.position_ids[i] += cached_len[s];
-        RxPrefill pf = {&pool, cached_len, tables, prefix_key};
+        RxPrefill pf = {.pool = &pool, .cached_len = cached_len, .pages = tables, .prefix_key = prefix_key};
         GpuRunInfo gi = {};
-        if ((o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
-                    : qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows)) ||
-            (o->trace && (fprintf(o->trace, "batch %d: ", st->n_batches), rx_prefill_print(o->trace, &sfx, &pf, rows))))
+        if (o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
+                   : qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows))
             goto done;
+        if (o->trace) {
+            fprintf(o->trace, "batch %d: ", st->n_batches);
+            if (rx_prefill_print(o->trace, &sfx, &pf, rows)) goto done;
+        }
         rx_batch_free(&sfx);
         st->rows_computed += rows;
         st->gpu_ms += gi.forward_ms;
@@ -2755,8 +2863,10 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     st->ms = rx_now_ms() - t0;
     RxCacheStats cs;
     if (rx_cache_audit(c, &cs)) goto done;
-    st->pool_pages = pool.n_pages; st->cache_pages = cs.cached_pages;
-    st->evicted_pages = cs.evicted_pages; st->request_pages = cs.request_pages;
+    st->pool_pages = pool.n_pages;
+    st->cache_pages = cs.cached_pages;
+    st->evicted_pages = cs.evicted_pages;
+    st->request_pages = cs.request_pages;
     rx_cache_free(c);                                      /* the final flush: the cache lets go of every page */
     c = NULL;
     st->held_after_flush = pool.n_pages - pool.n_free;
@@ -2767,7 +2877,14 @@ done:
     rx_cache_free(c);
     rx_kv_pool_free(&pool);
     gpu_kv_pool_free(gpu_kv);
-    free(req); free(wait); free(adm); free(cached_len); free(prefix_key); free(tables); free(seqs); free(sfx_lens);
+    free(req);
+    free(wait);
+    free(adm);
+    free(cached_len);
+    free(prefix_key);
+    free(tables);
+    free(seqs);
+    free(sfx_lens);
     free(blogits);
     return rc;
 }
@@ -2807,7 +2924,9 @@ int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, const RxKvPool *host)
     if (!g || !host) return rx_fail("gpu_kv_pool_create needs a GPU model and the host pool it mirrors");
     GpuKvPool *p = (GpuKvPool *)calloc(1, sizeof *p);
     if (!p) return rx_fail("out of host memory for a GPU KV pool");
-    p->host = host, p->n_layers = g->cfg.n_layers, p->kv_dim = g->cfg.n_kv_heads * g->cfg.head_dim;
+    p->host = host;
+    p->n_layers = g->cfg.n_layers;
+    p->kv_dim = g->cfg.n_kv_heads * g->cfg.head_dim;
     p->n_slots = host->n_pages * host->page_size;                       /* rx_kv_pool_init: fits in 32 bits */
     if (pool_alloc(p)) { gpu_kv_pool_free(p); return -1; }
     *out = p;
@@ -2816,7 +2935,8 @@ int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, const RxKvPool *host)
 
 void gpu_kv_pool_free(GpuKvPool *p) {
     if (!p) return;
-    cudaFree(p->k), cudaFree(p->v);
+    cudaFree(p->k);
+    cudaFree(p->v);
     free(p);
 }
 
@@ -2933,7 +3053,9 @@ int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, 
              upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
              flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,
                              n_kv_heads, head_dim);
-    cudaFree(d_cu_q), cudaFree(d_cu_k), cudaFree(d_tiles);
+    cudaFree(d_cu_q);
+    cudaFree(d_cu_k);
+    cudaFree(d_tiles);
     return rc ? -1 : 0;
 }
 
@@ -3006,7 +3128,10 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
         return rx_fail("gpu_time_attention: needs reps >= 1, and the baseline, radix or compact layout");
     GpuModel g;                      /* attention's shapes; the widths it does not use at 1 (no logits are made) */
     memset(&g, 0, sizeof g);
-    g.cfg.n_heads = n_heads, g.cfg.n_kv_heads = n_kv_heads, g.cfg.head_dim = head_dim, g.cfg.n_layers = 1;
+    g.cfg.n_heads = n_heads;
+    g.cfg.n_kv_heads = n_kv_heads;
+    g.cfg.head_dim = head_dim;
+    g.cfg.n_layers = 1;
     g.cfg.hidden_size = g.cfg.intermediate_size = 1;
     g.cfg.vocab_size = g.cfg.max_position_embeddings = INT32_MAX;       /* any token id and position: random q, k, v */
     if (gpu_set_attention(&g, kernel) || rx_batch_check(b, &g.cfg, NULL)) return -1;   /* as a forward checks them */
