@@ -4247,7 +4247,19 @@ static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_t
 }
 
 static int demo(void) {
-    Qwen3Config cfg = {2048, 256, 768, 4, 8, 4, 64, 4096, 1e6, 1e-6, 1};
+    Qwen3Config cfg = {
+        .vocab_size = 2048,
+        .hidden_size = 256,
+        .intermediate_size = 768,
+        .n_layers = 4,
+        .n_heads = 8,
+        .n_kv_heads = 4,
+        .head_dim = 64,
+        .max_position_embeddings = 4096,
+        .rope_theta = 1e6,
+        .rms_norm_eps = 1e-6,
+        .tie_word_embeddings = 1,
+    };
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 42)) return -1;
     printf("radixmlp demo: a random Qwen3 held in memory (vocab %d, hidden %d, %d layers, %d heads / %d kv heads,\n"
@@ -4591,7 +4603,18 @@ int main(int argc, char **argv) {
     if (embed && (dump || last_only))
         return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
     RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
-    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0, NULL, NULL, NULL};
+    RxServeOptions so = {
+        .cache = RX_CACHE_RADIX,
+        .page_size = 16,
+        .n_pages = 0,
+        .batch = 1,
+        .lpm = 0,
+        .mode = RX_COMPACT,
+        .model_id = 0,
+        .trace = NULL,
+        .show_cache = NULL,
+        .gpu = NULL,
+    };
     if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
         (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))
         return usage_error("%s", radix_error());
