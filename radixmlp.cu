@@ -15,13 +15,14 @@
  *   Sec. 3.1 eq. 4 position-wise    -> every op outside the scatter -> attention -> gather sandwich runs row by row
  *   Sec. 3.2 eq. 5-7 gather/scatter -> rows_by_index() (C) and the rows_by_index kernel (CUDA)
  *   Algorithm 1 (B.1)               -> forward_ref() (C) and gpu_forward(), mode RX_RADIX
- *   Algorithm 2 (B.4)               -> radix_index_build()
+ *   Algorithm 2 (B.4)               -> radix_index_build(): trie_find() (found?) and trie_add() (not found)
  *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref(), the attention kernel, flash_attention (tensor cores)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
- *                                      from the pool's slots; radix_index_build_keyed(): a trie root per cached prefix
+ *                                      from the pool's slots (layout_build_prefill(), kv_store_ref()), and
+ *                                      radix_index_build_keyed(): a trie root per cached prefix
  *
  * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1) ->
  * the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV pool, the prefix
@@ -578,8 +579,8 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         if (g + 1 > n_t) n_t = g + 1;
     }
     int n_threads = rx_threads(0);
-    float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float)), /* [threads, longest] softmax weights */
-          *kt = (float *)malloc((size_t)n_kv_heads * head_dim * n_t * sizeof(float) + 1);   /* [kv, head_dim, n_t] */
+    float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float));   /* [threads, longest] softmax */
+    float *kt = (float *)malloc((size_t)n_kv_heads * head_dim * n_t * sizeof(float) + 1);   /* [kv, head_dim, n_t] */
     if (!p_all || !kt) {
         free(p_all);
         free(kt);
@@ -595,7 +596,9 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
     RX_OMP(omp parallel for schedule(dynamic))
     for (long rh = 0; rh < (long)n_q * n_heads; rh++) {
         int r = (int)(rh / n_heads), h = (int)(rh % n_heads), kvh = h / group;   /* GQA */
-        int g = q_orig ? q_orig[r] : r, t0 = seq_start[g], len = g - t0 + 1;   /* keys: positions t0..g of g's sequence */
+        int g = q_orig ? q_orig[r] : r;                  /* keys: positions t0..g of g's sequence */
+        int t0 = seq_start[g];
+        int len = g - t0 + 1;
         const float *qh = q + (size_t)r * qd + h * head_dim;
         float *p = p_all + (size_t)rx_thread() * longest, mx = -INFINITY, z = 0.0f;
         for (int j = 0; j < len; j++) p[j] = 0.0f;
@@ -2525,7 +2528,7 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
     r->state = RX_REQ_ABORTED;
 }
 
-/* -------------------------------------------------------------- part ii: prefill on a cached prefix (c reference) */
+/* ------------------------------- part ii: prefill on a cached prefix: the keyed trie, the layout, the c reference */
 /* The forward's side of Part II: a request whose prompt begins with a cached page-aligned prefix prefills only the
  * rest, with Part I's steps. One thing changes: where attention reads its keys. Each layer writes the new K/V into
  * the request's own pages, then attention reads every key, cached or new, through one index (a KvView over the pool,
@@ -2539,7 +2542,11 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
  * that continue the same cached prefix with the same tokens share compact rows, and the same tokens after different
  * prefixes (different histories) never merge, even at equal positions. Bit for bit a full recomputation: a cached
  * slot holds the K/V an earlier forward computed for the same history with the same row arithmetic, and attention
- * visits positions 0..g in the same order. */
+ * visits positions 0..g in the same order.
+ *
+ * Part II adds three steps here and calls Part I's unchanged: its own entry to the trie (radix_index_build_keyed,
+ * over trie_build), its own layout (layout_build_prefill: layout_rows, then attention's half over the wider T), and
+ * the store of the new K/V into their slots (kv_store_ref; gpu_kv_store on the GPU). */
 
 /* Part II's entry to the trie. With a KV cache something precedes a sequence: its cached prefix, which the batch
  * does not hold. root_key[s] names it (-1: nothing cached), and each distinct key gets a root of its own
@@ -2656,13 +2663,13 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
             return rx_fail("prefill: sequence %d: cached_len %d is not a multiple of the page size %d", s, cached, P);
         for (int j = 0; j < L; j++)
             if (b->position_ids[b->cu_seqlens[s] + j] != cached + j)
-                return rx_fail("prefill: sequence %d: new token %d is at position %d; after %d cached tokens it must be "
-                               "at %d", s, j, b->position_ids[b->cu_seqlens[s] + j], cached, cached + j);
+                return rx_fail("prefill: sequence %d: new token %d is at position %d; after %d cached tokens it "
+                               "must be at %d", s, j, b->position_ids[b->cu_seqlens[s] + j], cached, cached + j);
         if (!pf->pages[s]) return rx_fail("prefill: sequence %d has no page table", s);
         for (int j = 0; j < (cached + L + P - 1) / P; j++)
             if (pf->pages[s][j] < 0 || pf->pages[s][j] >= p->n_pages)
-                return rx_fail("prefill: sequence %d: page table entry %d is page %d, outside the pool's %d pages", s, j,
-                               pf->pages[s][j], p->n_pages);
+                return rx_fail("prefill: sequence %d: page table entry %d is page %d, outside the pool's %d pages",
+                               s, j, pf->pages[s][j], p->n_pages);
         /* The key must name the cached prefix. The last cached page does: its K/V depend on every token before it. */
         int32_t want = cached > 0 ? pf->pages[s][cached / P - 1] : -1;
         if (pf->prefix_key[s] != want)
@@ -2681,8 +2688,8 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
             for (int j = pass ? 0 : first_own; j < (pass ? first_own : n) && !rc; j++) {
                 int32_t pg = pf->pages[s][j];
                 if (writer[pg] >= 0)
-                    rc = rx_fail("prefill: page %d is written by sequence %d and also %s by sequence %d", pg, writer[pg],
-                                 pass ? "read" : "written", s);
+                    rc = rx_fail("prefill: page %d is written by sequence %d and also %s by sequence %d", pg,
+                                 writer[pg], pass ? "read" : "written", s);
                 else if (!pass)
                     writer[pg] = s;
             }
@@ -3090,7 +3097,8 @@ int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_m
 }
 
 /* bench --attention (radixmlp.h): what happens between a layer's two steps (gpu_scatter_qkv, which in radix mode
- * scatters q, k and v, then attention_step), on a model with attention's shapes and no weights; q, k and v random in (-1, 1). */
+ * scatters q, k and v, then attention_step), on a model with attention's shapes and no weights; q, k and v random
+ * in (-1, 1). */
 typedef struct {
     GpuModel *g;
     GpuWork *w;
@@ -4191,7 +4199,7 @@ static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *pa
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------------------- the demo */
+/* ----------------------------------------------------------------- the command line: the demo, the flags and main */
 #ifndef RADIXMLP_NO_MAIN
 static const char *usage =
     "usage: radixmlp                          demo: a tiny random Qwen3 (no download), CPU reference and GPU if any\n"
