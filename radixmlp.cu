@@ -539,7 +539,9 @@ void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows,
             rmsnorm_row(xr + (size_t)h * head_dim, xr + (size_t)h * head_dim, w, head_dim, eps);
         for (int i = 0; i < half; i++) {                                /* rotate-half: i pairs with i + d/2 */
             float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
-            float angle = (float)pos[r] * inv_freq, c = cosf(angle), s = sinf(angle);   /* once per row, all heads */
+            float angle = (float)pos[r] * inv_freq;            /* once per row, for all its heads */
+            float c = cosf(angle);                              /* Algorithm 1 line 11: cos = C_cos[p~] */
+            float s = sinf(angle);                              /* line 12:             sin = C_sin[p~] */
             for (int h = 0; h < n_heads; h++) {
                 float *v = xr + (size_t)h * head_dim, a = v[i], b = v[i + half];
                 v[i] = a * c - b * s;
@@ -840,7 +842,8 @@ static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
 }
 
 /* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
- * head q/k-normed and rotated (RoPE at each row's position p~: lines 11-12 are computed here, row by row). */
+ * head q/k-normed and rotated by RoPE at its row's position p~ (lines 11-12: rx_qk_norm_rope_ref takes the
+ * angles from p~ there, row by row). */
 static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *W = &m->layers[l];
@@ -1138,7 +1141,7 @@ __global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, 
         float a = round_bf16(f32(w[i]) * round_bf16(f32(xh[i]) * inv_rms));
         float b = round_bf16(f32(w[i + half]) * round_bf16(f32(xh[i + half]) * inv_rms));
         float s, c;
-        sincosf(p * inv_freq[i], &s, &c);
+        sincosf(p * inv_freq[i], &s, &c);                        /* Algorithm 1 lines 11-12, at position p~ */
         xh[i] = to_bf16(a * c - b * s);
         xh[i + half] = to_bf16(b * c + a * s);
     }
