@@ -134,15 +134,14 @@ static TrieEntry *trie_table(int64_t n, uint64_t *mask) {
     return (TrieEntry *)calloc(*mask + 1, sizeof(TrieEntry));
 }
 
-/* The trie while it is built. Nodes 0 .. n_nodes-1 are the compact rows, numbered in order of first occurrence;
- * the roots are numbered N, N+1, ... after them (N' <= N, so no node takes a root's number). */
+/* The trie while it is built. Its nodes are the compact rows, numbered in order of first occurrence; the roots are
+ * numbered N, N+1, ... after them (N' <= N, so no node takes a root's number). */
 typedef struct {
     const int32_t *ids, *pos;   /* [N] the batch's tokens and positions                                       */
     int32_t *gather;            /* [N'] each node's first occurrence, whose (token, position) is the node's key */
     int32_t *first_child;       /* [N + n_roots] by node or root; -1: no child yet                             */
     TrieEntry *table;            /* second and later children: (parent, key) -> node                          */
     uint64_t mask;
-    int32_t n_nodes;            /* N' so far, the next compact row                                            */
 } Trie;
 
 /* Lines 13-23 of Algorithm 2: the child of parent whose key is original row i's (token, position), or -1: not
@@ -156,21 +155,20 @@ static int32_t trie_find(const Trie *tr, int32_t parent, int i) {
     return s->node_plus_1 - 1;                                   /* a later child, or -1 (an empty entry) */
 }
 
-/* Lines 24-33: not found, so original row i is the first occurrence of a new node below parent, the next compact
- * row. It becomes parent's first child, or, if parent has one, goes into the table. */
-static int32_t trie_add(Trie *tr, int32_t parent, int i) {
-    int32_t c = tr->n_nodes++;
-    tr->gather[c] = i;
-    tr->first_child[c] = -1;
+/* Lines 24-33: not found, so original row i is the first occurrence of a new node c below parent (c: the next
+ * compact row). It becomes parent's first child, or, if parent has one, goes into the table. */
+static int32_t trie_add(Trie *tr, int32_t parent, int i, int32_t c) {
     if (tr->first_child[parent] < 0) {
         tr->first_child[parent] = c;
-        return c;
+    } else {
+        uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
+        TrieEntry *s = table_entry(tr->table, tr->mask, parent, key);
+        s->key = key;
+        s->parent = parent;
+        s->node_plus_1 = c + 1;
     }
-    uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
-    TrieEntry *s = table_entry(tr->table, tr->mask, parent, key);
-    s->key = key;
-    s->parent = parent;
-    s->node_plus_1 = c + 1;
+    tr->gather[c] = i;
+    tr->first_child[c] = -1;
     return c;
 }
 
@@ -253,7 +251,6 @@ static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, co
         .first_child = (int32_t *)malloc((size_t)(n + n_roots) * sizeof(int32_t)),
         .table = table,
         .mask = mask,
-        .n_nodes = 0,
     };
     if (!tr.first_child || !tr.table) {
         free(tr.first_child);
@@ -263,16 +260,17 @@ static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, co
         return rx_fail("radix_index_build: out of host memory");
     }
     for (int r = 0; r < n_roots; r++) tr.first_child[n + r] = -1;
+    int32_t n_compact = 0;                                             /* N' so far, the next compact row */
     for (int s = 0; s < n_seqs; s++) {                                 /* line 5 */
         int32_t parent = root_id[s];                                   /* line 8 */
         for (int i = cu[s]; i < cu[s + 1]; i++) {                      /* line 9 */
             int32_t child = trie_find(&tr, parent, i);                 /* lines 13-23: found? */
-            if (child < 0) child = trie_add(&tr, parent, i);           /* lines 24-33: not found, a new node */
+            if (child < 0) child = trie_add(&tr, parent, i, n_compact++);   /* lines 24-33: not found: new node */
             ix->scatter[i] = child;                                    /* line 34 */
             parent = child;
         }
     }
-    ix->n_compact = tr.n_nodes;
+    ix->n_compact = n_compact;
     free(tr.first_child);
     free(tr.table);
     free(root_id);
