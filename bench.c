@@ -62,12 +62,27 @@ typedef struct { double gamma_a, base_a, radix_a, gamma_b, base_b, radix_b; } Pa
  * rope theta, rms eps, tied embeddings. */
 typedef struct { const char *key, *name; Qwen3Config cfg; PaperT2 t2; PaperT3 t3; } ModelSpec;
 static const ModelSpec MODELS[3] = {
-    {"0.6b", "Qwen3-0.6B", {151936, 1024, 3072, 28, 16, 8, 128, 40960, 1e6, 1e-6, 1},
-     {0.73, 2.68, 2.74, 394, 144}, {0.61, 0.78, 0.55, 0.71, 0.70, 0.57}},
-    {"4b", "Qwen3-4B", {151936, 2560, 9728, 36, 32, 8, 128, 40960, 1e6, 1e-6, 1},
-     {0.88, 4.14, 4.14, 1656, 400}, {0.61, 3.65, 2.39, 0.71, 3.33, 2.52}},
-    {"8b", "Qwen3-8B", {151936, 4096, 12288, 36, 32, 8, 128, 40960, 1e6, 1e-6, 0},
-     {0.92, 4.82, 4.98, 2866, 576}, {0.61, 5.75, 3.66, 0.71, 5.23, 3.88}},
+    {.key = "0.6b",
+     .name = "Qwen3-0.6B",
+     .cfg = {.vocab_size = 151936, .hidden_size = 1024, .intermediate_size = 3072, .n_layers = 28,
+             .n_heads = 16, .n_kv_heads = 8, .head_dim = 128, .max_position_embeddings = 40960,
+             .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1},
+     .t2 = {0.73, 2.68, 2.74, 394, 144},
+     .t3 = {0.61, 0.78, 0.55, 0.71, 0.70, 0.57}},
+    {.key = "4b",
+     .name = "Qwen3-4B",
+     .cfg = {.vocab_size = 151936, .hidden_size = 2560, .intermediate_size = 9728, .n_layers = 36,
+             .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .max_position_embeddings = 40960,
+             .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1},
+     .t2 = {0.88, 4.14, 4.14, 1656, 400},
+     .t3 = {0.61, 3.65, 2.39, 0.71, 3.33, 2.52}},
+    {.key = "8b",
+     .name = "Qwen3-8B",
+     .cfg = {.vocab_size = 151936, .hidden_size = 4096, .intermediate_size = 12288, .n_layers = 36,
+             .n_heads = 32, .n_kv_heads = 8, .head_dim = 128, .max_position_embeddings = 40960,
+             .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 0},
+     .t2 = {0.92, 4.82, 4.98, 2866, 576},
+     .t3 = {0.61, 5.75, 3.66, 0.71, 5.23, 3.88}},
 };
 #define VOCAB 151936
 #define SEED 20250101u
@@ -859,7 +874,19 @@ static const CacheScenario SCENARIOS[] = {
     {"eviction_pressure", 24, 6, 16, 8, 8 + 6, {{0, 0.0, 0.76, 136}, {288, 79.2, 0.91, 0}}},
 };
 #define PC_PAGE 4                          /* the nanoGPT comparison's block size */
-static const Qwen3Config TINY = {512, 64, 128, 2, 4, 2, 32, 128, 1e6, 1e-6, 1};   /* fixtures/tiny-bf16's shape */
+static const Qwen3Config TINY = {                 /* fixtures/tiny-bf16's shape */
+    .vocab_size = 512,
+    .hidden_size = 64,
+    .intermediate_size = 128,
+    .n_layers = 2,
+    .n_heads = 4,
+    .n_kv_heads = 2,
+    .head_dim = 32,
+    .max_position_embeddings = 128,
+    .rope_theta = 1e6,
+    .rms_norm_eps = 1e-6,
+    .tie_word_embeddings = 1,
+};
 
 typedef struct { int n; int32_t **seqs; int *lens; } Requests;
 

@@ -15,13 +15,14 @@
  *   Sec. 3.1 eq. 4 position-wise    -> every op outside the scatter -> attention -> gather sandwich runs row by row
  *   Sec. 3.2 eq. 5-7 gather/scatter -> rows_by_index() (C) and the rows_by_index kernel (CUDA)
  *   Algorithm 1 (B.1)               -> forward_ref() (C) and gpu_forward(), mode RX_RADIX
- *   Algorithm 2 (B.4)               -> radix_index_build()
+ *   Algorithm 2 (B.4)               -> radix_index_build(): trie_find() (found?) and trie_add() (not found)
  *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref(), the attention kernel, flash_attention (tensor cores)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
- *                                      from the pool's slots; radix_index_build_keyed(): a trie root per cached prefix
+ *                                      from the pool's slots (layout_build_prefill(), kv_store_ref()), and
+ *                                      radix_index_build_keyed(): a trie root per cached prefix
  *
  * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1) ->
  * the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV pool, the prefix
@@ -29,9 +30,7 @@
  * files) -> main().
  *
  * Non-obvious things:
- *   - Every buffer says which token space it lives in: [N, ...] the user's ragged batch (original space), [N', ...]
- *     one row per trie node (compact space). Layout adds R, the rows computed on (N or N'), and T, attention's
- *     tokens (N, plus the cached positions in Part II).
+ *   - Every buffer says which token space it lives in: N (the batch), N' (the trie's nodes), R and T (see Layout).
  *   - Attention is the only op that mixes rows, and it mixes them by original sequence (cu_seqlens). That is why
  *     it alone needs the original layout, and why the compact mode can skip it by indexing keys via I_scatter.
  *   - The GPU computes in bf16 with cuBLAS, whose results can depend on the matrix shape (N vs N' rows): its radix
@@ -111,34 +110,96 @@ static float **model_panels(const Qwen3Model *m);    /* [n_tensors] the referenc
  * second and later children, the branch points, go to a hash table keyed on (parent, token, position). A batch of
  * shared prefixes then walks its first children through arrays read in order, and touches the table about once per
  * sequence, where it leaves the shared part. */
-typedef struct { uint64_t key; int32_t parent, node_plus_1; } TrieSlot;   /* node_plus_1 == 0: empty slot */
+typedef struct {
+    uint64_t key;
+    int32_t parent;
+    int32_t node_plus_1;     /* 0: an empty entry */
+} TrieEntry;
 
 static uint64_t trie_key(int32_t token, int32_t position) {       /* the paper's (position << 32) ^ token */
     return (uint64_t)(uint32_t)position << 32 | (uint32_t)token;
 }
 
-/* Returns the node stored under (parent, key), or stores `node` there and returns -1. */
-static int32_t trie_find_or_insert(TrieSlot *t, uint64_t mask, int32_t parent, uint64_t key, int32_t node) {
+/* The entry of (parent, key) in an open-addressing table: the one that holds it, or the empty one where it goes. */
+static TrieEntry *table_entry(TrieEntry *t, uint64_t mask, int32_t parent, uint64_t key) {
     uint64_t h = ((key ^ (uint64_t)(uint32_t)parent * 0x9E3779B97F4A7C15ull) * 0xFF51AFD7ED558CCDull) >> 20;
     for (;; h++) {
-        TrieSlot *s = &t[h & mask];
-        if (!s->node_plus_1) { s->key = key; s->parent = parent; s->node_plus_1 = node + 1; return -1; }
-        if (s->key == key && s->parent == parent) return s->node_plus_1 - 1;
+        TrieEntry *s = &t[h & mask];
+        if (!s->node_plus_1 || (s->key == key && s->parent == parent)) return s;
     }
 }
 
-/* A hash table for n keys (the trie's, and the prefix cache's buckets in part ii): a power of two >= 2n, >= 16. */
+/* A hash table for n keys: a power of two >= 2n, >= 16. */
 static uint64_t table_cap(int64_t n) {
     uint64_t cap = 16;
     while (cap < 2 * (uint64_t)n) cap *= 2;
     return cap;
 }
 
-/* An empty trie table for n keys. calloc: a large one comes as fresh zero pages from the OS, so the slots that are
- * never touched cost nothing. */
-static TrieSlot *trie_table(int64_t n, uint64_t *mask) {
+/* An empty trie table for n keys. calloc: a large one comes as fresh zeroed memory from the OS, so the entries that
+ * are never touched cost nothing. */
+static TrieEntry *trie_table(int64_t n, uint64_t *mask) {
     *mask = table_cap(n) - 1;
-    return (TrieSlot *)calloc(*mask + 1, sizeof(TrieSlot));
+    return (TrieEntry *)calloc(*mask + 1, sizeof(TrieEntry));
+}
+
+/* The trie while it is built. Its nodes are the compact rows, numbered in order of first occurrence; the roots are
+ * numbered N, N+1, ... after them (N' <= N, so no node takes a root's number). */
+typedef struct {
+    const int32_t *ids, *pos;   /* [N] the batch's tokens and positions                                       */
+    int32_t *gather;            /* [N'] each node's first occurrence, whose (token, position) is the node's key */
+    int32_t *first_child;       /* [N + n_roots] by node or root; -1: no child yet                             */
+    TrieEntry *table;            /* second and later children: (parent, key) -> node                          */
+    uint64_t mask;
+} Trie;
+
+/* Lines 13-23 of Algorithm 2: the child of parent whose key is original row i's (token, position), or -1: not
+ * found. The first child answers most lookups without hashing; the table holds the rest. */
+static int32_t trie_find(const Trie *tr, int32_t parent, int i) {
+    int32_t c = tr->first_child[parent];
+    if (c < 0) return -1;                                        /* no children yet */
+    int first = tr->gather[c];
+    if (tr->ids[first] == tr->ids[i] && tr->pos[first] == tr->pos[i]) return c;
+    const TrieEntry *s = table_entry(tr->table, tr->mask, parent, trie_key(tr->ids[i], tr->pos[i]));
+    return s->node_plus_1 - 1;                                   /* a later child, or -1 (an empty entry) */
+}
+
+/* Lines 24-33: not found, so original row i is the first occurrence of a new node c below parent (c: the next
+ * compact row). It becomes parent's first child, or, if parent has one, goes into the table. */
+static int32_t trie_add(Trie *tr, int32_t parent, int i, int32_t c) {
+    if (tr->first_child[parent] < 0) {
+        tr->first_child[parent] = c;
+    } else {
+        uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
+        TrieEntry *s = table_entry(tr->table, tr->mask, parent, key);
+        s->key = key;
+        s->parent = parent;
+        s->node_plus_1 = c + 1;
+    }
+    tr->gather[c] = i;
+    tr->first_child[c] = -1;
+    return c;
+}
+
+/* Fast path: histories can only be shared if two sequences begin with the same (root, token, position). Returns
+ * whether any two do (1 or 0), or -1 (out of memory). */
+static int trie_any_shared_start(const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
+                                 const int32_t *root) {
+    uint64_t mask;
+    TrieEntry *t = trie_table(n_seqs, &mask);
+    if (!t) return -1;
+    int shared = 0;
+    for (int s = 0; s < n_seqs && !shared; s++) {
+        int i = cu[s];
+        if (i == cu[s + 1]) continue;                            /* an empty sequence */
+        TrieEntry *e = table_entry(t, mask, root[s], trie_key(ids[i], pos[i]));
+        shared = e->node_plus_1 != 0;
+        e->key = trie_key(ids[i], pos[i]);
+        e->parent = root[s];
+        e->node_plus_1 = s + 1;
+    }
+    free(t);
+    return shared;
 }
 
 /* The shape of a ragged batch as a C API caller hands it over, checked before anything reads it. n_tokens < 0: not
@@ -160,91 +221,87 @@ static int ragged_check(const char *who, const int32_t *input_ids, const int32_t
     return 0;
 }
 
-/* Part I's batch is the whole history: two sequences that start with the same (token, position) are merged from
- * their first token on, whatever position ids they carry. That is exact for the cache-free forward, where nothing
- * precedes a sequence. */
-int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
-                      const int32_t *cu_seqlens, int n_seqs) {
-    return radix_index_build_keyed(ix, input_ids, position_ids, cu_seqlens, n_seqs, NULL);
-}
-
-/* With a KV cache (Part II) something does precede a sequence: its cached prefix, which the batch does not hold.
- * root_key[s] names it, and the trie gets one root per key. The real root (index N) serves the sequences with
- * nothing cached (key -1, or no root_key at all); a key k >= 0 is the virtual root ~k, a negative number that no
- * node has. A virtual root keeps no inline first child, so a sequence's first token below it always goes through
- * the hash table, keyed (~k, token, position): equal keys meet there, different keys never do. */
-static int32_t trie_root(const int32_t *root_key, int s, int32_t root) {
-    return root_key && root_key[s] >= 0 ? ~root_key[s] : root;
-}
-
-int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
-                            const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key) {
-    memset(ix, 0, sizeof *ix);
-    if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
-    for (int s = 0; root_key && s < n_seqs; s++)
-        if (root_key[s] < -1)
-            return rx_fail("radix_index_build: root key %d of sequence %d; keys are >= 0, or -1 for none",
-                           root_key[s], s);
-    int n = n_seqs ? cu_seqlens[n_seqs] : 0;                           /* N */
+/* Algorithm 2 on a checked batch (ragged_check): ix gets I_gather [N'] and I_scatter [N]. Sequence s starts at
+ * root[s], a number in 0 .. n_roots-1; sequences below different roots share no node. radix_index_build puts every
+ * sequence below one root, as the paper does. */
+static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
+                      const int32_t *root, int n_roots) {
+    const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
     ix->n_tokens = n;
     if (n == 0) return 0;
     ix->gather = (int32_t *)malloc((size_t)n * sizeof(int32_t));       /* [N'] (N' <= N; the tail stays unused) */
     ix->scatter = (int32_t *)malloc((size_t)n * sizeof(int32_t));      /* [N]                                  */
-    uint64_t mask;
-    TrieSlot *t = trie_table(n_seqs, &mask);
-    if (!ix->gather || !ix->scatter || !t) { free(t); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory"); }
-    const int32_t root = n;
-
-    /* Fast path: histories can only be shared if two sequences begin with the same (root, token, position). When no
-     * two do (one sequence, or a batch with nothing shared), the trie is the batch itself: N' = N, identity. */
-    int shared = 0;
-    for (int s = 0; s < n_seqs && !shared; s++) {
-        int i = cu_seqlens[s];
-        if (i < cu_seqlens[s + 1])
-            shared = trie_find_or_insert(t, mask, trie_root(root_key, s, root), trie_key(input_ids[i], position_ids[i]),
-                                         s) >= 0;
+    int32_t *root_id = (int32_t *)malloc((size_t)n_seqs * sizeof(int32_t));    /* [S] root[s] as a node id */
+    int shared = -1;
+    if (ix->gather && ix->scatter && root_id) {
+        for (int s = 0; s < n_seqs; s++) root_id[s] = n + root[s];
+        shared = trie_any_shared_start(ids, pos, cu, n_seqs, root_id);
     }
-    free(t);
-    if (!shared) {
-        for (int i = 0; i < n; i++) ix->gather[i] = ix->scatter[i] = i;
+    if (shared < 0) {
+        free(root_id);
+        radix_index_free(ix);
+        return rx_fail("radix_index_build: out of host memory");
+    }
+    if (!shared) {                              /* nothing shared: the trie is the batch itself, N' = N, identity */
+        for (int i = 0; i < n; i++) {
+            ix->gather[i] = i;
+            ix->scatter[i] = i;
+        }
         ix->n_compact = n;
+        free(root_id);
         return 0;
     }
-
-    /* first_child [N+1], indexed by node: room for the N' <= N compact rows (N' is not known yet), and the root in
-     * slot N. -1: no child yet. */
-    int32_t *first_child = (int32_t *)malloc((size_t)(n + 1) * sizeof(int32_t));
-    if (!first_child || !(t = trie_table(n, &mask))) {
-        free(first_child); radix_index_free(ix); return rx_fail("radix_index_build: out of host memory");
+    uint64_t mask;
+    TrieEntry *table = trie_table(n, &mask);
+    Trie tr = {
+        .ids = ids,
+        .pos = pos,
+        .gather = ix->gather,
+        .first_child = (int32_t *)malloc((size_t)(n + n_roots) * sizeof(int32_t)),
+        .table = table,
+        .mask = mask,
+    };
+    if (!tr.first_child || !tr.table) {
+        free(tr.first_child);
+        free(tr.table);
+        free(root_id);
+        radix_index_free(ix);
+        return rx_fail("radix_index_build: out of host memory");
     }
-    first_child[root] = -1;
-    int n_compact = 0;                                                 /* N', the next compact id */
-    for (int s = 0; s < n_seqs; s++) {
-        int32_t parent = trie_root(root_key, s, root);
-        for (int i = cu_seqlens[s]; i < cu_seqlens[s + 1]; i++) {
-            int32_t c = parent < 0 ? -1 : first_child[parent];        /* a virtual root: straight to the table */
-            if (parent < 0 || (c >= 0 && (input_ids[ix->gather[c]] != input_ids[i] ||
-                                          position_ids[ix->gather[c]] != position_ids[i])))
-                c = trie_find_or_insert(t, mask, parent, trie_key(input_ids[i], position_ids[i]), n_compact);
-            else if (c < 0)
-                first_child[parent] = n_compact;
-            if (c < 0) {                                               /* a new node: i is its first occurrence */
-                c = n_compact++;
-                ix->gather[c] = i;
-                first_child[c] = -1;
-            }
-            ix->scatter[i] = c;
-            parent = c;
+    for (int r = 0; r < n_roots; r++) tr.first_child[n + r] = -1;
+    int32_t n_compact = 0;                                             /* N' so far, the next compact row */
+    for (int s = 0; s < n_seqs; s++) {                                 /* line 5 */
+        int32_t parent = root_id[s];                                   /* line 8 */
+        for (int i = cu[s]; i < cu[s + 1]; i++) {                      /* line 9 */
+            int32_t child = trie_find(&tr, parent, i);                 /* lines 13-23: found? */
+            if (child < 0) child = trie_add(&tr, parent, i, n_compact++);   /* lines 24-33: not found: new node */
+            ix->scatter[i] = child;                                    /* line 34 */
+            parent = child;
         }
     }
-    free(t);
-    free(first_child);
     ix->n_compact = n_compact;
+    free(tr.first_child);
+    free(tr.table);
+    free(root_id);
     return 0;
 }
 
+/* Part I's batch is the whole history: every sequence hangs below the one root, so two sequences that start with
+ * the same (token, position) are merged from their first token on. */
+int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                      const int32_t *cu_seqlens, int n_seqs) {
+    memset(ix, 0, sizeof *ix);
+    if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
+    int32_t *root = (int32_t *)calloc((size_t)n_seqs + 1, sizeof(int32_t));     /* [S] all 0: one root */
+    if (!root) return rx_fail("radix_index_build: out of host memory");
+    int rc = trie_build(ix, input_ids, position_ids, cu_seqlens, n_seqs, root, 1);
+    free(root);
+    return rc;
+}
+
 void radix_index_free(RadixIndex *ix) {
-    free(ix->gather); free(ix->scatter);
+    free(ix->gather);
+    free(ix->scatter);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -294,7 +351,11 @@ static void draw_tree(FILE *out, const int32_t *first, const int32_t *next, int3
     free(at);
 }
 
-typedef struct { const RadixIndex *ix; const int32_t *input_ids, *position_ids, *first, *next, *mult; } TrieDrawing;
+typedef struct {
+    const RadixIndex *ix;
+    const int32_t *input_ids, *position_ids;     /* [N] */
+    const int32_t *first, *next, *mult;          /* [N'+1] by node, as in radix_draw_trie */
+} TrieDrawing;
 
 static int32_t trie_line(FILE *out, const void *ctx, int32_t c) {
     const TrieDrawing *t = (const TrieDrawing *)ctx;
@@ -314,18 +375,40 @@ static int32_t trie_line(FILE *out, const void *ctx, int32_t c) {
 void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                      const int32_t *cu_seqlens, int n_seqs) {
     int nc = ix->n_compact;
-    if (nc > 400) { fprintf(out, "(a trie of %d nodes: too large to draw)\n", nc); return; }
-    int32_t *first = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4), *next = first + nc + 1, *parent = next + nc + 1,
-            *mult = parent + nc + 1;                       /* mult[c]: how many sequences pass through node c */
-    if (!first) { fprintf(out, "(out of memory drawing the trie)\n"); return; }
-    for (int c = 0; c <= nc; c++) first[c] = next[c] = -1, mult[c] = 0;
+    if (nc > 400) {
+        fprintf(out, "(a trie of %d nodes: too large to draw)\n", nc);
+        return;
+    }
+    int32_t *first = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4);   /* [nc+1] by node, the root nc last */
+    if (!first) {
+        fprintf(out, "(out of memory drawing the trie)\n");
+        return;
+    }
+    int32_t *next = first + nc + 1;                        /* [nc+1] */
+    int32_t *parent = next + nc + 1;                       /* [nc+1] */
+    int32_t *mult = parent + nc + 1;                       /* [nc+1] how many sequences pass through node c */
+    for (int c = 0; c <= nc; c++) {
+        first[c] = -1;
+        next[c] = -1;
+        mult[c] = 0;
+    }
     for (int i = 0; i < ix->n_tokens; i++) mult[ix->scatter[i]]++;
     for (int c = 0; c < nc; c++) parent[c] = ix->gather[c] > 0 ? ix->scatter[ix->gather[c] - 1] : nc;  /* nc: root */
     for (int s = 0; s < n_seqs; s++)                      /* a node that starts a sequence hangs below the root */
         if (cu_seqlens[s] < cu_seqlens[s + 1]) parent[ix->scatter[cu_seqlens[s]]] = nc;
-    for (int c = nc - 1; c >= 0; c--) next[c] = first[parent[c]], first[parent[c]] = c;   /* first-occurrence order */
+    for (int c = nc - 1; c >= 0; c--) {                    /* pushed last to first: first-occurrence order */
+        next[c] = first[parent[c]];
+        first[parent[c]] = c;
+    }
     fprintf(out, "root\n");
-    TrieDrawing t = {ix, input_ids, position_ids, first, next, mult};
+    TrieDrawing t = {
+        .ix = ix,
+        .input_ids = input_ids,
+        .position_ids = position_ids,
+        .first = first,
+        .next = next,
+        .mult = mult,
+    };
     draw_tree(out, first, next, nc, nc + 1, trie_line, &t);
     free(first);
 }
@@ -334,7 +417,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 /* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
  * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
  * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first,
- * then Algorithm 1's steps (Part II's prefill and the GPU forward repeat them), then forward_ref(), which runs them.
+ * then Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs them.
  *
  * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
  * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
@@ -522,7 +605,9 @@ void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows,
             rmsnorm_row(xr + (size_t)h * head_dim, xr + (size_t)h * head_dim, w, head_dim, eps);
         for (int i = 0; i < half; i++) {                                /* rotate-half: i pairs with i + d/2 */
             float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
-            float angle = (float)pos[r] * inv_freq, c = cosf(angle), s = sinf(angle);   /* once per row, all heads */
+            float angle = (float)pos[r] * inv_freq;            /* once per row, for all its heads */
+            float c = cosf(angle);                              /* Algorithm 1 line 11: cos = C_cos[p~] */
+            float s = sinf(angle);                              /* line 12:             sin = C_sin[p~] */
             for (int h = 0; h < n_heads; h++) {
                 float *v = xr + (size_t)h * head_dim, a = v[i], b = v[i + half];
                 v[i] = a * c - b * s;
@@ -542,7 +627,11 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
  * idea serves every caller; only what they pass differs:
  *   Part I, baseline and radix mode: the batch's own rows [N, n_kv*head_dim], no index
  *   Part I, compact mode:            the compact rows [N', n_kv*head_dim], read through I_scatter
- *   Part II, prefill:                layer l of the paged pool [slot, n_layers, n_kv*head_dim], read through slots */
+ * Compact mode (queries the N' compact rows, q_orig = I_gather, kv_row = I_scatter) is exact, not an approximation:
+ * the original positions mapped to one compact row have identical (token, position) histories, hence identical q;
+ * and their histories map position by position onto the same compact rows, so the keys and values read through
+ * I_scatter are the very vectors the scattered N-row layout would hold. Same inputs, same order of operations: the
+ * result is bit-identical to scatter -> attention -> gather, without the copies. */
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
 /* Attention's two sums, each a chain of a mul and an add per term in a fixed order (the dot product's arithmetic),
@@ -591,11 +680,12 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         if (g + 1 > n_t) n_t = g + 1;
     }
     int n_threads = rx_threads(0);
-    float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float)), /* [threads, longest] softmax weights */
-          *kt = (float *)malloc(((size_t)n_kv_heads * head_dim * n_t + ATT_KEYS) * sizeof(float));
+    float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float));   /* [threads, longest] softmax */
+    float *kt = (float *)malloc(((size_t)n_kv_heads * head_dim * n_t + ATT_KEYS) * sizeof(float));
                                                      /* [kv, head_dim, n_t], then ATT_KEYS zeros */
     if (!p_all || !kt) {
-        free(p_all); free(kt);
+        free(p_all);
+        free(kt);
         return rx_fail("out of host memory for attention scores (%d keys)", n_t);
     }
     memset(kt + (size_t)n_kv_heads * head_dim * n_t, 0, ATT_KEYS * sizeof(float));
@@ -609,7 +699,9 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
     RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
     for (long rh = 0; rh < (long)n_q * n_heads; rh++) {
         int r = (int)(rh / n_heads), h = (int)(rh % n_heads), kvh = h / group;   /* GQA */
-        int g = q_orig ? q_orig[r] : r, t0 = seq_start[g], len = g - t0 + 1;   /* keys: positions t0..g of g's sequence */
+        int g = q_orig ? q_orig[r] : r;                  /* keys: positions t0..g of g's sequence */
+        int t0 = seq_start[g];
+        int len = g - t0 + 1;
         const float *qh = q + (size_t)r * qd + h * head_dim;
         float *p = p_all + (size_t)rx_thread() * longest, mx = -INFINITY, z = 0.0f;
         attention_scores(p, qh, kt + (size_t)kvh * head_dim * n_t + t0, n_t, len, head_dim);
@@ -618,7 +710,8 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         for (int j = 0; j < len; j++) p[j] /= z;
         attention_values(out + (size_t)r * qd + h * head_dim, p, kv, t0, len, kvh * head_dim, head_dim);
     }
-    free(p_all); free(kt);
+    free(p_all);
+    free(kt);
     return 0;
 }
 
@@ -695,80 +788,102 @@ static float *floats(size_t n) { return (float *)malloc(sizeof(float) * (n + 1))
 static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n + 1)); }
 
 /* Algorithm 1's index work (lines 1-8) and where attention finds every query and key: built once per forward on
- * the host, read by the C forward and uploaded by the GPU forward. Three token spaces:
+ * the host, read by the C forward and uploaded by the GPU forward. The token spaces, said here once for the file:
  *   N  the batch's tokens, sequence by sequence (original space)
  *   R  the rows every position-wise op runs on: N in baseline mode, N' (one per trie node) in radix and compact mode
- *   T  attention's tokens: the batch itself in Part I (T = N); in Part II (pf given) each sequence's cached positions,
- *      then its new ones (T = N + the cached lengths), because a query also sees the keys of its cached prefix */
+ *   T  attention's tokens, the ones its key index covers; for a batch alone that is the batch itself, T = N */
 typedef struct {
     RxMode mode;             /* as run: RX_AUTO resolved                                                         */
     int N, R, S, T;          /* batch tokens, rows computed on, sequences, attention's tokens                     */
     RadixIndex ix;           /* I_gather [N'], I_scatter [N] (Algorithm 2); not built when baseline is asked for  */
     double index_ms;         /* the time to build it                                                             */
     int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
-    int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
-    int32_t *kv_row;         /* [T] each token's key row: a KvView's index (Part II: the token's pool slot)       */
-    int32_t *q_tok;          /* [n_q] each query row's token, attention's q_orig; n_q = N' in compact mode, else N */
-    int32_t *kv_dst;         /* [N] the key row each new token's K and V are written to: i in Part I, or a slot   */
-    int32_t *cu_q, *cu_k;    /* [S+1] each sequence's query rows and its keys in T (the flash kernel's layout)    */
     int32_t *last;           /* [S] the row holding each sequence's last token                                   */
+    int32_t *cu_q;           /* [S+1] each sequence's query rows (the flash kernel's layout)                      */
+    int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
+    int32_t *kv_row;         /* [T] each token's key row, a KvView's index: t, or I_scatter[t] in compact mode     */
+    int32_t *q_tok;          /* [n_q] each query row's token, attention's q_orig; n_q = N' in compact mode, else N */
+    int32_t *cu_k;           /* [S+1] each sequence's keys in T (the flash kernel's layout)                       */
 } Layout;
 
 static void layout_free(Layout *L) {
     radix_index_free(&L->ix);
-    free(L->tok); free(L->pos); free(L->seq_start); free(L->kv_row); free(L->q_tok); free(L->kv_dst); free(L->cu_q);
-    free(L->cu_k); free(L->last);
+    free(L->tok);
+    free(L->pos);
+    free(L->last);
+    free(L->cu_q);
+    free(L->seq_start);
+    free(L->kv_row);
+    free(L->q_tok);
+    free(L->cu_k);
     memset(L, 0, sizeof *L);
 }
 
-/* The layout of batch b (checked by rx_batch_check), in Part II after the cached prefixes pf says (NULL: none). The
- * caller frees L with layout_free, whatever this returns. */
-static int layout_build(Layout *L, const RxBatch *b, const RxPrefill *pf, RxMode mode, double auto_threshold) {
-    const int N = b->n_tokens, S = b->n_seqs, P = pf ? pf->pool->page_size : 1;
+/* The rows' half of the layout, once L->ix holds the trie (or nothing, for baseline): resolves RX_AUTO by N'/N,
+ * then lines 6-8, each row's token and position, and each sequence's last row and query rows. */
+static int layout_rows(Layout *L, const RxBatch *b, RxMode mode, double auto_threshold) {
+    const int N = b->n_tokens;
+    const int S = b->n_seqs;
     const int32_t *cu = b->cu_seqlens;
-    memset(L, 0, sizeof *L);
-    int64_t T = N;
-    for (int s = 0; pf && s < S; s++) T += pf->cached_len[s];
-    if (T > INT32_MAX) return rx_fail("prefill: %lld cached + new tokens are too many for one batch", (long long)T);
-    if (mode != RX_BASELINE) {              /* Algorithm 2; in Part II keyed by each sequence's cached prefix */
-        double t0 = rx_now_ms();
-        if (radix_index_build_keyed(&L->ix, b->input_ids, b->position_ids, cu, S, pf ? pf->prefix_key : NULL))
-            return -1;
-        L->index_ms = rx_now_ms() - t0;
-        if (mode == RX_AUTO) mode = rx_auto_mode(L->ix.n_compact, N, auto_threshold);
-    }
-    const int rows_are_nodes = mode != RX_BASELINE, compact = mode == RX_COMPACT;
-    L->mode = mode, L->N = N, L->S = S, L->T = (int)T, L->R = rows_are_nodes ? L->ix.n_compact : N;
-    const int n_q = compact ? L->R : N;
-    int32_t *at = ints(N);                                        /* [N] batch token i -> its token in T */
-    L->tok = ints(L->R), L->pos = ints(L->R), L->seq_start = ints(T), L->kv_row = ints(T), L->q_tok = ints(n_q);
-    L->kv_dst = ints(N), L->cu_q = ints(S + 1), L->cu_k = ints(S + 1), L->last = ints(S);
-    if (!at || !L->tok || !L->pos || !L->seq_start || !L->kv_row || !L->q_tok || !L->kv_dst || !L->cu_q || !L->cu_k ||
-        !L->last) {
-        free(at);
-        return rx_fail("out of host memory for the layout of %lld tokens", (long long)T);
-    }
+    if (mode == RX_AUTO) mode = rx_auto_mode(L->ix.n_compact, N, auto_threshold);
+    const int rows_are_nodes = mode != RX_BASELINE;
+    L->mode = mode;
+    L->N = N;
+    L->S = S;
+    L->R = rows_are_nodes ? L->ix.n_compact : N;
+    L->tok = ints(L->R);
+    L->pos = ints(L->R);
+    L->last = ints(S);
+    L->cu_q = ints(S + 1);
+    if (!L->tok || !L->pos || !L->last || !L->cu_q)
+        return rx_fail("out of host memory for the layout of %d tokens", N);
     for (int r = 0; r < L->R; r++) {                              /* lines 6, 8: p~ = p[I_gather], x~ = x[I_gather] */
         int i = rows_are_nodes ? L->ix.gather[r] : r;
-        L->tok[r] = b->input_ids[i], L->pos[r] = b->position_ids[i];
+        L->tok[r] = b->input_ids[i];
+        L->pos[r] = b->position_ids[i];
     }
-    L->cu_k[0] = 0;
-    for (int s = 0, t = 0; s < S; s++) {                          /* T, sequence by sequence */
-        const int t0 = t, cached = pf ? pf->cached_len[s] : 0;
-        for (int p = 0; p < cached + cu[s + 1] - cu[s]; p++, t++) {
-            L->seq_start[t] = t0;
-            L->kv_row[t] = pf ? pf->pages[s][p / P] * P + p % P : compact ? L->ix.scatter[t] : t;
-        }
-        L->cu_k[s + 1] = t;
-        for (int i = cu[s]; i < cu[s + 1]; i++) at[i] = t0 + cached + (i - cu[s]);
-        L->last[s] = rows_are_nodes ? L->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
-    }
-    for (int i = 0; i < N; i++) L->kv_dst[i] = pf ? L->kv_row[at[i]] : i;
-    for (int r = 0; r < n_q; r++) L->q_tok[r] = at[compact ? L->ix.gather[r] : r];
-    free(at);
-    if (compact) return radix_compact_cu_q(&L->ix, cu, S, L->cu_q);
+    for (int s = 0; s < S; s++) L->last[s] = rows_are_nodes ? L->ix.scatter[cu[s + 1] - 1] : cu[s + 1] - 1;
+    if (mode == RX_COMPACT) return radix_compact_cu_q(&L->ix, cu, S, L->cu_q);
     memcpy(L->cu_q, cu, (size_t)(S + 1) * sizeof(int32_t));
     return 0;
+}
+
+/* Attention's half: each sequence's keys are its own tokens, T = N, cu_k = cu_seqlens. Baseline and radix mode
+ * read key t from row t (radix mode's rows are the scattered [N, .] ones); compact mode reads it from the R rows
+ * through I_scatter, and its queries are the R rows themselves (q_tok = I_gather). */
+static int layout_attention(Layout *L, const RxBatch *b) {
+    const int N = L->N;
+    const int S = L->S;
+    const int compact = L->mode == RX_COMPACT;
+    const int n_q = compact ? L->R : N;
+    const int32_t *cu = b->cu_seqlens;
+    L->T = N;
+    L->seq_start = ints(N);
+    L->kv_row = ints(N);
+    L->q_tok = ints(n_q);
+    L->cu_k = ints(S + 1);
+    if (!L->seq_start || !L->kv_row || !L->q_tok || !L->cu_k)
+        return rx_fail("out of host memory for the layout of %d tokens", N);
+    for (int s = 0; s < S; s++)
+        for (int t = cu[s]; t < cu[s + 1]; t++) {
+            L->seq_start[t] = cu[s];
+            L->kv_row[t] = compact ? L->ix.scatter[t] : t;
+        }
+    for (int r = 0; r < n_q; r++) L->q_tok[r] = compact ? L->ix.gather[r] : r;
+    memcpy(L->cu_k, cu, (size_t)(S + 1) * sizeof(int32_t));
+    return 0;
+}
+
+/* The layout of batch b (checked by rx_batch_check). The caller frees L with layout_free, whatever this returns. */
+static int layout_build(Layout *L, const RxBatch *b, RxMode mode, double auto_threshold) {
+    memset(L, 0, sizeof *L);
+    if (mode != RX_BASELINE) {                                    /* lines 1-5: Algorithm 2 */
+        double t0 = rx_now_ms();
+        if (radix_index_build(&L->ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs)) return -1;
+        L->index_ms = rx_now_ms() - t0;
+    }
+    if (layout_rows(L, b, mode, auto_threshold)) return -1;
+    return layout_attention(L, b);
 }
 
 /* The activations of one forward, allocated and freed in one place (as llm.c's ActivationTensors, llama2.c's
@@ -781,25 +896,46 @@ typedef struct {
     float *att;          /* [R, n_heads*head_dim]   attention's output                                              */
     float *gate, *up;    /* [R, intermediate]                                                                       */
     float *qN, *attN;    /* [N, n_heads*head_dim]   radix mode: q scattered to original space, attention's output   */
-    float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode, Part I: k and v scattered to original space         */
+    float *kN, *vN;      /* [N, n_kv*head_dim]      radix mode: k and v scattered to original space                 */
     float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
     float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
 } RefActs;
 
 static void acts_free(RefActs *a) {
-    free(a->h); free(a->xn); free(a->q); free(a->k); free(a->v); free(a->att); free(a->gate); free(a->up);
-    free(a->qN); free(a->attN); free(a->kN); free(a->vN); free(a->x_last); free(a->logits_R); free(a->norm_w);
+    free(a->h);
+    free(a->xn);
+    free(a->q);
+    free(a->k);
+    free(a->v);
+    free(a->att);
+    free(a->gate);
+    free(a->up);
+    free(a->qN);
+    free(a->attN);
+    free(a->kN);
+    free(a->vN);
+    free(a->x_last);
+    free(a->logits_R);
+    free(a->norm_w);
     memset(a, 0, sizeof *a);
 }
 
-/* kv_rows: the rows of kN and vN (N in Part I's radix mode, else 0: the keys are elsewhere). */
-static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits, int kv_rows) {
+static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits) {
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
-    a->h = floats(R * H); a->xn = floats(R * H); a->q = floats(R * QD); a->att = floats(R * QD);
-    a->k = floats(R * KVD); a->v = floats(R * KVD); a->gate = floats(R * I); a->up = floats(R * I);
-    a->qN = floats(Nr * QD); a->attN = floats(Nr * QD); a->kN = floats(kv_rows * KVD); a->vN = floats(kv_rows * KVD);
+    a->h = floats(R * H);
+    a->xn = floats(R * H);
+    a->q = floats(R * QD);
+    a->att = floats(R * QD);
+    a->k = floats(R * KVD);
+    a->v = floats(R * KVD);
+    a->gate = floats(R * I);
+    a->up = floats(R * I);
+    a->qN = floats(Nr * QD);
+    a->attN = floats(Nr * QD);
+    a->kN = floats(Nr * KVD);
+    a->vN = floats(Nr * KVD);
     a->x_last = floats(last_only ? (size_t)L->S * H : 0);
     a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
     a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
@@ -820,7 +956,8 @@ static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
 }
 
 /* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
- * head q/k-normed and rotated (RoPE at each row's position p~: lines 11-12 are computed here, row by row). */
+ * head q/k-normed and rotated by RoPE at its row's position p~ (lines 11-12: rx_qk_norm_rope_ref takes the
+ * angles from p~ there, row by row). */
 static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *W = &m->layers[l];
@@ -837,29 +974,32 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     rx_qk_norm_rope_ref(a->k, a->norm_w, L->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
 }
 
-/* The new tokens' K and V into the key rows attention reads them from (Layout's kv_dst): in Part I's radix mode,
- * Algorithm 1's scatter of K and V to original space (line 20); in Part II, the write into the pool's slots. */
-static void kv_store_ref(const KvView *kv, const Layout *L, const RefActs *a, int kv_dim) {
-    for (int i = 0; i < L->N; i++) {
-        size_t from = (size_t)(L->mode == RX_BASELINE ? i : L->ix.scatter[i]) * kv_dim;
-        size_t to = (size_t)L->kv_dst[i] * kv->row_stride;
-        memcpy((float *)kv->k + to, a->k + from, sizeof(float) * kv_dim);
-        memcpy((float *)kv->v + to, a->v + from, sizeof(float) * kv_dim);
-    }
+/* Line 20, the paper's scatter before attention: radix mode moves q, k and v to original space [N, .]. Returns where
+ * attention reads this layer's keys: those N rows in radix mode; else the R rows, through kv_row (row t in baseline
+ * mode, I_scatter[t] in compact mode). */
+static KvView scatter_qkv_ref(const Layout *L, RefActs *a, int q_dim, int kv_dim) {
+    KvView kv = {.k = a->k, .v = a->v, .row_stride = (size_t)kv_dim, .kv_row = L->kv_row};
+    if (L->mode != RX_RADIX) return kv;
+    rows_by_index(a->qN, a->q, L->ix.scatter, L->N, q_dim);          /* [N', .] -> [N, .] */
+    rows_by_index(a->kN, a->k, L->ix.scatter, L->N, kv_dim);
+    rows_by_index(a->vN, a->v, L->ix.scatter, L->N, kv_dim);
+    kv.k = a->kN;
+    kv.v = a->vN;
+    return kv;
 }
 
-/* The rest of layer l (lines 20-28): attention, o_proj and the residual, the MLP and its residual. Attention reads
- * keys through kv (this layer's new ones already there) and queries from the R rows, except in radix mode, which
- * scatters q to the N original rows, attends, and gathers the output back: the paper's sandwich. */
+/* The rest of layer l (lines 21-28): attention, o_proj and the residual, the MLP and its residual. Attention reads
+ * keys through kv and queries from the R rows, except in radix mode: from the N rows scatter_qkv_ref made, and its
+ * output is gathered back to the R rows (line 23), the paper's sandwich. */
 static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a, const KvView *kv) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *W = &m->layers[l];
     int R = L->R, N = L->N, H = c->hidden_size, QD = c->n_heads * c->head_dim, I = c->intermediate_size;
     const int radix = L->mode == RX_RADIX, n_q = radix ? N : R;
-    float *q = radix ? a->qN : a->q, *att = radix ? a->attN : a->att;
-    if (radix) rows_by_index(a->qN, a->q, L->ix.scatter, N, QD);                      /* [N', .] -> [N, .] */
+    const float *q = radix ? a->qN : a->q;                                             /* [n_q, QD] */
+    float *att = radix ? a->attN : a->att;                                             /* [n_q, QD] */
     if (attention_ref(q, kv, att, n_q, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim)) return -1;
-    if (radix) rows_by_index(a->att, a->attN, L->ix.gather, R, QD);                   /* [N, .] -> [N', .] */
+    if (radix) rows_by_index(a->att, a->attN, L->ix.gather, R, QD);                   /* line 23: [N, .] -> [N', .] */
     float eps = (float)c->rms_norm_eps;
     linear_ref(a->xn, a->att, m, W->o_proj, R);    /* a = att @ Wo^T                 [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
@@ -914,23 +1054,20 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c, NULL)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
+    const int QD = c->n_heads * c->head_dim;
     const int KVD = c->n_kv_heads * c->head_dim;
     Layout L;                                           /* lines 1-8: the trie, I_gather [N'], I_scatter [N] */
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (model_pack_ref(m) || layout_build(&L, b, NULL, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, last_only, logits != NULL, L.mode == RX_RADIX ? L.N : 0))
+    if (model_pack_ref(m) || layout_build(&L, b, mode, RX_AUTO_THRESHOLD) ||
+        acts_alloc(&a, c, &L, last_only, logits != NULL))
         goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
-        layer_qkv_ref(m, l, &L, &a);                                     /* q, k, v  [R, .] */
-        KvView kv = {a.k, a.v, (size_t)KVD, L.kv_row};   /* baseline: the N rows; compact: N' rows via I_scatter */
-        if (L.mode == RX_RADIX) {                                        /* line 20: K/V to original space [N, .] */
-            kv.k = a.kN, kv.v = a.vN;
-            kv_store_ref(&kv, &L, &a, KVD);
-        }
-        if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
+        layer_qkv_ref(m, l, &L, &a);                                     /* lines 15-18: q, k, v  [R, .] */
+        KvView kv = scatter_qkv_ref(&L, &a, QD, KVD);                    /* line 20 */
+        if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;            /* lines 21-28 */
     }
     head_ref(m, &L, &a, last_only, logits, embed);                      /* lines 31-33 */
     if (rows_out) *rows_out = L.R;
@@ -1147,7 +1284,7 @@ __global__ void qk_norm_rope_kernel(bf16 *x, const bf16 *w, const int32_t *pos, 
         float a = round_bf16(f32(w[i]) * round_bf16(f32(xh[i]) * inv_rms));
         float b = round_bf16(f32(w[i + half]) * round_bf16(f32(xh[i + half]) * inv_rms));
         float s, c;
-        sincosf(p * inv_freq[i], &s, &c);
+        sincosf(p * inv_freq[i], &s, &c);                        /* Algorithm 1 lines 11-12, at position p~ */
         xh[i] = to_bf16(a * c - b * s);
         xh[i + half] = to_bf16(b * c + a * s);
     }
@@ -1199,12 +1336,7 @@ typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; }
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
  * softmax in fp32: keep the running max m, the running sum l of exp(score - m) and the weighted sum acc of values,
  * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l, rounded once (bf16 note).
- *
- * Compact mode (q_orig = I_gather, kv_row = I_scatter, queries are the N' compact rows) is exact, not an
- * approximation: the original positions mapped to one compact row have identical (token, position) histories, hence
- * identical q; and their histories map position by position onto the same compact rows, so the keys and values read
- * through I_scatter are the very vectors the scattered N-row layout would hold. Same inputs, same order of
- * operations: the result is bit-identical to scatter -> attention -> gather, without the copies. */
+ * Compact mode is exact, bit for bit the radix mode's scatter -> attention -> gather: see KvView. */
 __global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
                                  const int32_t *kv_row, int n_q, const int32_t *q_orig, const int32_t *seq_start,
                                  int n_heads, int n_kv_heads, int head_dim) {
@@ -1256,8 +1388,6 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
  *   radix     the same, on the scattered N rows, then the gather (the paper)
  *   compact   cu_k = cu_seqlens, kv_row = I_scatter, cu_q from radix_compact_cu_q (Lq_s = L_s - p_s): the whole
  *             (token, position) history of every query is read through I_scatter, with no copy.
- *   Part II   cu_k spans each sequence's cached + new positions, kv_row their pool slots, kv_stride the pool's
- *             slot stride; cu_q the new positions (or their compact rows): queries are the last positions there too.
  *
  * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
  * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
@@ -1512,7 +1642,7 @@ static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t
     if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
     const int shmem = FLASH_SMEM_BYTES;
     /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
-     * it is made before every launch (a host-side call, cheap beside the kernel), never cached in a static. */
+     * it is made before every launch (a host-side call, cheap beside the kernel), never kept in a static. */
     CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
     const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
     flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
@@ -1632,12 +1762,14 @@ void gpu_model_free(GpuModel *g) {
     if (!g) return;
     for (int l = 0; g->layers && l < g->cfg.n_layers; l++) {
         GpuLayer *L = &g->layers[l];
-        cudaFree(L->input_norm), cudaFree(L->q_proj), cudaFree(L->k_proj), cudaFree(L->v_proj);
-        cudaFree(L->o_proj), cudaFree(L->q_norm), cudaFree(L->k_norm), cudaFree(L->post_norm);
-        cudaFree(L->gate_proj), cudaFree(L->up_proj), cudaFree(L->down_proj);
+        void *dev[] = {L->input_norm, L->q_proj,  L->k_proj,    L->v_proj,  L->o_proj,   L->q_norm,
+                       L->k_norm,     L->post_norm, L->gate_proj, L->up_proj, L->down_proj};
+        for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     }
     if (g->lm_head != g->embed) cudaFree(g->lm_head);
-    cudaFree(g->embed), cudaFree(g->final_norm), cudaFree(g->inv_freq);
+    cudaFree(g->embed);
+    cudaFree(g->final_norm);
+    cudaFree(g->inv_freq);
     free(g->layers);
     if (g->blas) cublasDestroy(g->blas);
     free(g);
@@ -1720,14 +1852,14 @@ typedef struct {
     Layout L;                /* Algorithm 1 lines 1-8, on the host                                               */
     int flash, n_tiles;      /* 1: the flash kernel, with n_tiles query tiles in its work list                    */
     int32_t *ids, *pos, *last, *gather, *scatter;                /* device copies of L: [R] [R] [S] [N'] [N]        */
-    int32_t *seq_start, *kv_row, *q_tok, *kv_dst, *cu_q, *cu_k;  /* [T] [T] [n_q] [N] [S+1] [S+1]                   */
+    int32_t *seq_start, *kv_row, *q_tok, *cu_q, *cu_k;           /* [T] [T] [n_q] [S+1] [S+1]                       */
     FlashTile *tiles;        /* [n_tiles] the flash kernel's work list                                           */
     bf16 *x, *xn;            /* [R, hidden] residual stream; norm output, reused for o_proj and down_proj out     */
     bf16 *q, *att;           /* [R, n_heads*head_dim]                                                            */
     bf16 *k, *v;             /* [R, n_kv*head_dim]                                                               */
     bf16 *gate, *up;         /* [R, intermediate]                                                                */
     bf16 *q_n, *att_n;       /* radix only: [N, n_heads*head_dim] original space                                 */
-    bf16 *k_n, *v_n;         /* radix, Part I only: [N, n_kv*head_dim] original space (Part II: the pool)        */
+    bf16 *k_n, *v_n;         /* radix only: [N, n_kv*head_dim] original space                                    */
     bf16 *x_last;            /* last_only: [S, hidden]                                                           */
     bf16 *logits;            /* [R or S, vocab] as computed                                                      */
     bf16 *logits_n;          /* radix and compact, every token: [N, vocab] scattered back to original order      */
@@ -1736,10 +1868,10 @@ typedef struct {
 } GpuWork;
 
 static void work_free(GpuWork *w) {
-    void *dev[] = {w->ids,    w->pos,  w->last,  w->gather, w->scatter, w->seq_start, w->kv_row, w->q_tok,
-                   w->kv_dst, w->cu_q, w->cu_k,  w->tiles,  w->x,       w->xn,        w->q,      w->att,
-                   w->k,      w->v,    w->gate,  w->up,     w->q_n,     w->att_n,     w->k_n,    w->v_n,
-                   w->x_last, w->logits, w->logits_n};
+    void *dev[] = {w->ids,   w->pos,    w->last,   w->gather, w->scatter, w->seq_start, w->kv_row,
+                   w->q_tok, w->cu_q,   w->cu_k,   w->tiles,  w->x,       w->xn,        w->q,
+                   w->att,   w->k,      w->v,      w->gate,   w->up,      w->q_n,       w->att_n,
+                   w->k_n,   w->v_n,    w->x_last, w->logits, w->logits_n};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
     if (w->t0) cudaEventDestroy(w->t0);
     if (w->t1) cudaEventDestroy(w->t1);
@@ -1747,8 +1879,8 @@ static void work_free(GpuWork *w) {
 }
 
 /* Uploads the layout, makes the flash work list, and allocates every activation, before the timed region: cudaMalloc
- * stalls the host and would be counted as GPU time. kv_rows: the rows of k_n and v_n (N in Part I's radix mode). */
-static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, int kv_rows) {
+ * stalls the host and would be counted as GPU time. */
+static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits) {
     const Qwen3Config *c = &g->cfg;
     const Layout *L = &w->L;
     const int N = L->N, R = L->R, S = L->S, T = L->T, H = c->hidden_size, I = c->intermediate_size;
@@ -1766,7 +1898,6 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
     TRY(upload_i32(&w->seq_start, L->seq_start, T, "the sequence starts"));
     TRY(upload_i32(&w->kv_row, L->kv_row, T, "the key rows"));
     TRY(upload_i32(&w->q_tok, L->q_tok, n_q, "the query rows' tokens"));
-    TRY(upload_i32(&w->kv_dst, L->kv_dst, N, "the new tokens' key rows"));
     TRY(upload_i32(&w->cu_q, L->cu_q, S + 1, "the query layout cu_q"));
     TRY(upload_i32(&w->cu_k, L->cu_k, S + 1, "the key layout cu_k"));
     DEV_ALLOC(w->x, (size_t)R * H, "the residual stream [%s=%d, hidden=%d]", sp, R, H);
@@ -1780,10 +1911,8 @@ static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits, i
     if (L->mode == RX_RADIX) {
         DEV_ALLOC(w->q_n, (size_t)N * QD, "the scattered queries [N=%d, n_heads*head_dim=%d]", N, QD);
         DEV_ALLOC(w->att_n, (size_t)N * QD, "the attention output [N=%d, n_heads*head_dim=%d]", N, QD);
-    }
-    if (kv_rows) {
-        DEV_ALLOC(w->k_n, (size_t)kv_rows * KVD, "the scattered keys [N=%d, n_kv*head_dim=%d]", kv_rows, KVD);
-        DEV_ALLOC(w->v_n, (size_t)kv_rows * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", kv_rows, KVD);
+        DEV_ALLOC(w->k_n, (size_t)N * KVD, "the scattered keys [N=%d, n_kv*head_dim=%d]", N, KVD);
+        DEV_ALLOC(w->v_n, (size_t)N * KVD, "the scattered values [N=%d, n_kv*head_dim=%d]", N, KVD);
     }
     if (last_only) DEV_ALLOC(w->x_last, (size_t)S * H, "the last tokens' states [n_seqs=%d, hidden=%d]", S, H);
     if (want_logits)
@@ -1815,16 +1944,25 @@ static int gpu_layer_qkv(GpuModel *g, int l, GpuWork *w) {
     return gpu_qk_norm_rope(w->k, W->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps);
 }
 
-/* The new tokens' k and v into the rows of kv that attention reads them from, as kv_store_ref. */
-static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w) {
-    const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
-    const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16);     /* bytes of one K or V row */
-    const size_t stride = kv->row_stride * sizeof(bf16);
-    TRY(rows_copy_gpu((bf16 *)kv->k, stride, w->kv_dst, w->k, src, w->L.N, row));
-    return rows_copy_gpu((bf16 *)kv->v, stride, w->kv_dst, w->v, src, w->L.N, row);
+/* Line 20, as scatter_qkv_ref: radix mode moves q, k and v to original space [N, .]; *kv says where attention
+ * reads this layer's keys. */
+static int gpu_scatter_qkv(GpuModel *g, GpuWork *w, GpuKvView *kv) {
+    const Qwen3Config *c = &g->cfg;
+    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    const size_t q_bytes = (size_t)c->n_heads * c->head_dim * sizeof(bf16);        /* one query row */
+    const size_t kv_bytes = (size_t)KVD * sizeof(bf16);                            /* one key or value row */
+    GpuKvView rows = {.k = w->k, .v = w->v, .row_stride = KVD, .kv_row = w->kv_row};     /* the R rows */
+    *kv = rows;
+    if (w->L.mode != RX_RADIX) return 0;
+    TRY(gpu_rows_by_index(w->q_n, w->q, w->scatter, w->L.N, q_bytes));            /* [N', .] -> [N, .] */
+    TRY(gpu_rows_by_index(w->k_n, w->k, w->scatter, w->L.N, kv_bytes));
+    TRY(gpu_rows_by_index(w->v_n, w->v, w->scatter, w->L.N, kv_bytes));
+    kv->k = w->k_n;
+    kv->v = w->v_n;
+    return 0;
 }
 
-/* Attention with its keys wherever kv says (lines 20-23): radix mode scatters q to the N original rows, attends and
+/* Attention with its keys wherever kv says (lines 21-23): radix mode attends with the N rows gpu_scatter_qkv made and
  * gathers the output back; baseline attends with its N rows, compact with the N' rows. Either kernel reads the same
  * key index: the naive kernel's kv_row by token t of attention's space, the flash kernel's by cu_k[s] + t', t' the
  * key's position in its sequence, and that is t, because cu_k holds the sequences' starts in that space. */
@@ -1832,8 +1970,8 @@ static int attention_step(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     const Qwen3Config *c = &g->cfg;
     const int radix = w->L.mode == RX_RADIX, n_q = radix ? w->L.N : w->L.R;
     const size_t qd = (size_t)c->n_heads * c->head_dim * sizeof(bf16);   /* bytes per query row */
-    bf16 *q = radix ? w->q_n : w->q, *out = radix ? w->att_n : w->att;
-    if (radix) TRY(gpu_rows_by_index(w->q_n, w->q, w->scatter, n_q, qd));    /* [N', .] -> [N, .] */
+    const bf16 *q = radix ? w->q_n : w->q;                                   /* [n_q, QD] */
+    bf16 *out = radix ? w->att_n : w->att;                                   /* [n_q, QD] */
     if (w->flash)
         TRY(flash_attention(out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, c->n_heads,
                             c->n_kv_heads, c->head_dim));
@@ -1892,7 +2030,10 @@ static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, floa
 /* What a forward reports: its layout (N' = N where no trie was built: baseline asked for) and its GPU time. */
 static void run_info(const GpuWork *w, GpuRunInfo *info) {
     if (!info) return;
-    info->mode = w->L.mode, info->n_tokens = w->L.N, info->index_ms = w->L.index_ms, info->forward_ms = w->ms;
+    info->mode = w->L.mode;
+    info->n_tokens = w->L.N;
+    info->index_ms = w->L.index_ms;
+    info->forward_ms = w->ms;
     info->n_compact = w->L.ix.n_tokens ? w->L.ix.n_compact : w->L.N;
 }
 
@@ -1900,20 +2041,15 @@ static void run_info(const GpuWork *w, GpuRunInfo *info) {
 static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_threshold, int last_only,
                        float *logits, float *embed, GpuWork *w) {
     const Qwen3Config *c = &g->cfg;
-    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
     TRY(rx_batch_check(b, c, NULL));          /* on the host, before any device work */
-    TRY(layout_build(&w->L, b, NULL, mode, auto_threshold));                 /* lines 1-8 */
-    const int radix = w->L.mode == RX_RADIX;
-    TRY(work_alloc(g, w, last_only, !embed, radix ? w->L.N : 0));
+    TRY(layout_build(&w->L, b, mode, auto_threshold));                       /* lines 1-8 */
+    TRY(work_alloc(g, w, last_only, !embed));
     TRY(embed_rows(g, w));                                                    /* line 9 */
     for (int l = 0; l < c->n_layers; l++) {                                   /* lines 13-29 */
-        TRY(gpu_layer_qkv(g, l, w));
-        GpuKvView kv = {w->k, w->v, KVD, w->kv_row};   /* baseline: the N rows; compact: N' rows via I_scatter */
-        if (radix) {                                    /* line 20: K/V to original space [N, .] */
-            kv.k = w->k_n, kv.v = w->v_n;
-            TRY(gpu_kv_store(g, &kv, w));
-        }
-        TRY(gpu_layer_attn_mlp(g, l, w, &kv));
+        TRY(gpu_layer_qkv(g, l, w));                                          /* lines 15-18 */
+        GpuKvView kv;
+        TRY(gpu_scatter_qkv(g, w, &kv));                                      /* line 20 */
+        TRY(gpu_layer_attn_mlp(g, l, w, &kv));                                /* lines 21-28 */
     }
     return work_head(g, w, last_only, logits, embed);                        /* lines 31-33 */
 }
@@ -1964,7 +2100,10 @@ int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int k
         return rx_fail("KV pool of %d pages x %d tokens: both must be >= 1 and their product fit in 32 bits",
                        n_pages, page_size);
     size_t floats = (size_t)n_pages * page_size * n_layers * kv_dim;     /* [slots, n_layers, kv_dim] */
-    p->n_pages = n_pages; p->page_size = page_size; p->n_layers = n_layers; p->kv_dim = kv_dim;
+    p->n_pages = n_pages;
+    p->page_size = page_size;
+    p->n_layers = n_layers;
+    p->kv_dim = kv_dim;
     p->ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t));
     p->free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list");
     if (floats) {
@@ -1981,7 +2120,10 @@ int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int k
 }
 
 void rx_kv_pool_free(RxKvPool *p) {
-    free(p->k); free(p->v); free(p->ref); free(p->free_list);
+    free(p->k);
+    free(p->v);
+    free(p->ref);
+    free(p->free_list);
     memset(p, 0, sizeof *p);
 }
 
@@ -2053,17 +2195,27 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
         RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
         if (!grown) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
         c->node = grown;
-        for (int32_t i = cap - 1; i >= c->cap_nodes; i--)      /* the new slots join the free chain */
-            c->node[i].used = 0, c->node[i].sibling = c->free_node, c->free_node = i;
+        for (int32_t i = cap - 1; i >= c->cap_nodes; i--) {    /* the new slots join the free chain */
+            c->node[i].used = 0;
+            c->node[i].sibling = c->free_node;
+            c->free_node = i;
+        }
         c->cap_nodes = cap;
     }
     int32_t id = c->free_node;
     RadixNode *x = &c->node[id];
     int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1);   /* [n * page_size] */
     int32_t *pg = (int32_t *)malloc((size_t)n * sizeof(int32_t) + 1);            /* [n]             */
-    if (!tok || !pg) { free(tok); free(pg); return rx_fail("out of host memory for a radix tree edge"); }
+    if (!tok || !pg) {
+        free(tok);
+        free(pg);
+        return rx_fail("out of host memory for a radix tree edge");
+    }
     c->free_node = x->sibling;
-    if (n) memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t)), memcpy(pg, pages, (size_t)n * sizeof(int32_t));
+    if (n) {
+        memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t));
+        memcpy(pg, pages, (size_t)n * sizeof(int32_t));
+    }
     *x = (RadixNode){parent, -1, -1, n, tok, pg, 0, c->clock, 0, 1};
     if (parent >= 0) {                                           /* appended: children keep their insertion order */
         int32_t *link = &c->node[parent].child;
@@ -2092,7 +2244,8 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
                           int32_t *stop, int *stop_pages) {
     int32_t at = root, ch;
     int m = 0, P = c->P;
-    *stop = -1; *stop_pages = 0;
+    *stop = -1;
+    *stop_pages = 0;
     while (m < n_pages) {
         for (ch = c->node[at].child; ch >= 0; ch = c->node[ch].sibling)      /* the child that starts with page m */
             if (page_equal(c->node[ch].tokens, tokens + (size_t)m * P, P)) break;
@@ -2102,7 +2255,8 @@ static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *t
         while (k < x->n_pages && m + k < n_pages &&
                page_equal(x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P, P)) k++;
         if (k < x->n_pages) { *stop = ch; *stop_pages = k; break; }
-        at = ch; m += k;
+        at = ch;
+        m += k;
     }
     *matched = m;
     return at;
@@ -2115,9 +2269,13 @@ static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     if (mid < 0) return -1;
     RadixNode *x = &c->node[id], *m = &c->node[mid];
     *radix_link_to(c, id) = mid;                                 /* mid replaces id in the parent's child list */
-    m->parent = x->parent; m->sibling = x->sibling; m->child = id;
-    m->lock = x->lock; m->last_use = x->last_use;
-    x->parent = mid; x->sibling = -1;
+    m->parent = x->parent;
+    m->sibling = x->sibling;
+    m->child = id;
+    m->lock = x->lock;
+    m->last_use = x->last_use;
+    x->parent = mid;
+    x->sibling = -1;
     x->n_pages -= k;
     memmove(x->tokens, x->tokens + (size_t)k * c->P, (size_t)x->n_pages * c->P * sizeof(int32_t));
     memmove(x->pages, x->pages + k, (size_t)x->n_pages * sizeof(int32_t));
@@ -2158,8 +2316,11 @@ static void radix_drop(RxPrefixCache *c, int32_t id) {          /* an unlinked n
     RadixNode *x = &c->node[id];
     for (int j = 0; j < x->n_pages; j++) rx_kv_page_release(c->pool, x->pages[j]);
     c->evicted_pages += x->n_pages;
-    free(x->tokens); free(x->pages);
-    x->used = 0; x->sibling = c->free_node; c->free_node = id;
+    free(x->tokens);
+    free(x->pages);
+    x->used = 0;
+    x->sibling = c->free_node;
+    c->free_node = id;
 }
 
 /* Evicts the least recently used unlocked leaf, then each parent it leaves an unlocked leaf. 0: nothing to evict. */
@@ -2218,7 +2379,8 @@ static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *t
         }
         if (p < 0) break;
         if (pages) pages[j] = p;
-        h = key; serial = c->entry[p].serial;
+        h = key;
+        serial = c->entry[p].serial;
     }
     return j;
 }
@@ -2241,7 +2403,9 @@ static int hash_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *token
         c->bucket[key & c->mask] = p;
         memcpy(c->entry_tokens + (size_t)p * c->P, tokens + (size_t)j * c->P, (size_t)c->P * sizeof(int32_t));
         rx_kv_page_retain(c->pool, p);
-        h = key; serial = c->entry[p].serial; parent = p;
+        h = key;
+        serial = c->entry[p].serial;
+        parent = p;
     }
     free(hit);
     return adopted;
@@ -2288,7 +2452,10 @@ int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
     if (kind < RX_CACHE_OFF || kind > RX_CACHE_HASH) return rx_fail("unknown prefix cache kind %d", (int)kind);
     RxPrefixCache *c = (RxPrefixCache *)calloc(1, sizeof *c);
     if (!c) return rx_fail("out of host memory for the prefix cache");
-    c->kind = kind; c->pool = pool; c->P = pool->page_size; c->free_node = -1;
+    c->kind = kind;
+    c->pool = pool;
+    c->P = pool->page_size;
+    c->free_node = -1;
     if (kind == RX_CACHE_HASH) {
         uint64_t cap = table_cap(pool->n_pages);
         c->mask = cap - 1;
@@ -2311,7 +2478,10 @@ void rx_cache_free(RxPrefixCache *c) {
         if (c->node[i].used) radix_drop(c, i);                  /* its pages back to the pool */
     for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++)
         if (c->entry[p].used) rx_kv_page_release(c->pool, p);
-    free(c->node); free(c->entry); free(c->entry_tokens); free(c->bucket);
+    free(c->node);
+    free(c->entry);
+    free(c->entry_tokens);
+    free(c->bucket);
     free(c);
 }
 
@@ -2388,7 +2558,8 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
 int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     const RxKvPool *pool = c->pool;
     memset(s, 0, sizeof *s);
-    s->kind = c->kind; s->evicted_pages = c->evicted_pages;
+    s->kind = c->kind;
+    s->evicted_pages = c->evicted_pages;
     int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));        /* [n_pages] */
     int32_t *on_free_list = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));    /* [n_pages] */
     int rc = -1;
@@ -2424,14 +2595,19 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     }
     rc = 0;
 done:
-    free(cache_ref); free(on_free_list);
+    free(cache_ref);
+    free(on_free_list);
     return rc;
 }
 
 void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t model_id) {
     memset(r, 0, sizeof *r);
-    r->tokens = tokens; r->len = len; r->model_id = model_id;
-    r->state = RX_REQ_WAITING; r->prefix_key = -1; r->lock_node = -1;
+    r->tokens = tokens;
+    r->len = len;
+    r->model_id = model_id;
+    r->state = RX_REQ_WAITING;
+    r->prefix_key = -1;
+    r->lock_node = -1;
 }
 
 /* Undoes an admission: the lock and every page reference the request holds. */
@@ -2440,7 +2616,11 @@ static void request_release(RxPrefixCache *c, RxRequest *r) {
     for (int j = 0; j < r->n_pages; j++)
         if (r->pages[j] >= 0) rx_kv_page_release(c->pool, r->pages[j]);
     free(r->pages);
-    r->pages = NULL; r->n_pages = 0; r->cached_len = 0; r->prefix_key = -1; r->lock_node = -1;
+    r->pages = NULL;
+    r->n_pages = 0;
+    r->cached_len = 0;
+    r->prefix_key = -1;
+    r->lock_node = -1;
     c->n_running--;
 }
 
@@ -2494,7 +2674,7 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
     r->state = RX_REQ_ABORTED;
 }
 
-/* -------------------------------------------------------------- part ii: prefill on a cached prefix (c reference) */
+/* ------------------------------- part ii: prefill on a cached prefix: the keyed trie, the layout, the c reference */
 /* The forward's side of Part II: a request whose prompt begins with a cached page-aligned prefix prefills only the
  * rest, with Part I's steps. One thing changes: where attention reads its keys. Each layer writes the new K/V into
  * the request's own pages, then attention reads every key, cached or new, through one index (a KvView over the pool,
@@ -2508,7 +2688,109 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
  * that continue the same cached prefix with the same tokens share compact rows, and the same tokens after different
  * prefixes (different histories) never merge, even at equal positions. Bit for bit a full recomputation: a cached
  * slot holds the K/V an earlier forward computed for the same history with the same row arithmetic, and attention
- * visits positions 0..g in the same order. */
+ * visits positions 0..g in the same order.
+ *
+ * Part II adds three steps here and calls Part I's unchanged: its own entry to the trie (radix_index_build_keyed,
+ * over trie_build), its own layout (layout_build_prefill: layout_rows, then attention's half over the wider T), and
+ * the store of the new K/V into their slots (kv_store_ref; gpu_kv_store on the GPU). */
+
+/* Part II's entry to the trie. With a KV cache something precedes a sequence: its cached prefix, which the batch
+ * does not hold. root_key[s] names it (-1: nothing cached), and each distinct key gets a root of its own
+ * (trie_build): sequences with equal keys merge as in Part I, sequences with different keys never meet. */
+int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                            const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key) {
+    if (!root_key) return radix_index_build(ix, input_ids, position_ids, cu_seqlens, n_seqs);
+    memset(ix, 0, sizeof *ix);
+    if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
+    for (int s = 0; s < n_seqs; s++)
+        if (root_key[s] < -1)
+            return rx_fail("radix_index_build: root key %d of sequence %d; keys are >= 0, or -1 for none",
+                           root_key[s], s);
+    int32_t *root = (int32_t *)malloc(((size_t)n_seqs + 1) * sizeof(int32_t));    /* [S] each sequence's root */
+    uint64_t mask;
+    TrieEntry *roots = trie_table(n_seqs, &mask);                                   /* key -> its root + 1 */
+    if (!root || !roots) {
+        free(root);
+        free(roots);
+        return rx_fail("radix_index_build: out of host memory");
+    }
+    int n_roots = 0;
+    for (int s = 0; s < n_seqs; s++) {                  /* roots numbered in order of first appearance */
+        uint64_t key = (uint32_t)root_key[s];           /* -1 -> 0xffffffff, no key >= 0's */
+        TrieEntry *slot = table_entry(roots, mask, 0, key);
+        if (!slot->node_plus_1) {
+            slot->key = key;
+            slot->node_plus_1 = ++n_roots;
+        }
+        root[s] = slot->node_plus_1 - 1;
+    }
+    free(roots);
+    int rc = trie_build(ix, input_ids, position_ids, cu_seqlens, n_seqs, root, n_roots);
+    free(root);
+    return rc;
+}
+
+/* Part II's layout: Part I's rows (layout_rows) on the keyed trie, and attention's half over a wider T: each
+ * sequence's cached positions, then its new ones, so that a query sees its cached prefix's keys too. Every key,
+ * cached or new, is read from its slot in the pool (kv_row [T]); kv_dst [N] (the caller frees it) is the slot each
+ * new token's K and V are written to. pf is checked (prefill_check). */
+static int layout_build_prefill(Layout *L, int32_t **kv_dst, const RxBatch *b, const RxPrefill *pf, RxMode mode) {
+    const int N = b->n_tokens;
+    const int S = b->n_seqs;
+    const int P = pf->pool->page_size;
+    const int32_t *cu = b->cu_seqlens;
+    memset(L, 0, sizeof *L);
+    *kv_dst = NULL;
+    int64_t T = N;
+    for (int s = 0; s < S; s++) T += pf->cached_len[s];
+    if (T > INT32_MAX) return rx_fail("prefill: %lld cached + new tokens are too many for one batch", (long long)T);
+    if (mode != RX_BASELINE) {                                    /* Algorithm 2, keyed by the cached prefixes */
+        double t0 = rx_now_ms();
+        if (radix_index_build_keyed(&L->ix, b->input_ids, b->position_ids, cu, S, pf->prefix_key)) return -1;
+        L->index_ms = rx_now_ms() - t0;
+    }
+    if (layout_rows(L, b, mode, RX_AUTO_THRESHOLD)) return -1;
+    const int compact = L->mode == RX_COMPACT;
+    const int n_q = compact ? L->R : N;
+    L->T = (int)T;
+    L->seq_start = ints(T);
+    L->kv_row = ints(T);
+    L->q_tok = ints(n_q);
+    L->cu_k = ints(S + 1);
+    *kv_dst = ints(N);
+    int32_t *at = ints(N);                                        /* [N] batch token i -> its token in T */
+    if (!L->seq_start || !L->kv_row || !L->q_tok || !L->cu_k || !*kv_dst || !at) {
+        free(at);
+        return rx_fail("out of host memory for the layout of %lld tokens", (long long)T);
+    }
+    L->cu_k[0] = 0;
+    int t = 0;
+    for (int s = 0; s < S; s++) {
+        const int t0 = t;
+        const int cached = pf->cached_len[s];
+        for (int p = 0; p < cached + cu[s + 1] - cu[s]; p++) {    /* position p of sequence s */
+            L->seq_start[t] = t0;
+            L->kv_row[t] = pf->pages[s][p / P] * P + p % P;       /* its slot */
+            t++;
+        }
+        L->cu_k[s + 1] = t;
+        for (int i = cu[s]; i < cu[s + 1]; i++) at[i] = t0 + cached + (i - cu[s]);
+    }
+    for (int i = 0; i < N; i++) (*kv_dst)[i] = L->kv_row[at[i]];
+    for (int r = 0; r < n_q; r++) L->q_tok[r] = at[compact ? L->ix.gather[r] : r];
+    free(at);
+    return 0;
+}
+
+/* The new tokens' K and V into their slots: new token i's are compact row I_scatter[i] (row i in baseline mode). */
+static void kv_store_ref(const KvView *kv, const Layout *L, const int32_t *kv_dst, const RefActs *a, int kv_dim) {
+    for (int i = 0; i < L->N; i++) {
+        size_t from = (size_t)(L->mode == RX_BASELINE ? i : L->ix.scatter[i]) * kv_dim;
+        size_t to = (size_t)kv_dst[i] * kv->row_stride;
+        memcpy((float *)kv->k + to, a->k + from, sizeof(float) * kv_dim);
+        memcpy((float *)kv->v + to, a->v + from, sizeof(float) * kv_dim);
+    }
+}
 
 /* Everything the prefill (qwen3_prefill_ref or gpu_prefill) trusts about pf, each failure one sentence. host_kv: the
  * K/V are in the host pool's arrays (the C reference), not in a GPU pool. */
@@ -2527,13 +2809,13 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
             return rx_fail("prefill: sequence %d: cached_len %d is not a multiple of the page size %d", s, cached, P);
         for (int j = 0; j < L; j++)
             if (b->position_ids[b->cu_seqlens[s] + j] != cached + j)
-                return rx_fail("prefill: sequence %d: new token %d is at position %d; after %d cached tokens it must be "
-                               "at %d", s, j, b->position_ids[b->cu_seqlens[s] + j], cached, cached + j);
+                return rx_fail("prefill: sequence %d: new token %d is at position %d; after %d cached tokens it "
+                               "must be at %d", s, j, b->position_ids[b->cu_seqlens[s] + j], cached, cached + j);
         if (!pf->pages[s]) return rx_fail("prefill: sequence %d has no page table", s);
         for (int j = 0; j < (cached + L + P - 1) / P; j++)
             if (pf->pages[s][j] < 0 || pf->pages[s][j] >= p->n_pages)
-                return rx_fail("prefill: sequence %d: page table entry %d is page %d, outside the pool's %d pages", s, j,
-                               pf->pages[s][j], p->n_pages);
+                return rx_fail("prefill: sequence %d: page table entry %d is page %d, outside the pool's %d pages",
+                               s, j, pf->pages[s][j], p->n_pages);
         /* The key must name the cached prefix. The last cached page does: its K/V depend on every token before it. */
         int32_t want = cached > 0 ? pf->pages[s][cached / P - 1] : -1;
         if (pf->prefix_key[s] != want)
@@ -2552,8 +2834,8 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
             for (int j = pass ? 0 : first_own; j < (pass ? first_own : n) && !rc; j++) {
                 int32_t pg = pf->pages[s][j];
                 if (writer[pg] >= 0)
-                    rc = rx_fail("prefill: page %d is written by sequence %d and also %s by sequence %d", pg, writer[pg],
-                                 pass ? "read" : "written", s);
+                    rc = rx_fail("prefill: page %d is written by sequence %d and also %s by sequence %d", pg,
+                                 writer[pg], pass ? "read" : "written", s);
                 else if (!pass)
                     writer[pg] = s;
             }
@@ -2567,20 +2849,28 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c, NULL) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
+    const int QD = c->n_heads * c->head_dim;
     const int KVD = c->n_kv_heads * c->head_dim;
     const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
     Layout L;                                            /* T: every cached and new position; kv_row: their slots */
+    int32_t *kv_dst = NULL;                              /* [N] the new tokens' slots */
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (model_pack_ref(m) || layout_build(&L, b, pf, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, 1, last_logits != NULL, 0))
+    if (model_pack_ref(m) || layout_build_prefill(&L, &kv_dst, b, pf, mode) ||
+        acts_alloc(&a, c, &L, 1, last_logits != NULL))
         goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
         layer_qkv_ref(m, l, &L, &a);
-        KvView kv = {pf->pool->k + (size_t)l * KVD, pf->pool->v + (size_t)l * KVD, stride, L.kv_row};   /* layer l */
-        kv_store_ref(&kv, &L, &a, KVD);                  /* the new K/V into their slots */
+        scatter_qkv_ref(&L, &a, QD, KVD);                /* radix mode's q; its keys are read from the pool instead */
+        KvView kv = {
+            .k = pf->pool->k + (size_t)l * KVD,          /* layer l's slice of every slot */
+            .v = pf->pool->v + (size_t)l * KVD,
+            .row_stride = stride,
+            .kv_row = L.kv_row,
+        };
+        kv_store_ref(&kv, &L, kv_dst, &a, KVD);          /* the new K/V into their slots */
         if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
     head_ref(m, &L, &a, 1, last_logits, NULL);
@@ -2589,6 +2879,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
 done:
     acts_free(&a);
     layout_free(&L);
+    free(kv_dst);
     return rc;
 }
 
@@ -2677,24 +2968,33 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
                         o->gpu ? 0 : m->cfg.n_kv_heads * m->cfg.head_dim) ||
         (o->gpu && gpu_kv_pool_create(&gpu_kv, o->gpu, &pool)) || rx_cache_create(&c, o->cache, &pool))
         goto done;
-    for (int s = 0; s < n_req; s++) rx_request_init(&req[s], tokens[s], lens[s], o->model_id), wait[s].index = s;
+    for (int s = 0; s < n_req; s++) {
+        rx_request_init(&req[s], tokens[s], lens[s], o->model_id);
+        wait[s].index = s;
+    }
     t0 = rx_now_ms();
     for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
         int n = admit_batch(c, req, wait, &n_wait, o, adm), rows = 0;   /* >= 1: nothing is running now */
         if (n < 0) goto done;
         for (int s = 0; s < n; s++) {                     /* the batch: sequence s is adm[s]'s uncached suffix */
-            cached_len[s] = adm[s]->cached_len, tables[s] = adm[s]->pages, prefix_key[s] = adm[s]->prefix_key;
-            seqs[s] = adm[s]->tokens + cached_len[s], sfx_lens[s] = adm[s]->len - cached_len[s];
+            cached_len[s] = adm[s]->cached_len;
+            tables[s] = adm[s]->pages;
+            prefix_key[s] = adm[s]->prefix_key;
+            seqs[s] = adm[s]->tokens + cached_len[s];
+            sfx_lens[s] = adm[s]->len - cached_len[s];
         }
         if (rx_batch_make(&sfx, seqs, sfx_lens, n)) goto done;
         for (int s = 0; s < n; s++)                       /* whose positions go on after the cached prefix */
             for (int i = sfx.cu_seqlens[s]; i < sfx.cu_seqlens[s + 1]; i++) sfx.position_ids[i] += cached_len[s];
-        RxPrefill pf = {&pool, cached_len, tables, prefix_key};
+        RxPrefill pf = {.pool = &pool, .cached_len = cached_len, .pages = tables, .prefix_key = prefix_key};
         GpuRunInfo gi = {};
-        if ((o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
-                    : qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows)) ||
-            (o->trace && (fprintf(o->trace, "batch %d: ", st->n_batches), rx_prefill_print(o->trace, &sfx, &pf, rows))))
+        if (o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
+                   : qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows))
             goto done;
+        if (o->trace) {
+            fprintf(o->trace, "batch %d: ", st->n_batches);
+            if (rx_prefill_print(o->trace, &sfx, &pf, rows)) goto done;
+        }
         rx_batch_free(&sfx);
         st->rows_computed += rows;
         st->gpu_ms += gi.forward_ms;
@@ -2718,8 +3018,10 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     st->ms = rx_now_ms() - t0;
     RxCacheStats cs;
     if (rx_cache_audit(c, &cs)) goto done;
-    st->pool_pages = pool.n_pages; st->cache_pages = cs.cached_pages;
-    st->evicted_pages = cs.evicted_pages; st->request_pages = cs.request_pages;
+    st->pool_pages = pool.n_pages;
+    st->cache_pages = cs.cached_pages;
+    st->evicted_pages = cs.evicted_pages;
+    st->request_pages = cs.request_pages;
     rx_cache_free(c);                                      /* the final flush: the cache lets go of every page */
     c = NULL;
     st->held_after_flush = pool.n_pages - pool.n_free;
@@ -2730,7 +3032,14 @@ done:
     rx_cache_free(c);
     rx_kv_pool_free(&pool);
     gpu_kv_pool_free(gpu_kv);
-    free(req); free(wait); free(adm); free(cached_len); free(prefix_key); free(tables); free(seqs); free(sfx_lens);
+    free(req);
+    free(wait);
+    free(adm);
+    free(cached_len);
+    free(prefix_key);
+    free(tables);
+    free(seqs);
+    free(sfx_lens);
     free(blogits);
     return rc;
 }
@@ -2744,7 +3053,10 @@ done:
  *   attention's token space T (sequence by sequence, cached then new positions; Layout)
  *       seq 0: | pos 0  pos 1  pos 2  pos 3 | pos 4  pos 5 |     cached_len 4, page size 2, pages [7 2 | 5]
  *   kv_row  [T]:  14     15     4      5       10     11         slot = pages[pos / 2] * 2 + pos % 2
- *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride). */
+ *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride).
+ *
+ * Either attention kernel runs unchanged: the flash kernel's cu_k spans each sequence's cached and new positions,
+ * its cu_q the new ones (or their compact rows), which are the last positions of that span, as it expects. */
 struct GpuKvPool {
     const RxKvPool *host;            /* the host pool whose page ids index this one (its bookkeeping)          */
     int n_slots, n_layers, kv_dim;   /* n_slots = n_pages * page_size of host, when this pool was made        */
@@ -2767,7 +3079,9 @@ int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, const RxKvPool *host)
     if (!g || !host) return rx_fail("gpu_kv_pool_create needs a GPU model and the host pool it mirrors");
     GpuKvPool *p = (GpuKvPool *)calloc(1, sizeof *p);
     if (!p) return rx_fail("out of host memory for a GPU KV pool");
-    p->host = host, p->n_layers = g->cfg.n_layers, p->kv_dim = g->cfg.n_kv_heads * g->cfg.head_dim;
+    p->host = host;
+    p->n_layers = g->cfg.n_layers;
+    p->kv_dim = g->cfg.n_kv_heads * g->cfg.head_dim;
     p->n_slots = host->n_pages * host->page_size;                       /* rx_kv_pool_init: fits in 32 bits */
     if (pool_alloc(p)) { gpu_kv_pool_free(p); return -1; }
     *out = p;
@@ -2776,7 +3090,8 @@ int gpu_kv_pool_create(GpuKvPool **out, const GpuModel *g, const RxKvPool *host)
 
 void gpu_kv_pool_free(GpuKvPool *p) {
     if (!p) return;
-    cudaFree(p->k), cudaFree(p->v);
+    cudaFree(p->k);
+    cudaFree(p->v);
     free(p);
 }
 
@@ -2786,19 +3101,38 @@ int gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v) {
     return download_bf16(v, p->v, n);
 }
 
+/* The new tokens' k and v into their slots, as kv_store_ref: kv_dst [N] on the device. */
+static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w, const int32_t *kv_dst) {
+    const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
+    const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16);     /* bytes of one K or V row */
+    const size_t stride = kv->row_stride * sizeof(bf16);
+    TRY(rows_copy_gpu((bf16 *)kv->k, stride, kv_dst, w->k, src, w->L.N, row));
+    return rows_copy_gpu((bf16 *)kv->v, stride, kv_dst, w->v, src, w->L.N, row);
+}
+
 /* Part II's prefill, as qwen3_prefill_ref: Part I's layer steps, each layer writing its new K/V into their slots
- * (gpu_kv_store) before attending through them, and last-token logits. */
+ * (gpu_kv_store) before attending through them, and last-token logits. kv_dst: the host and device copies of
+ * layout_build_prefill's [N] slots, freed by the caller. */
 static int prefill_run(GpuModel *g, GpuKvPool *pool, const RxBatch *b, const RxPrefill *pf, RxMode mode,
-                       float *last_logits, GpuWork *w) {
+                       float *last_logits, GpuWork *w, int32_t **kv_dst, int32_t **kv_dst_dev) {
     const Qwen3Config *c = &g->cfg;
-    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim, stride = c->n_layers * KVD;   /* a slot: every layer */
-    TRY(layout_build(&w->L, b, pf, mode, RX_AUTO_THRESHOLD));
-    TRY(work_alloc(g, w, 1, 1, 0));
+    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
+    const int64_t stride = c->n_layers * KVD;                                /* a slot holds every layer */
+    TRY(layout_build_prefill(&w->L, kv_dst, b, pf, mode));
+    TRY(work_alloc(g, w, 1, 1));
+    TRY(upload_i32(kv_dst_dev, *kv_dst, w->L.N, "the new tokens' slots"));
     TRY(embed_rows(g, w));
     for (int l = 0; l < c->n_layers; l++) {
         TRY(gpu_layer_qkv(g, l, w));
-        GpuKvView kv = {pool->k + l * KVD, pool->v + l * KVD, stride, w->kv_row};   /* layer l's slice of every slot */
-        TRY(gpu_kv_store(g, &kv, w));
+        GpuKvView unused;
+        TRY(gpu_scatter_qkv(g, w, &unused));        /* radix mode's q; its keys are read from the pool instead */
+        GpuKvView kv = {
+            .k = pool->k + l * KVD,                 /* layer l's slice of every slot */
+            .v = pool->v + l * KVD,
+            .row_stride = stride,
+            .kv_row = w->kv_row,
+        };
+        TRY(gpu_kv_store(g, &kv, w, *kv_dst_dev));
         TRY(gpu_layer_attn_mlp(g, l, w, &kv));
     }
     return work_head(g, w, 1, last_logits, NULL);
@@ -2816,10 +3150,14 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
     if (rx_batch_check(suffixes, &g->cfg, NULL) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
     GpuWork w;
     memset(&w, 0, sizeof w);
-    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w);
+    int32_t *kv_dst = NULL;
+    int32_t *kv_dst_dev = NULL;
+    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w, &kv_dst, &kv_dst_dev);
     if (rc == 0 && rows_out) *rows_out = w.L.R;
     run_info(&w, info);
     work_free(&w);
+    free(kv_dst);
+    cudaFree(kv_dst_dev);
     return rc;
 }
 
@@ -2880,7 +3218,9 @@ int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, 
              upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
              flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,
                              n_kv_heads, head_dim);
-    cudaFree(d_cu_q), cudaFree(d_cu_k), cudaFree(d_tiles);
+    cudaFree(d_cu_q);
+    cudaFree(d_cu_k);
+    cudaFree(d_tiles);
     return rc ? -1 : 0;
 }
 
@@ -2914,13 +3254,18 @@ int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_m
     return rc ? -1 : 0;
 }
 
-/* bench --attention (radixmlp.h): what happens between a layer's two steps (in radix mode the scatter of k and v,
- * then attention_step's), on a model with attention's shapes and no weights; q, k and v random in (-1, 1). */
-typedef struct { GpuModel *g; GpuWork *w; GpuKvView kv; } AttnBench;
+/* bench --attention (radixmlp.h): what happens between a layer's two steps (gpu_scatter_qkv, which in radix mode
+ * scatters q, k and v, then attention_step), on a model with attention's shapes and no weights; q, k and v random
+ * in (-1, 1). */
+typedef struct {
+    GpuModel *g;
+    GpuWork *w;
+} AttnBench;
 static int attn_bench_run(void *ctx) {
     AttnBench *a = (AttnBench *)ctx;
-    if (a->w->L.mode == RX_RADIX) TRY(gpu_kv_store(a->g, &a->kv, a->w));
-    return attention_step(a->g, a->w, &a->kv);
+    GpuKvView kv;
+    TRY(gpu_scatter_qkv(a->g, a->w, &kv));
+    return attention_step(a->g, a->w, &kv);
 }
 static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k + 0.5) / 2^22 - 1, k < 2^23 */
     bf16 *h = (bf16 *)rx_alloc(n * sizeof(bf16), "random attention inputs");
@@ -2933,13 +3278,13 @@ static int fill_random(bf16 *dst, size_t n, uint64_t seed) {    /* dst [n] <- (k
 static int time_attention(GpuModel *g, GpuWork *w, const RxBatch *b, RxMode mode, int reps, double *median_ms) {
     const Qwen3Config *c = &g->cfg;
     const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
-    TRY(layout_build(&w->L, b, NULL, mode, RX_AUTO_THRESHOLD));
-    const int radix = w->L.mode == RX_RADIX, R = w->L.R;
-    TRY(work_alloc(g, w, 0, 0, radix ? w->L.N : 0));
+    TRY(layout_build(&w->L, b, mode, RX_AUTO_THRESHOLD));
+    const int R = w->L.R;
+    TRY(work_alloc(g, w, 0, 0));
     TRY(fill_random(w->q, (size_t)(R * QD), 3));
     TRY(fill_random(w->k, (size_t)(R * KVD), 4));
     TRY(fill_random(w->v, (size_t)(R * KVD), 5));
-    AttnBench a = {g, w, {radix ? w->k_n : w->k, radix ? w->v_n : w->v, KVD, w->kv_row}};
+    AttnBench a = {.g = g, .w = w};
     return gpu_time_median(attn_bench_run, &a, reps, median_ms);
 }
 int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
@@ -2949,7 +3294,10 @@ int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int 
         return rx_fail("gpu_time_attention: needs reps >= 1, and the baseline, radix or compact layout");
     GpuModel g;                      /* attention's shapes; the widths it does not use at 1 (no logits are made) */
     memset(&g, 0, sizeof g);
-    g.cfg.n_heads = n_heads, g.cfg.n_kv_heads = n_kv_heads, g.cfg.head_dim = head_dim, g.cfg.n_layers = 1;
+    g.cfg.n_heads = n_heads;
+    g.cfg.n_kv_heads = n_kv_heads;
+    g.cfg.head_dim = head_dim;
+    g.cfg.n_layers = 1;
     g.cfg.hidden_size = g.cfg.intermediate_size = 1;
     g.cfg.vocab_size = g.cfg.max_position_embeddings = INT32_MAX;       /* any token id and position: random q, k, v */
     if (gpu_set_attention(&g, kernel) || rx_batch_check(b, &g.cfg, NULL)) return -1;   /* as a forward checks them */
@@ -4072,7 +4420,7 @@ static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *pa
     return 0;
 }
 
-/* ------------------------------------------------------------------------------------------------------- the demo */
+/* ----------------------------------------------------------------- the command line: the demo, the flags and main */
 #ifndef RADIXMLP_NO_MAIN
 static const char *usage =
     "usage: radixmlp                          demo: a tiny random Qwen3 (no download), CPU reference and GPU if any\n"
@@ -4128,7 +4476,19 @@ static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_t
 }
 
 static int demo(void) {
-    Qwen3Config cfg = {2048, 256, 768, 4, 8, 4, 64, 4096, 1e6, 1e-6, 1};
+    Qwen3Config cfg = {
+        .vocab_size = 2048,
+        .hidden_size = 256,
+        .intermediate_size = 768,
+        .n_layers = 4,
+        .n_heads = 8,
+        .n_kv_heads = 4,
+        .head_dim = 64,
+        .max_position_embeddings = 4096,
+        .rope_theta = 1e6,
+        .rms_norm_eps = 1e-6,
+        .tie_word_embeddings = 1,
+    };
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 42)) return -1;
     printf("radixmlp demo: a random Qwen3 held in memory (vocab %d, hidden %d, %d layers, %d heads / %d kv heads,\n"
@@ -4529,7 +4889,18 @@ int main(int argc, char **argv) {
     if (embed && (dump || last_only))
         return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
     RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
-    RxServeOptions so = {RX_CACHE_RADIX, 16, 0, 1, 0, RX_COMPACT, 0, NULL, NULL, NULL};
+    RxServeOptions so = {
+        .cache = RX_CACHE_RADIX,
+        .page_size = 16,
+        .n_pages = 0,
+        .batch = 1,
+        .lpm = 0,
+        .mode = RX_COMPACT,
+        .model_id = 0,
+        .trace = NULL,
+        .show_cache = NULL,
+        .gpu = NULL,
+    };
     if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
         (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))
         return usage_error("%s", radix_error());

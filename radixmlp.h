@@ -48,11 +48,6 @@ typedef struct {
 
 int  radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                        const int32_t *cu_seqlens, int n_seqs);   /* returns 0 on success */
-/* The same trie with one root per key: root_key [n_seqs] names what precedes sequence s (Part II: the cached prefix,
- * -1 for nothing), and two tokens share a compact row only if their sequences' keys are equal too. root_key == NULL
- * is radix_index_build. */
-int  radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
-                             const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key);
 void radix_index_free(RadixIndex *ix);
 /* Compact mode's query layout, cu_q [n_seqs+1]: the positions of sequence s that no earlier sequence holds are its
  * last L_s - p_s ones, and their compact rows are the block cu_q[s] .. cu_q[s+1]-1, in order (a fact about the trie's
@@ -397,6 +392,12 @@ int  rx_request_admit(RxPrefixCache *c, RxRequest *r);
 /* After the forward wrote the request's K/V: caches its whole pages, unlocks, drops the request's references. */
 int  rx_request_finish(RxPrefixCache *c, RxRequest *r);
 void rx_request_abort(RxPrefixCache *c, RxRequest *r);    /* unlock and release; caches nothing; final           */
+
+/* Algorithm 2's trie with one root per key: root_key [n_seqs] names what precedes sequence s (the cached prefix, -1
+ * for nothing), and two tokens share a compact row only if their sequences' keys are equal too. root_key == NULL is
+ * radix_index_build. */
+int  radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
+                             const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key);
 
 /* What the forward needs to prefill a batch whose sequences continue cached prefixes.
  * The RxBatch holds only the unmatched suffixes: sequence s has L_s new tokens at positions

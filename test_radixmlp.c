@@ -992,7 +992,19 @@ static RxBatch pattern_batch(const Pattern *p, int vocab, uint64_t seed) {
 }
 
 static Qwen3Config tiny_config(void) {
-    Qwen3Config c = {512, 64, 128, 2, 4, 2, 32, 128, 1e6, 1e-6, 1};
+    Qwen3Config c = {
+        .vocab_size = 512,
+        .hidden_size = 64,
+        .intermediate_size = 128,
+        .n_layers = 2,
+        .n_heads = 4,
+        .n_kv_heads = 2,
+        .head_dim = 32,
+        .max_position_embeddings = 128,
+        .rope_theta = 1e6,
+        .rms_norm_eps = 1e-6,
+        .tie_word_embeddings = 1,
+    };
     return c;
 }
 
@@ -4098,7 +4110,19 @@ static void test_prefill_rejects_bad_inputs(void) {
  * under eviction pressure), batches, schedules, caches and modes. Every request's last-token logits must equal a
  * full recomputation of that request alone, bit for bit; no page may leak. */
 static void test_cache_serve_random_traces_equal_full_recomputation(void) {
-    Qwen3Config cfg = {512, 64, 128, 2, 4, 2, 32, 128, 1e6, 1e-6, 1};
+    Qwen3Config cfg = {
+        .vocab_size = 512,
+        .hidden_size = 64,
+        .intermediate_size = 128,
+        .n_layers = 2,
+        .n_heads = 4,
+        .n_kv_heads = 2,
+        .head_dim = 32,
+        .max_position_embeddings = 128,
+        .rope_theta = 1e6,
+        .rms_norm_eps = 1e-6,
+        .tie_word_embeddings = 1,
+    };
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 5)) { expect(0, "qwen3_random: %s", radix_error()); return; }
     uint64_t rng = 77;
@@ -4119,8 +4143,18 @@ static void test_cache_serve_random_traces_equal_full_recomputation(void) {
             ptr[s] = seqs[s];
             if (lens[s] > longest) longest = lens[s];
         }
-        RxServeOptions o = {(RxCacheKind)rng_int(&rng, 3), 1 + rng_int(&rng, 8), 0, 1 + rng_int(&rng, 4),
-                            rng_int(&rng, 2), (RxMode)rng_int(&rng, 4), 42, NULL, NULL, NULL};
+        RxServeOptions o = {
+            .cache = (RxCacheKind)rng_int(&rng, 3),
+            .page_size = 1 + rng_int(&rng, 8),
+            .n_pages = 0,
+            .batch = 1 + rng_int(&rng, 4),
+            .lpm = rng_int(&rng, 2),
+            .mode = (RxMode)rng_int(&rng, 4),
+            .model_id = 42,
+            .trace = NULL,
+            .show_cache = NULL,
+            .gpu = NULL,
+        };
         if (t % 2) o.n_pages = (longest + o.page_size - 1) / o.page_size * o.batch + rng_int(&rng, 4);  /* pressure */
         float *got = (float *)malloc((size_t)N * V * sizeof(float));
         int32_t cached_of[N];
