@@ -59,6 +59,14 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define RX_X86 1
 #include <immintrin.h>                  /* the matmul's AVX2 tile, chosen at run time (rx_matmul_packed_ref) */
+#endif
+/* No clones under ThreadSanitizer (the emulator's race check): their ifunc resolver runs before its runtime starts. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RX_TSAN 1
+#endif
+#endif
+#if defined(RX_X86) && !defined(RX_TSAN) && !defined(__SANITIZE_THREAD__)
 #define RX_CLONES __attribute__((target_clones("avx2", "default")))   /* and AVX2 copies of attention's loops */
 #else
 #define RX_CLONES
