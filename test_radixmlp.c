@@ -86,10 +86,12 @@ static double mean_abs_diff(const float *a, const float *b, size_t n) {
 static int nonfinite(const float *got, const float *ref, size_t n, char *why) {
     size_t bad;
     rx_max_abs_diff(got, ref, n, &bad);
-    if (bad < n) snprintf(why, WHY, "element %zu is %g, the other side %g: a NaN or Inf never passes", bad, got[bad], ref[bad]);
+    if (bad < n)
+        snprintf(why, WHY, "element %zu is %g, the other side %g: a NaN or Inf never passes", bad, got[bad], ref[bad]);
     return bad < n;
 }
-static int close_verdict(const float *got, const float *ref, size_t n, double tol_rel, double *d, double *tol, char *why) {
+static int close_verdict(const float *got, const float *ref, size_t n, double tol_rel, double *d, double *tol,
+                         char *why) {
     *d = max_abs_diff(got, ref, n);
     *tol = tol_rel * max_abs(ref, n);
     if (nonfinite(got, ref, n, why)) return 0;
@@ -175,8 +177,8 @@ static void check_against_keyed_oracle(const RadixIndex *ix, const RxBatch *b, c
             classes++;
         }
     }
-    if (!bad) expect(ix->n_compact == classes, "%s: N' = %d, the oracle finds %d distinct histories", what, ix->n_compact,
-                     classes);
+    if (!bad) expect(ix->n_compact == classes, "%s: N' = %d, the oracle finds %d distinct histories", what,
+                     ix->n_compact, classes);
     free(start); free(seq);
 }
 
@@ -204,7 +206,8 @@ static void test_toy_example_matches_paper(void) {
     RadixIndex ix;
     expect(radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, 2) == 0, "build: %s", radix_error());
     expect(ix.n_compact == 4 && !memcmp(ix.gather, gather, sizeof gather), "gather differs from the paper's [0,1,2,5]");
-    expect(ix.n_tokens == 6 && !memcmp(ix.scatter, scatter, sizeof scatter), "scatter differs from the paper's [0,1,2,0,1,3]");
+    expect(ix.n_tokens == 6 && !memcmp(ix.scatter, scatter, sizeof scatter),
+           "scatter differs from the paper's [0,1,2,0,1,3]");
     note("gather = [%d,%d,%d,%d], scatter = [%d,%d,%d,%d,%d,%d]", ix.gather[0], ix.gather[1], ix.gather[2],
          ix.gather[3], ix.scatter[0], ix.scatter[1], ix.scatter[2], ix.scatter[3], ix.scatter[4], ix.scatter[5]);
     radix_index_free(&ix);
@@ -345,9 +348,10 @@ static void test_invalid_input_rejected(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         RadixIndex ix;
         int rc = radix_index_build(&ix, cases[i].ids, cases[i].pos, cases[i].cu, cases[i].n_seqs);
-        expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc,
-               radix_error());
-        expect(!ix.gather && !ix.scatter && !ix.n_tokens, "%s: a failed build must leave the index empty", cases[i].what);
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg),
+               "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
+        expect(!ix.gather && !ix.scatter && !ix.n_tokens,
+               "%s: a failed build must leave the index empty", cases[i].what);
         note_rejected(rc, 22, cases[i].what);
     }
 }
@@ -409,7 +413,8 @@ static void test_safetensors_rejections(void) {
         {"unknown dtype", "{\"a\":{\"dtype\":\"F12\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype"},
         {"negative shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "non-negative"},
         {"duplicate names", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                            "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "duplicate tensor 'a'"},
+                            "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, "duplicate tensor 'a'"},
         {"gap between tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "a gap"},
         {"overlapping tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
@@ -490,13 +495,17 @@ static void test_half_formats_decode_exactly(void) {
 
 static void test_config_parsing(void) {
     Qwen3Config c;
-    const char *good = "{\"vocab_size\":151936,\"hidden_size\":1024,\"intermediate_size\":3072,\"num_hidden_layers\":28,"
+    const char *good = "{\"vocab_size\":151936,\"hidden_size\":1024,\"intermediate_size\":3072,"
+                       "\"num_hidden_layers\":28,"
                        "\"num_attention_heads\":16,\"num_key_value_heads\":8,\"head_dim\":128,\"rms_norm_eps\":1e-06,"
                        "\"max_position_embeddings\":40960,\"tie_word_embeddings\":true,\"rope_scaling\":null,"
-                       "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0},\"architectures\":[\"Qwen3ForCausalLM\"]}";
-    expect(rx_parse_config(&c, good, strlen(good), "config.json") == 0, "Qwen3-0.6B config rejected: %s", radix_error());
+                       "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0},"
+                       "\"architectures\":[\"Qwen3ForCausalLM\"]}";
+    expect(rx_parse_config(&c, good, strlen(good), "config.json") == 0,
+           "Qwen3-0.6B config rejected: %s", radix_error());
     expect(c.head_dim == 128 && c.n_kv_heads == 8 && c.rope_theta == 1e6 && c.tie_word_embeddings &&
-           c.max_position_embeddings == 40960, "Qwen3-0.6B config misread (head_dim %d, theta %g)", c.head_dim, c.rope_theta);
+           c.max_position_embeddings == 40960,
+           "Qwen3-0.6B config misread (head_dim %d, theta %g)", c.head_dim, c.rope_theta);
     struct { const char *what, *from, *to, *msg; } cases[] = {
         {"missing hidden_size", "\"hidden_size\":1024", "\"hidden\":1024", "missing \"hidden_size\""},
         {"zero layers", "\"num_hidden_layers\":28", "\"num_hidden_layers\":0", "num_hidden_layers"},
@@ -511,7 +520,8 @@ static void test_config_parsing(void) {
          "\"max_window_layers\" 27 < \"num_hidden_layers\" 28"},
         {"sliding layer_types", "\"rope_scaling\":null", "\"layer_types\":[\"full_attention\",\"sliding_attention\"]",
          "\"layer_types\" must be an array of num_hidden_layers (28) strings"},
-        {"hidden_act gelu", "\"rope_scaling\":null", "\"hidden_act\":\"gelu\"", "\"hidden_act\" is \"gelu\"; only \"silu\""},
+        {"hidden_act gelu", "\"rope_scaling\":null", "\"hidden_act\":\"gelu\"",
+         "\"hidden_act\" is \"gelu\"; only \"silu\""},
         {"hidden_act not a string", "\"rope_scaling\":null", "\"hidden_act\":1", "\"hidden_act\" is not a string"},
         {"attention_bias true", "\"rope_scaling\":null", "\"attention_bias\":true", "\"attention_bias\" is true"},
         {"theta zero", "\"rope_theta\":1000000.0", "\"rope_theta\":0", "rope_theta"},
@@ -522,7 +532,8 @@ static void test_config_parsing(void) {
         const char *at = strstr(good, cases[i].from);
         snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, cases[i].to, at + strlen(cases[i].from));
         int rc = rx_parse_config(&c, buf, strlen(buf), "config.json");
-        expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg),
+               "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
         note_rejected(rc, 28, cases[i].what);
     }
     /* Qwen3Config's defaults for missing keys: head_dim 128 (not hidden/heads), num_key_value_heads 32 (heads when
@@ -566,19 +577,23 @@ static void test_shard_index_names(void) {
         int n;
         snprintf(buf, sizeof buf, "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"%s\"}}", bad[i]);
         int rc = rx_parse_shard_index(buf, strlen(buf), "index.json", &shards, &n);
-        expect(rc != 0 && strstr(radix_error(), "not a plain file name"), "shard \"%s\": rc %d, '%s'", bad[i], rc, radix_error());
+        expect(rc != 0 && strstr(radix_error(), "not a plain file name"),
+               "shard \"%s\": rc %d, '%s'", bad[i], rc, radix_error());
         char what[64];
         snprintf(what, sizeof what, "shard name %s", bad[i]);
         note_rejected(rc, 31, what);
     }
-    const char *good = "{\"weight_map\":{\"a\":\"m-1.safetensors\",\"b\":\"m-2.safetensors\",\"c\":\"m-1.safetensors\"}}";
+    const char *good = "{\"weight_map\":{\"a\":\"m-1.safetensors\",\"b\":\"m-2.safetensors\","
+                       "\"c\":\"m-1.safetensors\"}}";
     char **shards;
     int n;
-    expect(rx_parse_shard_index(good, strlen(good), "index.json", &shards, &n) == 0 && n == 2, "good index: %s", radix_error());
+    expect(rx_parse_shard_index(good, strlen(good), "index.json", &shards, &n) == 0 && n == 2,
+           "good index: %s", radix_error());
     for (int i = 0; i < n; i++) free(shards[i]);
     free(shards);
     const char *none = "{\"metadata\":{}}";
-    expect(rx_parse_shard_index(none, strlen(none), "index.json", &shards, &n) != 0, "index without weight_map accepted");
+    expect(rx_parse_shard_index(none, strlen(none), "index.json", &shards, &n) != 0,
+           "index without weight_map accepted");
 }
 
 /* ---- model folders: fixtures and corrupted copies of them */
@@ -781,7 +796,8 @@ static void test_checkpoint_variants_accepted(void) {
  * fixtures/make_fixtures.py --variants; reference_matches_transformers checks their logits. */
 static void test_config_variants_load_as_transformers_reads_them(void) {
     if (!have_fixtures()) return;
-    static const char *names[] = {"tiny-own-head", "tiny-default-head-dim", "tiny-default-kv-heads", "tiny-sliding-full"};
+    static const char *names[] = {"tiny-own-head", "tiny-default-head-dim", "tiny-default-kv-heads",
+                                  "tiny-sliding-full"};
     for (int i = 0; i < 4; i++) {
         char dir[512];
         Qwen3Model m;
@@ -823,7 +839,8 @@ static void test_reference_matches_transformers(void) {
             snprintf(p, sizeof p, "%s/logits/%s-%s.f32", fixtures(), models[mi], batches[bi]);
             float *hf = (float *)read_file(p, &len);
             size_t n = (size_t)b.n_tokens * m.cfg.vocab_size;
-            expect(hf && len == n * sizeof(float), "%s: missing or not [%d, %d] float32", p, b.n_tokens, m.cfg.vocab_size);
+            expect(hf && len == n * sizeof(float),
+                   "%s: missing or not [%d, %d] float32", p, b.n_tokens, m.cfg.vocab_size);
             float *ours = (float *)malloc(n * sizeof(float)), *other = (float *)malloc(n * sizeof(float));
             if (hf && len == n * sizeof(float) && qwen3_forward_ref(&m, &b, RX_BASELINE, ours) == 0) {
                 double d, tol;
@@ -894,7 +911,8 @@ static void test_last_token_logits_and_embeddings(void) {
             char why[WHY];
             snprintf(what, sizeof what, "tiny-embedding x mixed, %s: embeddings", rx_mode_name(modes[k]));
             if (rc == 0 && k == 0) {
-                expect(close_verdict(base, hf, (size_t)S * H, 1e-4, &d, &tol, why), "%s vs transformers: %s", what, why);
+                expect(close_verdict(base, hf, (size_t)S * H, 1e-4, &d, &tol, why),
+                       "%s vs transformers: %s", what, why);
                 note("%s: max|ours - sentence-transformers' pooling| %.3g (tol %.3g)", what, d, tol);
             } else if (rc == 0 && expect_identical(what, emb, base, (size_t)S * H)) {
                 note("%s == baseline, bit for bit", what);
@@ -1055,8 +1073,10 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     uint64_t rng = 18;
     for (int c = 0; c < n_shapes; c++) {
         int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
-        float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng), *w = rand_floats((size_t)out * in, -1.0f, 1.0f, &rng);
-        float *wp = floats(rx_packed_floats(out, in)), *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
+        float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng);
+        float *w = rand_floats((size_t)out * in, -1.0f, 1.0f, &rng);
+        float *wp = floats(rx_packed_floats(out, in));
+        float *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
         RxTensor W = {0};                               /* w as the forward sees a weight: F32 [out, in] */
         W.dtype = RX_F32, W.rank = 2, W.shape[0] = out, W.shape[1] = in, W.data = w, W.nbytes = (size_t)out * in * 4;
         rx_pack_weight(wp, &W);
@@ -1379,7 +1399,8 @@ static void test_gpu_rows_by_index(void) {
     static const int shapes[][3] = {{1, 1, 8}, {3, 257, 1000}, {257, 3, 72}, {5, 9, 1001}};
     uint64_t rng = 11;
     for (int c = 0; c < 4; c++)
-        for (int elem = 2; elem <= 4; elem += 2) rows_by_index_case(shapes[c][0], shapes[c][1], shapes[c][2], elem, &rng);
+        for (int elem = 2; elem <= 4; elem += 2)
+            rows_by_index_case(shapes[c][0], shapes[c][1], shapes[c][2], elem, &rng);
 }
 
 static void rmsnorm_case(int rows, int dim, uint64_t *rng) {
@@ -1744,7 +1765,8 @@ static void test_gpu_radix_and_compact_match_baseline_table7a(void) {
         float *base = floats(n), *radix = floats(n), *comp = floats(n);
         GpuRunInfo ir, ic;
         int rc = !built || gpu_forward(g, &b, RX_BASELINE, RX_AUTO_THRESHOLD, 0, base, NULL) ||
-             gpu_forward(g, &b, RX_RADIX, RX_AUTO_THRESHOLD, 0, radix, &ir) || gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, comp, &ic);
+             gpu_forward(g, &b, RX_RADIX, RX_AUTO_THRESHOLD, 0, radix, &ir) ||
+             gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, comp, &ic);
         expect(rc == 0, "%s: %s", table7a[p].name, radix_error());
         if (rc == 0) {
             double tol, dr, dc;
@@ -1831,7 +1853,8 @@ static void test_gpu_forward_is_deterministic(void) {
     size_t n = (size_t)b.n_tokens * cfg.vocab_size;
     float *a = floats(n), *c = floats(n);
     for (int k = 0; k < 3; k++) {
-        int rc = gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, a, NULL) || gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, c, NULL);
+        int rc = gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, a, NULL) ||
+                 gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, c, NULL);
         expect(rc == 0, "%s: %s", rx_mode_name(modes[k]), radix_error());
         char what[64];
         snprintf(what, sizeof what, "%s, the same batch twice", rx_mode_name(modes[k]));
@@ -1956,7 +1979,8 @@ static void test_gpu_functions_fail_cleanly_without_device(void) {
     note_rejected(rc, 0, "gpu_rmsnorm without a device");
     expect(rc != 0, "gpu_rmsnorm succeeded without a device");
     gpu_free(NULL);
-    expect(gpu_forward(NULL, &b, RX_BASELINE, RX_AUTO_THRESHOLD, 0, NULL, NULL) != 0, "gpu_forward succeeded without a model");
+    expect(gpu_forward(NULL, &b, RX_BASELINE, RX_AUTO_THRESHOLD, 0, NULL, NULL) != 0,
+           "gpu_forward succeeded without a model");
     expect(gpu_device_name() != NULL, "gpu_device_name returned NULL");
     gpu_model_free(NULL);
     rx_batch_free(&b);
@@ -2390,7 +2414,8 @@ static void test_broken_checkpoint_corpus(void) {
         /* safetensors: every rejection of the official reader (docs/qwen3.md), then ours */
         {"file of 3 bytes", T, ST, WRITE, NULL, "abc", 0, "3 bytes, shorter than the 8-byte"},
         {"empty file", T, ST, WRITE, NULL, "", 0, "0 bytes, shorter than the 8-byte"},
-        {"header length over 100,000,000", T, ST, HEADER_LEN, NULL, NULL, 100000000, "exceeds the 100000000-byte limit"},
+        {"header length over 100,000,000", T, ST, HEADER_LEN, NULL, NULL, 100000000,
+         "exceeds the 100000000-byte limit"},
         {"header length beyond the file", T, ST, HEADER_LEN, NULL, NULL, 1000000, "points beyond the end"},
         {"header length into the JSON", T, ST, HEADER_LEN, NULL, NULL, -1000, "invalid JSON near byte 1472"},
         {"header not UTF-8 (overlong '/')", T, ST, EDIT, "\"pt\"", "\"p\xc0\xaf\"", 0, "header is not valid UTF-8"},
@@ -2401,11 +2426,14 @@ static void test_broken_checkpoint_corpus(void) {
         {"unknown dtype", T, ST, EDIT, "\"F32\"", "\"F31\"", 0, "unknown dtype \"F31\""},
         {"negative shape entry", T, ST, EDIT, "[512,64]", "[-512,64]", 0, "not a non-negative integer"},
         {"rank 9", T, ST, EDIT, "[512,64]", "[1,1,1,1,1,1,1,512,64]", 0, "rank 9, more than 8"},
-        {"shape byte size overflows", T, ST, EDIT, "[512,64]", "[512,64,4294967296,4294967296]", 0, "overflows 64 bits"},
-        {"data_offsets overflow", T, ST, EDIT, "[0,131072]", "[0,18446744073709551616]", 0, "not non-negative integers"},
+        {"shape byte size overflows", T, ST, EDIT, "[512,64]", "[512,64,4294967296,4294967296]", 0,
+         "overflows 64 bits"},
+        {"data_offsets overflow", T, ST, EDIT, "[0,131072]", "[0,18446744073709551616]", 0,
+         "not non-negative integers"},
         {"size disagrees with shape", T, ST, EDIT, "[512,64]", "[512,63]", 0, "spans 131072 bytes but its shape"},
         {"end before begin", T, ST, EDIT, "[0,131072]", "[131072,0]", 0, "end 0 before begin 131072"},
-        {"gap before a tensor", T, ST, EDIT, "[0,131072]", "[4,131076]", 0, "starts at byte 4 of the data, expected 0 (a gap)"},
+        {"gap before a tensor", T, ST, EDIT, "[0,131072]", "[4,131076]", 0,
+         "starts at byte 4 of the data, expected 0 (a gap)"},
         {"overlapping tensors", T, ST, EDIT, "[131072,131328]", "[131068,131324]", 0, "(an overlap)"},
         {"truncated data", T, ST, RESIZE, NULL, NULL, -4, "(truncated file)"},
         {"trailing bytes", T, ST, RESIZE, NULL, NULL, 4, "(trailing bytes)"},
@@ -2413,49 +2441,56 @@ static void test_broken_checkpoint_corpus(void) {
          "duplicate tensor 'model.layers.0.input_layernorm.weight'"},
         {"dtype I32 (unsupported)", T, ST, EDIT, "\"model.norm.weight\":{\"dtype\":\"F32\"",
          "\"model.norm.weight\":{\"dtype\":\"I32\"", 0, "dtype I32; only F32, F16 and BF16"},
-        {"missing tensor", T, ST, EDIT, "\"model.norm.weight\"", "\"model.norx.weight\"", 0, "missing tensor 'model.norm.weight'"},
+        {"missing tensor", T, ST, EDIT, "\"model.norm.weight\"", "\"model.norx.weight\"", 0,
+         "missing tensor 'model.norm.weight'"},
         /* config.json */
         {"config.json missing", T, CFG, REMOVE, NULL, NULL, 0, "config.json: cannot open: No such file"},
         {"config.json a directory", T, CFG, DIRECTORY, NULL, NULL, 0, "config.json: not a regular file"},
         {"config.json over 1 MiB", T, CFG, WRITE, NULL, huge, 0, "more than the 1 MiB such a file may have"},
         {"config.json nested 1000 deep", T, CFG, WRITE, NULL, deep_json(), 0, "JSON nested deeper than 64 levels"},
         {"config.json cut short", T, CFG, WRITE, NULL, "{\"vocab_size\": 512,", 0, "invalid JSON near byte 19"},
-        {"hidden_size zero", T, CFG, EDIT, "\"hidden_size\": 64", "\"hidden_size\": 0", 0, "\"hidden_size\" must be an integer in [1, 65536]"},
-        {"layers negative", T, CFG, EDIT, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2", 0, "\"num_hidden_layers\" must be"},
-        {"intermediate_size absurd", T, CFG, EDIT, "\"intermediate_size\": 128", "\"intermediate_size\": 1000000000000", 0,
-         "\"intermediate_size\" must be an integer in [1, 262144]"},
+        {"hidden_size zero", T, CFG, EDIT, "\"hidden_size\": 64", "\"hidden_size\": 0", 0,
+         "\"hidden_size\" must be an integer in [1, 65536]"},
+        {"layers negative", T, CFG, EDIT, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2", 0,
+         "\"num_hidden_layers\" must be"},
+        {"intermediate_size absurd", T, CFG, EDIT, "\"intermediate_size\": 128", "\"intermediate_size\": 1000000000000",
+         0, "\"intermediate_size\" must be an integer in [1, 262144]"},
         {"integer overflows 64 bits", T, CFG, EDIT, "\"max_position_embeddings\": 128",
          "\"max_position_embeddings\": 100000000000000000000000", 0, "\"max_position_embeddings\" must be an integer"},
         {"rope_theta overflows a double", T, CFG, EDIT, "\"rope_theta\": 1000000.0", "\"rope_theta\": 1e999", 0,
          "\"rope_theta\" must be a number in (1, 1e+12)"},
-        {"heads not a multiple of kv heads", T, CFG, EDIT, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", 0,
-         "num_attention_heads 4 is not a multiple of num_key_value_heads 3"},
+        {"heads not a multiple of kv heads", T, CFG, EDIT, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
+         0, "num_attention_heads 4 is not a multiple of num_key_value_heads 3"},
         {"vocab disagrees with the embedding", T, CFG, EDIT, "\"vocab_size\": 512", "\"vocab_size\": 600", 0,
          "shape [512, 64] but config.json implies [600, 64]"},
-        {"head_dim disagrees with q_proj", T, CFG, EDIT, "\"head_dim\": 32", "\"head_dim\": 16", 0, "but config.json implies"},
+        {"head_dim disagrees with q_proj", T, CFG, EDIT, "\"head_dim\": 32", "\"head_dim\": 16", 0,
+         "but config.json implies"},
         {"attention_bias true", T, CFG, EDIT, "\"attention_bias\": false", "\"attention_bias\": true", 0,
          "\"attention_bias\" is true; the q/k/v/o projection biases are not implemented"},
         {"hidden_act gelu", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", 0,
          "\"hidden_act\" is \"gelu\"; only \"silu\" is supported"},
-        {"hidden_act gelu_pytorch_tanh", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu_pytorch_tanh\"",
-         0, "\"hidden_act\" is \"gelu_pytorch_tanh\"; only \"silu\""},
+        {"hidden_act gelu_pytorch_tanh", T, CFG, EDIT, "\"hidden_act\": \"silu\"",
+         "\"hidden_act\": \"gelu_pytorch_tanh\"", 0, "\"hidden_act\" is \"gelu_pytorch_tanh\"; only \"silu\""},
         {"hidden_act relu", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu\"", 0,
          "\"hidden_act\" is \"relu\"; only \"silu\""},
         {"layer 1 slides (max_window_layers 1)", "tiny-sliding-full", CFG, EDIT, "\"max_window_layers\": 2",
-         "\"max_window_layers\": 1", 0, "\"use_sliding_window\" is true and \"max_window_layers\" 1 < \"num_hidden_layers\" 2"},
+         "\"max_window_layers\": 1", 0,
+         "\"use_sliding_window\" is true and \"max_window_layers\" 1 < \"num_hidden_layers\" 2"},
         {"layer_types says sliding", T, CFG, EDIT, "\"full_attention\"", "\"sliding_attention\"", 0,
          "\"layer_types\"[0] is \"sliding_attention\"; only \"full_attention\""},
         {"use_sliding_window not a bool", T, CFG, EDIT, "\"use_sliding_window\": false", "\"use_sliding_window\": 0", 0,
          "\"use_sliding_window\" must be true or false"},
-        {"untied without lm_head.weight", T, CFG, EDIT, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", 0,
-         ": missing tensor 'lm_head.weight'"},
+        {"untied without lm_head.weight", T, CFG, EDIT, "\"tie_word_embeddings\": true",
+         "\"tie_word_embeddings\": false", 0, ": missing tensor 'lm_head.weight'"},
         /* shards and their index */
         {"shard name with ../", U, IDX, EDIT, "\"model-00004", "\"../model-00004", 0, "is not a plain file name"},
         {"shard name absolute", U, IDX, EDIT, "\"model-00004-of-00004.safetensors\"", "\"/etc/passwd\"", 0,
          "\"/etc/passwd\" for tensor 'lm_head.weight' is not a plain file name"},
         {"empty weight_map", U, IDX, WRITE, NULL, "{\"weight_map\": {}}", 0, "needs a non-empty \"weight_map\" object"},
-        {"shard missing", U, SHARD, REMOVE, NULL, NULL, 0, "model-00004-of-00004.safetensors: cannot open: No such file"},
-        {"shard a directory", U, SHARD, DIRECTORY, NULL, NULL, 0, "model-00004-of-00004.safetensors: not a regular file"},
+        {"shard missing", U, SHARD, REMOVE, NULL, NULL, 0,
+         "model-00004-of-00004.safetensors: cannot open: No such file"},
+        {"shard a directory", U, SHARD, DIRECTORY, NULL, NULL, 0,
+         "model-00004-of-00004.safetensors: not a regular file"},
         {"shard unreadable (mode 000)", U, SHARD, NO_READ, NULL, NULL, 0, "cannot open: Permission denied"},
         {"tensor in two shards", U, SHARD, EDIT, "\"lm_head.weight\"", "\"model.norm.weight\"", 0,
          "tensor 'model.norm.weight' appears in both"},
@@ -2520,7 +2555,8 @@ static void test_cli(void) {
     char cmd[1024], out[16384];
     snprintf(cmd, sizeof cmd, "%s --check --model %s/tiny-untied", cli(), fixtures());
     int rc = run_cmd(cmd, out, sizeof out);
-    expect(rc == 0 && strstr(out, "every tensor the config needs is present"), "--check on a good model: rc %d\n%s", rc, out);
+    expect(rc == 0 && strstr(out, "every tensor the config needs is present"),
+           "--check on a good model: rc %d\n%s", rc, out);
     Qwen3Model m;                                        /* the parameter count, in a unit that fits */
     char want[64], path[512];
     snprintf(path, sizeof path, "%s/tiny-untied", fixtures());
@@ -2706,7 +2742,8 @@ static void test_show_index_prints_toy_example(void) {
     int rc = run_cmd(cmd, out, sizeof out);
     const char *gather = "I_gather  [N']  compact row -> its first original row = [0, 1, 2, 5]\n",
                *scatter = "I_scatter [N]   original row -> its compact row       = [0, 1, 2, 0, 1, 3]\n";
-    expect(rc == 0 && strstr(out, gather) && strstr(out, scatter) && strstr(out, "`-- c0..c1: 2 tokens @0..1  (2 seqs)"),
+    expect(rc == 0 && strstr(out, gather) && strstr(out, scatter) &&
+           strstr(out, "`-- c0..c1: 2 tokens @0..1  (2 seqs)"),
            "'%s': exit %d, want the toy example's trie, gather [0,1,2,5] and scatter [0,1,2,0,1,3]:\n%s", cmd, rc, out);
     snprintf(cmd, sizeof cmd, "%s --show-index", cli());
     int rc_bad = run_cmd(cmd, out, sizeof out);
@@ -2901,7 +2938,8 @@ static void test_bench_table5_csv(void) {
         int B, L, shared, N, Nc;   /* cpu,configuration,B,L,shared,N,N_compact,... */
         char *f = strchr(line, ',');
         f = f ? strchr(f + 1, ',') : NULL;
-        if (f && sscanf(f + 1, "%d,%d,%d,%d,%d", &B, &L, &shared, &N, &Nc) == 5 && B == 32 && L == 512 && shared == 128) {
+        if (f && sscanf(f + 1, "%d,%d,%d,%d,%d", &B, &L, &shared, &N, &Nc) == 5 &&
+            B == 32 && L == 512 && shared == 128) {
             /* a shared prefix P and B unique suffixes S: N = B(P+S), N' = P + B*S (the paper's Table 4 caption) */
             expect(N == 32 * 512 && Nc == 128 + 32 * 384, "32x512 ratio 0.25: N = %d, N' = %d, expected %d, %d", N, Nc,
                    32 * 512, 128 + 32 * 384);
@@ -2910,7 +2948,8 @@ static void test_bench_table5_csv(void) {
     }
     expect(lines >= 2 && !ragged, "the CSV has %d lines, %s", lines, ragged ? "with ragged rows" : "all of one width");
     expect(found, "no 32 x 512 ratio 0.25 row in the CSV");
-    summary("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416", lines, commas0 + 1);
+    summary("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416",
+            lines, commas0 + 1);
     free(csv);
 }
 
@@ -2966,10 +3005,11 @@ static void test_bench_replot_of_papers_table4(void) {
     for (char *p = svg; p && (p = strstr(p, "<polyline")); p++) lines++;
     for (char *p = svg; p && (p = strstr(p, "stroke-dasharray=\"7 4\" points=")); p++) dashed++;
     expect(rc == 0 && svg && lines == 2 && dashed == 2,
-           "'%s': exit %d, %d polylines (%d dashed), expected 2 dashed ones (the paper's S = 256 and 1024):\n%s", cmd, rc,
-           lines, dashed, out);
+           "'%s': exit %d, %d polylines (%d dashed), expected 2 dashed ones (the paper's S = 256 and 1024):\n%s",
+           cmd, rc, lines, dashed, out);
     expect(svg && !strstr(svg, ">radix, S =") && !strstr(svg, ">compact, S ="), "a radix or compact series was drawn");
-    note("replot of the paper's Table 4: exit %d, %d polylines (%d dashed), no radix or compact series", rc, lines, dashed);
+    note("replot of the paper's Table 4: exit %d, %d polylines (%d dashed), no radix or compact series",
+         rc, lines, dashed);
     free(svg);
     unlink(path);
 }
@@ -3399,7 +3439,8 @@ static void test_cache_lock_refs_prevent_eviction(void) {
     expect(free_b == 8 - 3 && rx_cache_lookup(c, 1, tb, 4, got) == 4, "b locks [1 2 | 3 4]: evict(all) leaves %d"
            " free (expected 5) and the prefix cached", free_b);
     expect(rx_request_admit(c, &r2) == 0 && r2.cached_len == 2, "c: cached %d, expected 2", r2.cached_len);
-    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 2\n    `-- [3 4]  page 1  lock 1\n", "the split inherits b's lock");
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 2\n    `-- [3 4]  page 1  lock 1\n",
+                "the split inherits b's lock");
     rx_request_abort(c, &b);
     int free_c = rx_cache_evict(c, 8);
     expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 1\n", "after b aborts, [3 4] is evictable, [1 2] is not");
@@ -3430,7 +3471,8 @@ static void test_cache_eviction_takes_lru_leaf_and_cascades(void) {
                 "[5 5] evicted, and [3 3], left an unlocked leaf, with it");
     expect(f1 - f0 == 1 && f2 - f1 == 2, "freed %d then %d pages, expected 1 then 2 (cascade)", f1 - f0, f2 - f1);
     expect(rx_cache_lookup(c, 1, t3, 4, (int32_t[4]){0}) == 4, "the trunk and the recent leaf stay cached");
-    note("evictions freed %d page, then %d (leaf [5 5] + its parent [3 3]); trunk [1 2] and [6 6] stay", f1 - f0, f2 - f1);
+    note("evictions freed %d page, then %d (leaf [5 5] + its parent [3 3]); trunk [1 2] and [6 6] stay",
+         f1 - f0, f2 - f1);
     audit(c, "end");
     rx_cache_free(c); rx_kv_pool_free(&pool);
 }
@@ -3638,7 +3680,8 @@ static void test_cache_random_trace_balances_refs(void) {
              " cache, %ld pages evicted; at the end %d pages held by requests, %d cached, %d free",
              rx_cache_kind_name((RxCacheKind)kind), step, counts[0], counts[1], counts[2], counts[3], counts[4], hits,
              s.evicted_pages, s.request_pages, s.cached_pages, pool.n_free);
-        expect(kind == RX_CACHE_OFF || (hits > 0 && s.evicted_pages > 0 && counts[1] > 0 && counts[3] > 0 && counts[4] > 0),
+        expect(kind == RX_CACHE_OFF ||
+               (hits > 0 && s.evicted_pages > 0 && counts[1] > 0 && counts[3] > 0 && counts[4] > 0),
                "the trace must exercise hits, evictions, waits, aborts and preemptions");
         rx_cache_free(c);
         expect(pool.n_free == pool.n_pages, "after rx_cache_free: %d of %d pages free", pool.n_free, pool.n_pages);
@@ -4308,7 +4351,8 @@ static void test_cli_requests_match_full_recomputation(void) {
         /* the stats: the header, one row per request in file order, cached tokens as the definition says */
         int rows = 0, bad = 0, cached_sum = 0;
         char *line = strtok(csv, "\n");
-        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens"), "stats header '%s'", line ? line : "");
+        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens"),
+               "stats header '%s'", line ? line : "");
         for (line = strtok(NULL, "\n"); line; line = strtok(NULL, "\n"), rows++) {
             int r, b, pt, ct;
             if (sscanf(line, "%d,%d,%d,%d", &r, &b, &pt, &ct) != 4 || r != rows || pt != lens[rows] || ct % runs[k].P ||
@@ -4340,8 +4384,8 @@ static void test_cli_requests_match_full_recomputation(void) {
                    "--show-batches: %d batch lines for %d batches, their rows %ld vs the summary's %ld\n%s", lines,
                    batches, rows_sum, total, out);
         }
-        note("%-72s max|diff| %g (tol 0), %d stats rows, %d tokens cached", runs[k].flags[0] ? runs[k].flags : "(defaults)",
-             d, rows, cached_sum);
+        note("%-72s max|diff| %g (tol 0), %d stats rows, %d tokens cached",
+             runs[k].flags[0] ? runs[k].flags : "(defaults)", d, rows, cached_sum);
         free(got); free(csv);
     }
     requests_case_free(&rq);
@@ -4353,7 +4397,8 @@ static void test_cli_requests_rejects_bad_input(void) {
     for (int i = 0; i < 129; i++) strcat(long_line, "7 ");
     strcat(long_line, "\n");
     struct { const char *what, *tokens, *flags, *msg; } cases[] = {
-        {"token id = vocab size", "1 2 3\n4 512 6\n", "", "requests.txt:2: token id 512 is outside the vocabulary [0, 512)"},
+        {"token id = vocab size", "1 2 3\n4 512 6\n", "",
+         "requests.txt:2: token id 512 is outside the vocabulary [0, 512)"},
         {"non-numeric token id", "1 2\n3 x\n", "", ":2: 'x' is not part of a token id"},
         {"empty line", "1 2\n\n3\n", "", ":2: empty line"},
         {"empty file", "", "", "no sequences"},
@@ -4372,7 +4417,8 @@ static void test_cli_requests_rejects_bad_input(void) {
     const char *bad[] = {"--prefix-cache lru", "--page-size 0", "--batch x", "--batch 1025", "--schedule sjf",
                          "--cache-pages -3", "--tokens x.txt"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s", cli(), fixtures(), dir, bad[i]);
+        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s",
+                 cli(), fixtures(), dir, bad[i]);
         int rc = run_cmd(cmd, out, sizeof out);
         expect(rc == 2 && !strncmp(out, "radixmlp: ", 10), "'%s': exit %d, expected 2\n%s", bad[i], rc, out);
         note("%-28s exit %d, %.*s", bad[i], rc, (int)strcspn(out, "\n"), out);
@@ -4407,10 +4453,11 @@ static void test_cli_show_cache_draws_splits_and_evictions(void) {
     expect(found, "'%s': exit %d, want four 'cache after batch k' drawings:\n%s", cmd, rc, out);
     if (found) {
         expect(strstr(block[0], "edges 1, pages cached 3, pages evicted so far 0") &&
-               strstr(block[0], "`-- [5 6 | 7 8 | 9 9]  pages 0 1 2  lock 0") != NULL, "after A: one edge of pages 0 1 2:\n%s",
-               block[0]);
+               strstr(block[0], "`-- [5 6 | 7 8 | 9 9]  pages 0 1 2  lock 0") != NULL,
+               "after A: one edge of pages 0 1 2:\n%s", block[0]);
         expect(strstr(block[1], "`-- [5 6 | 7 8]  pages 0 1  lock 0\n    |-- [9 9]  page 2  lock 0\n"
-                                "    `-- [4 4]  page 3  lock 0") != NULL, "after B: the split moves page 2 to [9 9]:\n%s", block[1]);
+                                "    `-- [4 4]  page 3  lock 0") != NULL,
+               "after B: the split moves page 2 to [9 9]:\n%s", block[1]);
         expect(strstr(block[2], "pages evicted so far 1") && !strstr(block[2], "[9 9]") &&
                strstr(block[2], "`-- [4 4]  page 3  lock 0\n        `-- [3 3]  page 4  lock 0"),
                "after C: [9 9] evicted (1 page), [3 3] below [4 4]:\n%s", block[2]);
@@ -4421,7 +4468,8 @@ static void test_cli_show_cache_draws_splits_and_evictions(void) {
     snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s/abcd.txt --page-size 2", cli(), fixtures(),
              dir);
     rc = run_cmd(cmd, out, sizeof out);
-    expect(rc == 0 && !strstr(out, "cache after batch"), "without --show-cache: exit %d, drawings printed:\n%s", rc, out);
+    expect(rc == 0 && !strstr(out, "cache after batch"),
+           "without --show-cache: exit %d, drawings printed:\n%s", rc, out);
     remove_dir(dir);
 }
 
@@ -4430,7 +4478,8 @@ static void test_bench_prefix_cache_csv(void) {
     char out[16384];
     int rc;
     char *csv = bench_csv("--prefix-cache --reps 1", out, sizeof out, &rc);
-    expect(rc == 0 && strstr(out, "fcfs vs lpm") && strstr(out, "add up"), "'bench --prefix-cache' exited %d:\n%s", rc, out);
+    expect(rc == 0 && strstr(out, "fcfs vs lpm") && strstr(out, "add up"),
+           "'bench --prefix-cache' exited %d:\n%s", rc, out);
     int lines = 0, ragged = 0, commas0 = -1, matched = 0;
     for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n"), lines++) {
         int commas = 0;
@@ -4443,15 +4492,19 @@ static void test_bench_prefix_cache_csv(void) {
         if (f && sscanf(f + 1, "%63[^,],%d,%d,%15[^,],%d", name, &req, &prompt, kind, &cached) == 5) {
             /* where the shapes are the nanoGPT comparison's, so are its cached tokens: 7 x 16, 23 x 24, 7 x 24,
              * 4 x 5 x 16 */
-            int theirs = !strcmp(name, "shared_prefix_basic") ? 112 : !strcmp(name, "high_reuse_many_requests") ? 552 :
-                         !strcmp(name, "branching_conversation") ? 168 : !strcmp(name, "multi_prefix_groups") ? 320 : -1;
+            int theirs = !strcmp(name, "shared_prefix_basic")      ? 112
+                       : !strcmp(name, "high_reuse_many_requests") ? 552
+                       : !strcmp(name, "branching_conversation")   ? 168
+                       : !strcmp(name, "multi_prefix_groups")      ? 320
+                                                                   : -1;
             if (theirs >= 0 && strcmp(kind, "off")) {
                 expect(cached == theirs, "%s %s: %d cached, the nanoGPT table %d", name, kind, cached, theirs);
                 matched++;
             }
         }
     }
-    expect(lines == 1 + 6 * 3 && !ragged, "the CSV has %d lines (expected 19), %s", lines, ragged ? "ragged" : "one width");
+    expect(lines == 1 + 6 * 3 && !ragged,
+           "the CSV has %d lines (expected 19), %s", lines, ragged ? "ragged" : "one width");
     expect(matched == 8, "%d hash/radix rows of the first four scenarios checked, expected 8", matched);
     summary("bench --prefix-cache: %d CSV lines; hash and radix cache 112, 552, 168, 320 tokens, as the nanoGPT table",
             lines);
@@ -4505,7 +4558,8 @@ static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, R
     RxPrefill pf = {pool, cached, tables, key};
     size_t nl = (size_t)n * V, slots = (size_t)pool->n_pages * P * W;
     float *ref = floats(nl), *out[3] = {floats(nl), floats(nl), floats(nl)};
-    float *gk_k = floats(slots), *gk_v = floats(slots), *got = floats(2 * positions * W), *want = floats(2 * positions * W);
+    float *gk_k = floats(slots), *gk_v = floats(slots);
+    float *got = floats(2 * positions * W), *want = floats(2 * positions * W);
     int rc = qwen3_prefill_ref(m, &b, &pf, RX_BASELINE, ref, NULL), rows[3] = {0, 0, 0};
     expect(rc == 0, "%s: qwen3_prefill_ref: %s", what, radix_error());
     for (int k = 0; k < 3 && rc == 0; k++) {            /* mode (turn + 1 + k) % 3 last: it leaves its K/V */
@@ -4684,8 +4738,8 @@ static void test_gpu_cli_requests_runs_on_the_gpu(void) {
     const char *flags[] = {"--page-size 4 --batch 3", "--page-size 4 --cache-pages 12 --batch 2 --mode radix",
                            "--prefix-cache hash --page-size 1 --batch 4 --mode baseline"};
     for (int k = 0; k < 3; k++) {
-        snprintf(cmd, sizeof cmd, "%s --model %s --requests %s/requests.txt --dump-logits %s %s", cli(), rq.path, rq.dir,
-                 dump, flags[k]);
+        snprintf(cmd, sizeof cmd, "%s --model %s --requests %s/requests.txt --dump-logits %s %s", cli(), rq.path,
+                 rq.dir, dump, flags[k]);
         int rc = run_cmd(cmd, out, sizeof out);
         size_t len = 0;
         float *got = rc == 0 ? (float *)read_file(dump, &len) : NULL;
@@ -5174,7 +5228,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                c.n_heads >= 1 && c.n_heads <= 1024 && c.n_kv_heads >= 1 && c.n_heads % c.n_kv_heads == 0 &&
                c.head_dim >= 2 && c.head_dim <= 1024 && c.head_dim % 2 == 0 && c.max_position_embeddings >= 1 &&
                c.rope_theta > 1 && c.rope_theta < 1e12 && c.rms_norm_eps > 0 && c.rms_norm_eps < 1,
-               "accepted vocab %d hidden %d intermediate %d layers %d heads %d/%d head_dim %d max_pos %d theta %g eps %g",
+               "accepted vocab %d hidden %d intermediate %d layers %d heads %d/%d head_dim %d max_pos %d "
+               "theta %g eps %g",
                c.vocab_size, c.hidden_size, c.intermediate_size, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
                c.max_position_embeddings, c.rope_theta, c.rms_norm_eps);
     return fuzz_done(rc, name);
@@ -5218,13 +5273,15 @@ static int32_t fuzz_i32(FuzzIn *in) {
  * back; and for small batches, equality with the brute-force oracle. */
 static void check_index(const RadixIndex *ix, const RxBatch *b, const int32_t *root_key) {
     int n = b->n_tokens, nc = ix->n_compact;
-    expect(ix->n_tokens == n && (n ? nc >= 1 && nc <= n : nc == 0), "N = %d, N' = %d for %d tokens", ix->n_tokens, nc, n);
+    expect(ix->n_tokens == n && (n ? nc >= 1 && nc <= n : nc == 0),
+           "N = %d, N' = %d for %d tokens", ix->n_tokens, nc, n);
     for (int c = 0; c < nc && !test_failed; c++)
         expect(ix->gather[c] >= 0 && ix->gather[c] < n && (c == 0 || ix->gather[c - 1] < ix->gather[c]) &&
                ix->scatter[ix->gather[c]] == c, "gather[%d] = %d: out of order, or scatter does not map it back",
                c, ix->gather[c]);
     for (int i = 0; i < n && !test_failed; i++)
-        expect(ix->scatter[i] >= 0 && ix->scatter[i] < nc, "scatter[%d] = %d is outside [0, %d)", i, ix->scatter[i], nc);
+        expect(ix->scatter[i] >= 0 && ix->scatter[i] < nc,
+               "scatter[%d] = %d is outside [0, %d)", i, ix->scatter[i], nc);
     if (!test_failed && n <= 64) check_against_keyed_oracle(ix, b, root_key, "fuzz batch");
 }
 
@@ -5251,7 +5308,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int shift = (kind >> 4 & 3) == 1 ? fuzz_byte(&in) : 0;
         for (int i = cu[s] > 0 ? cu[s] : 0; i < cu[s + 1]; i++) {
             ids[i] = kind & 8 ? fuzz_i32(&in) : fuzz_byte(&in) % (1 + (kind & 7));
-            pos[i] = (kind >> 4 & 3) == 2 ? fuzz_byte(&in) % 4 : (kind >> 4 & 3) == 3 ? fuzz_i32(&in) : i - cu[s] + shift;
+            pos[i] = (kind >> 4 & 3) == 2 ? fuzz_byte(&in) % 4
+                   : (kind >> 4 & 3) == 3 ? fuzz_i32(&in)
+                                          : i - cu[s] + shift;
         }
     }
     int32_t key[17];
