@@ -150,7 +150,10 @@ static void check_against_keyed_oracle(const RadixIndex *ix, const RxBatch *b, c
     int n = b->n_tokens, bad = 0;
     int *start = (int *)malloc(sizeof(int) * (size_t)(n + 1)), *seq = (int *)malloc(sizeof(int) * (size_t)(n + 1));
     for (int s = 0; s < b->n_seqs; s++)
-        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) start[i] = b->cu_seqlens[s], seq[i] = s;
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) {
+            start[i] = b->cu_seqlens[s];
+            seq[i] = s;
+        }
     expect(ix->n_tokens == n, "%s: n_tokens %d, expected %d", what, ix->n_tokens, n);
     int classes = 0;
     for (int i = 0; i < n && !bad; i++) {
@@ -1078,7 +1081,12 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
         float *wp = floats(rx_packed_floats(out, in));
         float *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
         RxTensor W = {0};                               /* w as the forward sees a weight: F32 [out, in] */
-        W.dtype = RX_F32, W.rank = 2, W.shape[0] = out, W.shape[1] = in, W.data = w, W.nbytes = (size_t)out * in * 4;
+        W.dtype = RX_F32;
+        W.rank = 2;
+        W.shape[0] = out;
+        W.shape[1] = in;
+        W.data = w;
+        W.nbytes = (size_t)out * in * 4;
         rx_pack_weight(wp, &W);
         rx_matmul_ref(ref, x, w, rows, in, out);
         for (int p = 0; p < 2; p++)
@@ -2086,7 +2094,8 @@ static void test_gpu_flash_attention(void) {
     for (int s = 0; s < n_seqs; s++) {
         int L = spec[s][0], p = L - (cu_q[s + 1] - cu_q[s]), want = spec[s][1] < L ? spec[s][1] : L;
         expect(p == want, "sequence %d: p_s = %d, expected %d", s, p, want);
-        fully += p == L, wrong += p != want;
+        fully += p == L;
+        wrong += p != want;
     }
     note("batch: %d sequences, N = %d, N' = %d, %d fully shared; p_s as specified in %d of %d", n_seqs, N, Nc, fully,
          n_seqs - wrong, n_seqs);
@@ -2176,7 +2185,8 @@ static void test_gpu_flash_attention_matches_naive_at_table4_shape(void) {
     round_to_bf16(q, nq), round_to_bf16(k, nkv), round_to_bf16(v, nkv);
     for (int i = 0; i < SAMPLE; i++) {   /* first and last rows, rows 63/64, 127/128, ..., random rows */
         int r = i == 0 ? 0 : i == 1 ? Nc - 1 : i < 32 ? 64 * (i / 2) - (i % 2) : rng_int(&rng, Nc);
-        rows[i] = r, orig[i] = ix.gather[r];
+        rows[i] = r;
+        orig[i] = ix.gather[r];
         memcpy(qs + (size_t)i * qd, q + (size_t)r * qd, (size_t)qd * sizeof(float));
     }
     int rc = flash_attention_on_gpu(q, k, v, got, cu_q, b.cu_seqlens, ix.scatter, B, Nc, NH, NKV, HD);
@@ -3084,10 +3094,13 @@ static void test_bench_refuses_bad_inputs_flags_and_writes(void) {
     for (int i = 0; i < n; i++) {
         char args[1024], cmd[1200], out[16384];
         size_t at = 0;
-        for (const char *c = cases[i].args; *c && at < sizeof args - 300; c++)   /* D: the folder, DN: its name */
-            if (c[0] == 'D' && c[1] == 'N') at += (size_t)snprintf(args + at, 300, "%s", strrchr(dir, '/') + 1), c++;
-            else if (*c == 'D') at += (size_t)snprintf(args + at, 300, "%s", dir);
+        for (const char *c = cases[i].args; *c && at < sizeof args - 300; c++) {   /* D: the folder, DN: its name */
+            if (c[0] == 'D' && c[1] == 'N') {
+                at += (size_t)snprintf(args + at, 300, "%s", strrchr(dir, '/') + 1);
+                c++;
+            } else if (*c == 'D') at += (size_t)snprintf(args + at, 300, "%s", dir);
             else args[at++] = *c;
+        }
         args[at] = 0;
         snprintf(cmd, sizeof cmd, "{ timeout 10 ./bench %s; } 2>&1 >/dev/null | grep -v '^bench: table 5, '", args);
         int rc = run_cmd(cmd, out, sizeof out);
@@ -3243,11 +3256,14 @@ static void test_cli_outputs_never_clobber_inputs(void) {
         char msg[1024];
         size_t at = 0, k = 0;
         write_file(dir, "t.txt", tokens, strlen(tokens));
-        for (const char *p = cases[i].args; *p && at < sizeof args - 300; p++)   /* D: dir, DN: its name, M: model */
-            if (p[0] == 'D' && p[1] == 'N') at += (size_t)snprintf(args + at, 300, "%s", strrchr(dir, '/') + 1), p++;
-            else if (*p == 'D') at += (size_t)snprintf(args + at, 300, "%s", dir);
+        for (const char *p = cases[i].args; *p && at < sizeof args - 300; p++) {   /* D: dir, DN: its name, M: model */
+            if (p[0] == 'D' && p[1] == 'N') {
+                at += (size_t)snprintf(args + at, 300, "%s", strrchr(dir, '/') + 1);
+                p++;
+            } else if (*p == 'D') at += (size_t)snprintf(args + at, 300, "%s", dir);
             else if (*p == 'M') at += (size_t)snprintf(args + at, 300, "%s", model);
             else args[at++] = *p;
+        }
         args[at] = 0;
         for (const char *p = cases[i].msg; *p && k < sizeof msg - 300; p++)
             if (*p == 'D') k += (size_t)snprintf(msg + k, 300, "%s", dir);
@@ -3558,7 +3574,10 @@ static Prefixes cached_prefixes(const RxPrefixCache *c, const Prefixes *ever, in
 
 static float fingerprint(uint64_t model, const int32_t *tokens, int n) {   /* of the history tokens[0..n) */
     uint64_t h = model * 0x9E3779B97F4A7C15ull;
-    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)tokens[i]) * 0xFF51AFD7ED558CCDull, h ^= h >> 29;
+    for (int i = 0; i < n; i++) {
+        h = (h ^ (uint64_t)(uint32_t)tokens[i]) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 29;
+    }
     return (float)(h % 1000003u);                                  /* an integer below 2^24: exact in a float */
 }
 
@@ -3622,7 +3641,10 @@ static void test_cache_random_trace_balances_refs(void) {
         Prefixes ever = {NULL, 0, 0};
         uint64_t rng = 1234 + kind;
         int bad = 0, counts[6] = {0}, hits = 0, step;
-        for (int i = 0; i < N_REQ; i++) rx_request_init(&req[i].r, req[i].tok, 0, 0), req[i].r.state = RX_REQ_FINISHED;
+        for (int i = 0; i < N_REQ; i++) {
+            rx_request_init(&req[i].r, req[i].tok, 0, 0);
+            req[i].r.state = RX_REQ_FINISHED;
+        }
         for (step = 0; step < 3000 && !bad; step++) {
             TraceReq *q = &req[rng_int(&rng, N_REQ)];
             RxRequest *r = &q->r;
@@ -3662,8 +3684,10 @@ static void test_cache_random_trace_balances_refs(void) {
                     }
                     expect(rx_request_finish(c, r) == 0, "finish: %s", radix_error());
                     counts[2]++;
-                } else if (op == 2) rx_request_abort(c, r), counts[3]++;
-                else {                                             /* preempt: abort, then wait again */
+                } else if (op == 2) {
+                    rx_request_abort(c, r);
+                    counts[3]++;
+                } else {                                             /* preempt: abort, then wait again */
                     rx_request_abort(c, r);
                     rx_request_init(r, r->tokens, r->len, r->model_id);
                     counts[4]++;
@@ -3703,7 +3727,10 @@ typedef struct { RxKvPool pool; int next_page; } TestPool;
 static int test_pool_make(TestPool *t, int n_pages, int page_size, const Qwen3Config *c) {
     RxKvPool *p = &t->pool;
     memset(t, 0, sizeof *t);
-    p->n_pages = n_pages, p->page_size = page_size, p->n_layers = c->n_layers, p->kv_dim = c->n_kv_heads * c->head_dim;
+    p->n_pages = n_pages;
+    p->page_size = page_size;
+    p->n_layers = c->n_layers;
+    p->kv_dim = c->n_kv_heads * c->head_dim;
     size_t n = (size_t)n_pages * page_size * p->n_layers * p->kv_dim;
     p->k = (float *)malloc(n * sizeof(float));
     p->v = (float *)malloc(n * sizeof(float));
@@ -3747,8 +3774,11 @@ static int pf_run(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, RxMode 
     int lens[16];
     int32_t cached[16], key[16];
     for (int s = 0; s < n; s++) {
-        seqs[s] = r[s].tok + r[s].cached, lens[s] = r[s].len - r[s].cached;
-        cached[s] = r[s].cached, key[s] = r[s].key, pages[s] = r[s].pages;
+        seqs[s] = r[s].tok + r[s].cached;
+        lens[s] = r[s].len - r[s].cached;
+        cached[s] = r[s].cached;
+        key[s] = r[s].key;
+        pages[s] = r[s].pages;
     }
     if (rx_batch_make(b, seqs, lens, n)) return -1;
     for (int s = 0; s < n; s++)                          /* the suffix continues after the cached tokens */
@@ -3763,7 +3793,10 @@ static int pf_run(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, RxMode 
 static int pf_full_logits(const Qwen3Model *m, const PfRequest *r, int n, float *last) {
     const int32_t *seqs[16];
     int lens[16], V = m->cfg.vocab_size;
-    for (int s = 0; s < n; s++) seqs[s] = r[s].tok, lens[s] = r[s].len;
+    for (int s = 0; s < n; s++) {
+        seqs[s] = r[s].tok;
+        lens[s] = r[s].len;
+    }
     RxBatch b;
     if (rx_batch_make(&b, seqs, lens, n)) return -1;
     float *all = (float *)malloc(sizeof(float) * (size_t)b.n_tokens * V);
@@ -3985,8 +4018,14 @@ static int pf_keying_case(const Qwen3Model *m, TestPool *t, PfRequest *r, int n,
             RxPrefill pf = {&t->pool, NULL, NULL, NULL};
             int32_t cached[8], key[8];
             const int32_t *pages[8];
-            for (int s = 0; s < n; s++) cached[s] = r[s].cached, key[s] = r[s].key, pages[s] = r[s].pages;
-            pf.cached_len = cached, pf.prefix_key = key, pf.pages = pages;
+            for (int s = 0; s < n; s++) {
+                cached[s] = r[s].cached;
+                key[s] = r[s].key;
+                pages[s] = r[s].pages;
+            }
+            pf.cached_len = cached;
+            pf.prefix_key = key;
+            pf.pages = pages;
             expect(rx_prefill_print(stdout, &b, &pf, rows) == 0, "rx_prefill_print: %s", radix_error());
         }
         radix_index_free(&plain);
@@ -4036,8 +4075,13 @@ static void test_same_suffix_after_same_prefix_merges(void) {
     int32_t s[5], s2[5];
     if (pf_keying_setup(&m, &t, &a, &b, s)) return;
     memcpy(s2, s, sizeof s);
-    s2[2] = s[2] % (cfg.vocab_size - 1) + 1, s2[3] = s[4], s2[4] = s[3];  /* T: shares the first 2 tokens of S */
-    r[0] = pf_continue(&a, s, 5), r[1] = pf_continue(&a, s, 5), r[2] = pf_continue(&a, s2, 5);
+    /* T: shares the first 2 tokens of S */
+    s2[2] = s[2] % (cfg.vocab_size - 1) + 1;
+    s2[3] = s[4];
+    s2[4] = s[3];
+    r[0] = pf_continue(&a, s, 5);
+    r[1] = pf_continue(&a, s, 5);
+    r[2] = pf_continue(&a, s2, 5);
     float *logits = (float *)malloc(sizeof(float) * 3 * cfg.vocab_size);
     if (pf_keying_case(&m, &t, r, 3, 8, "A+S, A+S, A+S[:2]+T", logits) == 0)    /* compared only when computed */
         expect(!memcmp(logits, logits + cfg.vocab_size, sizeof(float) * cfg.vocab_size),
@@ -4054,7 +4098,8 @@ static void test_same_suffix_after_different_prefix_not_merged(void) {
     PfRequest a, b, r[2];
     int32_t s[5];
     if (pf_keying_setup(&m, &t, &a, &b, s)) return;
-    r[0] = pf_continue(&a, s, 5), r[1] = pf_continue(&b, s, 5);
+    r[0] = pf_continue(&a, s, 5);
+    r[1] = pf_continue(&b, s, 5);
     float *logits = (float *)malloc(sizeof(float) * 2 * cfg.vocab_size);
     if (pf_keying_case(&m, &t, r, 2, 10, "A+S, B+S (A, B differ at position 1)", logits) == 0) {
         double d = max_abs_diff(logits, logits + cfg.vocab_size, (size_t)cfg.vocab_size);
@@ -4078,7 +4123,10 @@ static void test_keyed_trie_matches_bruteforce_oracle(void) {
             lens[s] = rng_int(&rng, 10);
             key[s] = rng_int(&rng, 4) - 1;                       /* -1 (nothing cached), 0, 1 or 2 */
             int start = rng_int(&rng, 2) * 4;                     /* suffixes after 0 or 4 cached tokens */
-            for (int i = 0; i < lens[s]; i++) ids[at + i] = rng_int(&rng, vocab), pos[at + i] = start + i;
+            for (int i = 0; i < lens[s]; i++) {
+                ids[at + i] = rng_int(&rng, vocab);
+                pos[at + i] = start + i;
+            }
             at += lens[s];
         }
         RxBatch b = batch_of(n_seqs, lens, ids, pos);
@@ -4086,7 +4134,8 @@ static void test_keyed_trie_matches_bruteforce_oracle(void) {
         expect(radix_index_build_keyed(&ix, b.input_ids, b.position_ids, b.cu_seqlens, n_seqs, key) == 0, "build: %s",
                radix_error());
         if (!test_failed) check_against_keyed_oracle(&ix, &b, key, "keyed batch");
-        tokens += ix.n_tokens, compact += ix.n_compact;
+        tokens += ix.n_tokens;
+        compact += ix.n_compact;
         radix_index_free(&ix);
         rx_batch_free(&b);
     }
@@ -4375,7 +4424,10 @@ static void test_cli_requests_match_full_recomputation(void) {
             for (const char *p = strstr(out, "batch 0: prefill:"); p; p = strstr(p + 1, "\nbatch ")) {
                 const char *r = strstr(p, "(N'); ");
                 int computed;
-                if (r && sscanf(r, "(N'); %d rows computed", &computed) == 1) rows_sum += computed, lines++;
+                if (r && sscanf(r, "(N'); %d rows computed", &computed) == 1) {
+                    rows_sum += computed;
+                    lines++;
+                }
             }
             const char *sum = strstr(out, "\nrequests "), *rc_line = strstr(out, "compact rows computed ");
             if (sum) sscanf(sum, "\nrequests %*d in %d batches", &batches);
@@ -4544,8 +4596,11 @@ static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, R
     int32_t cached[16], key[16];
     long positions = 0;
     for (int s = 0; s < n; s++) {
-        seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
-        cached[s] = adm[s]->cached_len, key[s] = adm[s]->prefix_key, tables[s] = adm[s]->pages;
+        seqs[s] = adm[s]->tokens + adm[s]->cached_len;
+        lens[s] = adm[s]->len - adm[s]->cached_len;
+        cached[s] = adm[s]->cached_len;
+        key[s] = adm[s]->prefix_key;
+        tables[s] = adm[s]->pages;
         positions += adm[s]->len;
         st->max_cached = cached[s] > st->max_cached ? cached[s] : st->max_cached;
         st->max_suffix = lens[s] > st->max_suffix ? lens[s] : st->max_suffix;
@@ -4624,7 +4679,8 @@ static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind
     for (int s = 0; s < NREQ; s++) {
         if (s > 0 && rng_int(&rng, 3) == 0) {
             int from = rng_int(&rng, s);
-            memcpy(tok[s], tok[from], sizeof tok[s]), len[s] = len[from];
+            memcpy(tok[s], tok[from], sizeof tok[s]);
+            len[s] = len[from];
             continue;
         }
         int j = rng_int(&rng, 2), shared = rng_int(&rng, len_max * 4 / 5 + 1);
@@ -4659,7 +4715,8 @@ static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind
         snprintf(what, sizeof what, "%s P=%d B=%d batch %d", rx_cache_kind_name(kind), P, B, turn);
         gpu_prefill_batch(m, g, gk, &pool, adm, n, turn, st, what);
         for (int s = 0; s < n; s++) {
-            st->cached += adm[s]->cached_len, st->requests++;
+            st->cached += adm[s]->cached_len;
+            st->requests++;
             if (rng_int(&rng, 4) == 0) rx_request_abort(cache, adm[s]);
             else expect(rx_request_finish(cache, adm[s]) == 0, "finish: %s", radix_error());
         }
@@ -5146,8 +5203,10 @@ int main(int argc, char **argv) {
         fflush(stdout);
         test_failed = test_skipped = 0;
         tests[i].fn();
-        if (test_failed) failed++, printf("  FAILED\n");
-        else if (test_skipped) skipped++;
+        if (test_failed) {
+            failed++;
+            printf("  FAILED\n");
+        } else if (test_skipped) skipped++;
         else passed++;
         fflush(stdout);
     }
