@@ -3224,7 +3224,8 @@ int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, 
     int32_t *d_cu_q = NULL, *d_cu_k = NULL;
     FlashTile *d_tiles = NULL;
     int n_tiles;
-    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
+    GpuKvView kv = {.k = (const bf16 *)k, .v = (const bf16 *)v, .row_stride = (int64_t)n_kv_heads * head_dim,
+                    .kv_row = kv_row};
     int rc = flash_tiles(cu_q, cu_k, n_seqs, &d_tiles, &n_tiles) || upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") ||
              upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
              flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,

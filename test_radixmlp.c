@@ -3783,7 +3783,7 @@ static int pf_run(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, RxMode 
     if (rx_batch_make(b, seqs, lens, n)) return -1;
     for (int s = 0; s < n; s++)                          /* the suffix continues after the cached tokens */
         for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) b->position_ids[i] += cached[s];
-    RxPrefill pf = {&t->pool, cached, pages, key};
+    RxPrefill pf = {.pool = &t->pool, .cached_len = cached, .pages = pages, .prefix_key = key};
     if (qwen3_prefill_ref(m, b, &pf, mode, logits, rows) == 0) return 0;
     rx_batch_free(b);
     return -1;
@@ -4015,7 +4015,7 @@ static int pf_keying_case(const Qwen3Model *m, TestPool *t, PfRequest *r, int n,
             note("%s: N = %d new tokens after %d cached, N' = %d (an unkeyed trie: %d), logits vs full "
                  "recomputation: max|diff| %g", what, b.n_tokens, r[0].cached * n, rows, plain.n_compact, d);
             printf("    ");
-            RxPrefill pf = {&t->pool, NULL, NULL, NULL};
+            RxPrefill pf = {.pool = &t->pool, .cached_len = NULL, .pages = NULL, .prefix_key = NULL};
             int32_t cached[8], key[8];
             const int32_t *pages[8];
             for (int s = 0; s < n; s++) {
@@ -4182,7 +4182,7 @@ static void test_prefill_rejects_bad_inputs(void) {
             for (int j = 0; j < 3; j++) b.position_ids[3 * s + j] = (s ? cases[i].cached[1] : cases[i].pos0) + j;
         const int32_t *pages[2] = {cases[i].p0, cases[i].p1};
         t.pool.n_layers = cases[i].layers;
-        RxPrefill pf = {&t.pool, cases[i].cached, pages, cases[i].key};
+        RxPrefill pf = {.pool = &t.pool, .cached_len = cases[i].cached, .pages = pages, .prefix_key = cases[i].key};
         int rc = qwen3_prefill_ref(&m, &b, &pf, RX_COMPACT, logits, NULL);
         expect(rc != 0 && strstr(radix_error(), cases[i].msg) && !strchr(radix_error(), '\n'),
                "%s: rc %d, '%s' lacks '%s'", cases[i].what, rc, radix_error(), cases[i].msg);
@@ -4610,7 +4610,7 @@ static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, R
     if (rx_batch_make(&b, seqs, lens, n)) { expect(0, "rx_batch_make: %s", radix_error()); return; }
     for (int s = 0; s < n; s++)
         for (int i = b.cu_seqlens[s]; i < b.cu_seqlens[s + 1]; i++) b.position_ids[i] += cached[s];
-    RxPrefill pf = {pool, cached, tables, key};
+    RxPrefill pf = {.pool = pool, .cached_len = cached, .pages = tables, .prefix_key = key};
     size_t nl = (size_t)n * V, slots = (size_t)pool->n_pages * P * W;
     float *ref = floats(nl), *out[3] = {floats(nl), floats(nl), floats(nl)};
     float *gk_k = floats(slots), *gk_v = floats(slots);
@@ -5051,7 +5051,7 @@ static void test_gpu_device_memory_returns_to_where_it_started(void) {
         for (int i = 0; i < 4; i++) pages[i / 2][i % 2] = rx_kv_page_alloc(&pool);
         const int32_t *tables[2] = {pages[0], pages[1]}, *seqs[2] = {seq0, seq1}, *bads[2] = {seq0, bad};
         int lens[2] = {6, 3}, bad_lens[2] = {6, 2};
-        RxPrefill pf = {&pool, cached, tables, key};
+        RxPrefill pf = {.pool = &pool, .cached_len = cached, .pages = tables, .prefix_key = key};
         RxBatch b, bb;
         float logits[2 * 512];
         int rc = rx_batch_make(&b, seqs, lens, 2) || rx_batch_make(&bb, bads, bad_lens, 2);
