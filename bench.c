@@ -333,7 +333,8 @@ static int time_index_select(int rows_in, int dim, int rows_out, int elem, int r
         return 1;
     }
     for (int r = 0; r < rows_out; r++) idx[r] = (int32_t)(((uint32_t)r * 2654435761u) % (uint32_t)rows_in);
-    a.rows = rows_out, a.bytes = (size_t)dim * elem;
+    a.rows = rows_out;
+    a.bytes = (size_t)dim * elem;
     copy.bytes = rows_out * a.bytes;
     rc = upload_random(&a.in, (size_t)rows_in * dim, elem, 1.0f, SEED);
     rc = rc || gpu_upload(&a.idx, idx, rows_out * sizeof *idx) || gpu_upload(&a.out, NULL, copy.bytes) ||
@@ -354,7 +355,10 @@ static int time_gemm(GpuModel *g, int m, int n, int k, int reps, double *ms)
 {
     Kernel a = {0};
     int rc;
-    a.g = g, a.rows = m, a.n = n, a.k = k;
+    a.g = g;
+    a.rows = m;
+    a.n = n;
+    a.k = k;
     rc = upload_random(&a.in, (size_t)m * k, 2, 1.0f, SEED + 1) ||
          upload_random(&a.w, (size_t)n * k, 2, 1.0f / sqrtf((float)k), SEED + 2);
     rc = rc || gpu_upload(&a.out, NULL, (size_t)m * n * 2) || gpu_time_median(run_gemm, &a, reps, ms);
@@ -535,8 +539,14 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
         if (next) *next++ = '\0';
         line[strcspn(line, "\r")] = '\0';
         if (!line[0] || line[0] == '#') continue;   /* blank lines and comments (what the file is, where from) */
-        field[0] = line, nf = 1;
-        for (char *c = line; *c && nf < 64; c++) if (*c == ',') *c = '\0', field[nf++] = c + 1;
+        field[0] = line;
+        nf = 1;
+        for (char *c = line; *c && nf < 64; c++) {
+            if (*c == ',') {
+                *c = '\0';
+                field[nf++] = c + 1;
+            }
+        }
         if (header) {   /* find the columns by name */
             for (int k = 0; k < NCOL; k++) {
                 at[k] = -1;
@@ -971,7 +981,8 @@ static int prefix_cache_tables(int reps, int gpu)
     printf(" A random Qwen3 of fixtures/tiny-bf16's shape\n(vocab 512, hidden 64, 2 layers); page size %d, batch 1, "
            "fcfs, mode compact; median of %d runs.\n\n", PC_PAGE, reps);
     table_begin(g ? "Part II: six radix vs hash scenarios, off vs hash vs radix (GPU timings)"
-                  : "Part II: six radix vs hash scenarios, off vs hash vs radix (CPU timings)", cols, 14, g ? "gpu" : "cpu");
+                  : "Part II: six radix vs hash scenarios, off vs hash vs radix (CPU timings)",
+                cols, 14, g ? "gpu" : "cpu");
     for (size_t si = 0; si < sizeof SCENARIOS / sizeof *SCENARIOS; si++) {
         const CacheScenario *sc = &SCENARIOS[si];
         Requests r = scenario_requests(sc->n_req, sc->n_groups, sc->prefix, 0, sc->unique, 0, SEED + si);
@@ -980,8 +991,15 @@ static int prefix_cache_tables(int reps, int gpu)
         double ms[3];
         fprintf(stderr, "bench: prefix cache, %s\n", sc->name);
         for (int k = 0; k < 3; k++)
-            o[k] = (RxServeOptions){KINDS[k], PC_PAGE, sc->pool_pages, 1, 0, RX_COMPACT, 1, NULL, NULL, g};
-        if (serve_rounds(&m, &r, o, 3, reps, st, ms)) { requests_free(&r); gpu_model_free(g); qwen3_free(&m); return 1; }
+            o[k] = (RxServeOptions){.cache = KINDS[k], .page_size = PC_PAGE, .n_pages = sc->pool_pages, .batch = 1,
+                                    .lpm = 0, .mode = RX_COMPACT, .model_id = 1, .trace = NULL, .show_cache = NULL,
+                                    .gpu = g};
+        if (serve_rounds(&m, &r, o, 3, reps, st, ms)) {
+            requests_free(&r);
+            gpu_model_free(g);
+            qwen3_free(&m);
+            return 1;
+        }
         for (int k = 0; k < 3; k++) {
             Row row = {0};
             const double *theirs = KINDS[k] == RX_CACHE_OFF ? NULL : sc->nanogpt[KINDS[k] == RX_CACHE_RADIX];
@@ -1003,7 +1021,8 @@ static int prefix_cache_tables(int reps, int gpu)
            "cache comparison (github.com/czhou578/multimodal-inference-visualizer, nanogpt-radix-tree-.py: a\n"
            "57K-parameter model on a CPU, 4-token blocks), and its hit rates count other things: radix, the share\n"
            "of requests that hit at all (7 of 8 = 87.5%%); flat, the share of block lookups that hit (28 of 36 =\n"
-           "77.8%%). Its cached tokens are comparable, and ours equal them where the shapes are its. Evictions: pages whose\n"
+           "77.8%%). Its cached tokens are comparable, and ours equal them where the shapes are its. "
+           "Evictions: pages whose\n"
            "cache reference was dropped. eviction_pressure: 6 groups of 4 requests arriving group after group, a pool\n"
            "of 14 pages (its 8-block cache plus one running request's 6 pages). x off > 1 here because\n"
            "%s dominates; in the nanoGPT comparison the cache's overhead did.\n\n",
@@ -1020,20 +1039,30 @@ static int prefix_cache_tables(int reps, int gpu)
     RxServeStats sst[8];
     double sms[8];
     for (int k = 0; k < 8; k++)                            /* hash, radix x fcfs, lpm x batch 1, 6 */
-        so[k] = (RxServeOptions){KINDS[1 + k / 4], PC_PAGE, 8 + 6 * (k % 2 ? 6 : 1), k % 2 ? 6 : 1, k / 2 % 2,
-                                 RX_COMPACT, 1, NULL, NULL, g};
-    if (serve_rounds(&m, &r, so, 8, reps, sst, sms)) { requests_free(&r); gpu_model_free(g); qwen3_free(&m); return 1; }
+        so[k] = (RxServeOptions){.cache = KINDS[1 + k / 4], .page_size = PC_PAGE, .n_pages = 8 + 6 * (k % 2 ? 6 : 1),
+                                 .batch = k % 2 ? 6 : 1, .lpm = k / 2 % 2, .mode = RX_COMPACT, .model_id = 1,
+                                 .trace = NULL, .show_cache = NULL, .gpu = g};
+    if (serve_rounds(&m, &r, so, 8, reps, sst, sms)) {
+        requests_free(&r);
+        gpu_model_free(g);
+        qwen3_free(&m);
+        return 1;
+    }
     for (int k = 0; k < 8; k++) {
         Row row = {0};
-        cell(&row, "round-robin"); cell(&row, "%s", rx_cache_kind_name(so[k].cache));
-        cell(&row, "%s, batch %d", so[k].lpm ? "lpm" : "fcfs", so[k].batch); cell(&row, "%ld", sst[k].cached_tokens);
-        cell(&row, "%.1f%%", 100.0 * sst[k].cached_tokens / sst[k].prompt_tokens); cell(&row, "%ld", sst[k].evicted_pages);
+        cell(&row, "round-robin");
+        cell(&row, "%s", rx_cache_kind_name(so[k].cache));
+        cell(&row, "%s, batch %d", so[k].lpm ? "lpm" : "fcfs", so[k].batch);
+        cell(&row, "%ld", sst[k].cached_tokens);
+        cell(&row, "%.1f%%", 100.0 * sst[k].cached_tokens / sst[k].prompt_tokens);
+        cell(&row, "%ld", sst[k].evicted_pages);
         cell(&row, "%.2f", sms[k]);
         table_row(&row, "");
     }
     requests_free(&r);
     printf("\nThe pool is 8 pages plus 6 per request of the batch. lpm sorts the waiting requests by their cached\n"
-           "prefix before each batch: the tree is walked depth first, and a group's prompt is reused while cached.\n\n");
+           "prefix before each batch: the tree is walked depth first, and a group's prompt is reused while "
+           "cached.\n\n");
 
     static const Col mix_cols[] = {{"cache", "cache"}, {"mode", "mode"}, {"N (prompt tok)", "prompt_tokens"},
         {"cached tok", "cached_tokens"}, {"rows computed", "rows"}, {"ms", "ms"}, {"tok/s", "tok_s"},
@@ -1045,7 +1074,9 @@ static int prefix_cache_tables(int reps, int gpu)
     RxServeStats mst[4];
     double mms[4];
     for (int k = 0; k < 4; k++)                            /* off, radix x baseline, compact */
-        mo[k] = (RxServeOptions){KINDS[k / 2 * 2], 16, 0, 8, 0, k % 2 ? RX_COMPACT : RX_BASELINE, 1, NULL, NULL, g};
+        mo[k] = (RxServeOptions){.cache = KINDS[k / 2 * 2], .page_size = 16, .n_pages = 0, .batch = 8, .lpm = 0,
+                                 .mode = k % 2 ? RX_COMPACT : RX_BASELINE, .model_id = 1, .trace = NULL,
+                                 .show_cache = NULL, .gpu = g};
     if (serve_rounds(&m, &r, mo, 4, reps, mst, mms)) { requests_free(&r); gpu_model_free(g); qwen3_free(&m); return 1; }
     for (int k = 0; k < 4; k++) {
         Row row = {0};
@@ -1163,7 +1194,10 @@ static void print_cpu(void)
     FILE *f = fopen("/proc/cpuinfo", "r");
     cpu_name(name, sizeof name);
     while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "cpu MHz", 7) && strchr(line, ':')) { csv_safe(mhz, sizeof mhz, strchr(line, ':') + 2); break; }
+        if (!strncmp(line, "cpu MHz", 7) && strchr(line, ':')) {
+            csv_safe(mhz, sizeof mhz, strchr(line, ':') + 2);
+            break;
+        }
     if (f) fclose(f);
     printf("device: CPU %s, %s MHz, the C reference on %d thread%s (OMP_NUM_THREADS)\n\n", name, mhz, rx_threads(0),
            rx_threads(0) > 1 ? "s" : "");
@@ -1208,10 +1242,16 @@ static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, doubl
         for (int k = 0; k < 3 && !rc; k++) {
             double t0 = now_s(), c0 = cpu_s();
             rc = qwen3_forward_ref_last(m, b, MODES[k], r >= 0 ? logits : logits + k * n, NULL) != 0;
-            if (r >= 0) t[k * reps + r] = 1e3 * (now_s() - t0), c[k * reps + r] = 1e3 * (cpu_s() - c0);
-            if (rc) fprintf(stderr, "bench: qwen3_forward_ref_last (%s) failed: %s\n", rx_mode_name(MODES[k]), radix_error());
+            if (r >= 0) {
+                t[k * reps + r] = 1e3 * (now_s() - t0);
+                c[k * reps + r] = 1e3 * (cpu_s() - c0);
+            }
+            if (rc)
+                fprintf(stderr, "bench: qwen3_forward_ref_last (%s) failed: %s\n", rx_mode_name(MODES[k]),
+                        radix_error());
             if (!rc && r < 0 && (rx_max_abs_diff(logits + k * n, NULL, n, &bad), bad < n)) {
-                fprintf(stderr, "bench: the %s forward produced a non-finite logit: not timed\n", rx_mode_name(MODES[k]));
+                fprintf(stderr, "bench: the %s forward produced a non-finite logit: not timed\n",
+                        rx_mode_name(MODES[k]));
                 rc = 1;
             }
             if (!rc && r < 0 && k > 0 && memcmp(logits + k * n, logits, n * sizeof *logits)) {
@@ -1292,7 +1332,10 @@ static int cpu_matmul_rate(int quick)
                 double t0 = now_s(), c0 = cpu_s();
                 if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
                 else rx_matmul_packed_ref(y, x, wp, n_rows, in, out);
-                if (r >= 0) t[r] = now_s() - t0, c[r] = cpu_s() - c0;
+                if (r >= 0) {
+                    t[r] = now_s() - t0;
+                    c[r] = cpu_s() - c0;
+                }
             }
             char what[80];
             snprintf(what, sizeof what, "%s, %s", v ? "tiled (rx_matmul_packed_ref)" : "definition (rx_matmul_ref)",
@@ -1318,7 +1361,10 @@ static const PaperT4 *paper_t4_nearest(double gamma, double *paper_gamma)
     for (size_t i = 0; i < sizeof PAPER_T4 / sizeof *PAPER_T4; i++) {
         const PaperT4 *p = &PAPER_T4[i];
         double g = (p->P + 32.0 * p->S) / (32.0 * (p->P + p->S));
-        if (!best || fabs(g - gamma) < fabs(*paper_gamma - gamma)) best = p, *paper_gamma = g;
+        if (!best || fabs(g - gamma) < fabs(*paper_gamma - gamma)) {
+            best = p;
+            *paper_gamma = g;
+        }
     }
     return best;
 }
@@ -1367,8 +1413,10 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
             rx_batch_free(&b);
         }
     qwen3_free(&m);
-    printf("\nx = baseline ms / mode ms: wall time of one forward (qwen3_forward_ref_last, logits of the B last tokens),"
-           " medians of %d rounds after a warm-up (CPU ms: the process's CPU time, all threads);\nradix and compact logits equal baseline bit for bit (checked). The paper's columns: "
+    printf("\nx = baseline ms / mode ms: wall time of one forward (qwen3_forward_ref_last, "
+           "logits of the B last tokens),"
+           " medians of %d rounds after a warm-up (CPU ms: the process's CPU time, all threads);\n"
+           "radix and compact logits equal baseline bit for bit (checked). The paper's columns: "
            "the row of its Table 4 (Qwen3-4B, H100,\nfp16, B = 32) with the nearest gamma = N'/N, the paper's "
            "numbers, not a measurement of this code.\n\n", reps);
     return 0;
@@ -1416,7 +1464,11 @@ static int cpu_table2(const ModelSpec *only, int reps, int quick)
                   *o = malloc((size_t)N * QD * sizeof *o);
             int32_t *start = malloc((size_t)N * sizeof *start);
             double t[16];
-            if (!q || !kv || !o || !start) { fprintf(stderr, "bench: out of host memory\n"); rx_batch_free(&b); return 1; }
+            if (!q || !kv || !o || !start) {
+                fprintf(stderr, "bench: out of host memory\n");
+                rx_batch_free(&b);
+                return 1;
+            }
             for (size_t i = 0; i < (size_t)N * QD; i++) q[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
             for (size_t i = 0; i < (size_t)N * KVD; i++) kv[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
             for (int s = 0; s < b.n_seqs; s++)
@@ -1459,7 +1511,8 @@ static int write_cpu_svg(const char *path, const Point *pt, int n, int B, const 
     if (!f) { fprintf(stderr, "bench: cannot write %s: %s\n", path, strerror(errno)); return 1; }
     for (int i = 0; i < n; i++) {
         double c = (double)B * (pt[i].P + pt[i].S) / (pt[i].P + B * pt[i].S);
-        xmax = fmax(xmax, ceil(c)), ymax = fmax(ymax, ceil(fmax(pt[i].radix, pt[i].compact)));
+        xmax = fmax(xmax, ceil(c));
+        ymax = fmax(ymax, ceil(fmax(pt[i].radix, pt[i].compact)));
     }
 #define SX(v) (X0 + ((v) - 1.0) / (xmax - 1.0) * (X1 - X0))
 #define SY(v) (Y1 - (v) / ymax * (Y1 - Y0))

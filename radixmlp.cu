@@ -726,7 +726,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
 int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
                      const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
                      int n_heads, int n_kv_heads, int head_dim) {
-    KvView kv = {k, v, (size_t)n_kv_heads * head_dim, kv_row};
+    KvView kv = {.k = k, .v = v, .row_stride = (size_t)n_kv_heads * head_dim, .kv_row = kv_row};
     return attention_ref(q, &kv, out, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
 }
 
@@ -1519,7 +1519,10 @@ static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_
         const float rescale = exp2f(m_run[r] - base);          /* 1 exactly when the max did not move */
         m_run[r] = mx;
         l_run[r] *= rescale;
-        for (int n = 0; n < DT; n++) o[n][2 * r] *= rescale, o[n][2 * r + 1] *= rescale;
+        for (int n = 0; n < DT; n++) {
+            o[n][2 * r] *= rescale;
+            o[n][2 * r + 1] *= rescale;
+        }
         for (int n = 0; n < NT; n++)
             for (int e = 2 * r; e < 2 * r + 2; e++) {
                 sc[n][e] = exp2f(sc[n][e] - base);             /* masked: 2^-inf = 0 exactly */
@@ -1597,8 +1600,10 @@ static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q,
         int i = m0 + 16 * warp + g + 8 * r;
         if (i >= Lq) continue;
         bf16 *orow = out + (q0 + i) * q_stride + h * D + 2 * tq;
-        for (int n = 0; n < DT; n++)
-            orow[8 * n] = to_bf16(o[n][2 * r] / l), orow[8 * n + 1] = to_bf16(o[n][2 * r + 1] / l);
+        for (int n = 0; n < DT; n++) {
+            orow[8 * n] = to_bf16(o[n][2 * r] / l);
+            orow[8 * n + 1] = to_bf16(o[n][2 * r + 1] / l);
+        }
     }
 }
 /* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
@@ -1628,7 +1633,7 @@ static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, Fla
         int Lq = cu_q[s + 1] - cu_q[s], Lk = cu_k[s + 1] - cu_k[s];
         for (int m = 0; m * FLASH_BM < Lq; m++) {
             int key_end = Lk - Lq + (Lq < (m + 1) * FLASH_BM ? Lq : (m + 1) * FLASH_BM);
-            FlashTile ft = {s, m, (key_end + FLASH_BN - 1) / FLASH_BN};
+            FlashTile ft = {.seq = s, .tile = m, .key_tiles = (key_end + FLASH_BN - 1) / FLASH_BN};
             t[n++] = ft;
         }
     }
@@ -2305,7 +2310,10 @@ static int32_t radix_walk_split(RxPrefixCache *c, uint64_t model_id, const int32
 
 static void radix_touch(RxPrefixCache *c, int32_t id, int lock_delta) {   /* the path id..root: LRU and locks */
     c->clock++;
-    for (; id >= 0; id = c->node[id].parent) c->node[id].last_use = c->clock, c->node[id].lock += lock_delta;
+    for (; id >= 0; id = c->node[id].parent) {
+        c->node[id].last_use = c->clock;
+        c->node[id].lock += lock_delta;
+    }
 }
 
 static int radix_insert(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, const int32_t *pages) {
@@ -2554,7 +2562,10 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
     }
     int32_t *first = (int32_t *)malloc((size_t)c->cap_nodes * 2 * sizeof(int32_t) + 1), *next = first + c->cap_nodes;
     if (!first) { fprintf(out, "(out of memory drawing the cache)\n"); return; }
-    for (int32_t i = 0; i < c->cap_nodes; i++) first[i] = c->node[i].child, next[i] = c->node[i].sibling;
+    for (int32_t i = 0; i < c->cap_nodes; i++) {
+        first[i] = c->node[i].child;
+        next[i] = c->node[i].sibling;
+    }
     for (int32_t r = 0; r < c->cap_nodes; r++)                  /* each root, one tree per model */
         if (c->node[r].used && c->node[r].parent < 0) {
             fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
@@ -3221,7 +3232,8 @@ int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, 
     int32_t *d_cu_q = NULL, *d_cu_k = NULL;
     FlashTile *d_tiles = NULL;
     int n_tiles;
-    GpuKvView kv = {(const bf16 *)k, (const bf16 *)v, (int64_t)n_kv_heads * head_dim, kv_row};
+    GpuKvView kv = {.k = (const bf16 *)k, .v = (const bf16 *)v, .row_stride = (int64_t)n_kv_heads * head_dim,
+                    .kv_row = kv_row};
     int rc = flash_tiles(cu_q, cu_k, n_seqs, &d_tiles, &n_tiles) || upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") ||
              upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
              flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,
@@ -3768,7 +3780,8 @@ static int st_tile(const uint8_t *buf, uint64_t buf_len, const char *file, RxTen
     }
     if (at != buf_len)
         return rx_fail("%s: the tensors cover %llu data bytes but the file holds %llu (%s)", file,
-                       (unsigned long long)at, (unsigned long long)buf_len, at < buf_len ? "trailing bytes" : "truncated file");
+                       (unsigned long long)at, (unsigned long long)buf_len,
+                       at < buf_len ? "trailing bytes" : "truncated file");
     qsort(t, (size_t)n, sizeof *t, tensor_name_cmp);
     for (int i = 1; i < n; i++)
         if (!strcmp(t[i].name, t[i - 1].name)) return rx_fail("%s: duplicate tensor '%s'", file, t[i].name);
@@ -3943,9 +3956,15 @@ int rx_parse_shard_index(const char *json, size_t len, const char *file, char **
     if (wm < 0 || j.v[wm].type != J_OBJ || j.v[wm].count == 0) {
         rx_fail("%s: needs a non-empty \"weight_map\" object", file); goto done;
     }
-    if (!(out = (char **)calloc((size_t)j.v[wm].count, sizeof *out))) { rx_fail("%s: out of host memory", file); goto done; }
+    if (!(out = (char **)calloc((size_t)j.v[wm].count, sizeof *out))) {
+        rx_fail("%s: out of host memory", file);
+        goto done;
+    }
     for (int m = j.v[wm].child; m >= 0; m = j.v[m].next) {
-        if (j.v[m].type != J_STR) { rx_fail("%s: weight_map entry '%s' is not a file name", file, jkey(&j, m)); goto done; }
+        if (j.v[m].type != J_STR) {
+            rx_fail("%s: weight_map entry '%s' is not a file name", file, jkey(&j, m));
+            goto done;
+        }
         const char *s = jstr(&j, m);
         if (!s[0] || strchr(s, '/') || strchr(s, '\\') || !strcmp(s, ".") || !strcmp(s, "..") ||
             strlen(s) != j.v[m].str_len) {
@@ -4003,7 +4022,11 @@ static int map_file(MappedFile *mf, const char *path, size_t max_bytes, int copy
         if (!mf->map || got < 0) { close(fd); unmap_file(mf); return rx_fail("%s: cannot read it", path); }
     } else if (mf->len) {       /* mmap of 0 bytes fails; an empty file is rejected by the parser instead */
         mf->map = mmap(NULL, mf->len, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (mf->map == MAP_FAILED) { mf->map = NULL; close(fd); return rx_fail("%s: mmap failed: %s", path, strerror(errno)); }
+        if (mf->map == MAP_FAILED) {
+            mf->map = NULL;
+            close(fd);
+            return rx_fail("%s: mmap failed: %s", path, strerror(errno));
+        }
     }
     close(fd);
     if (!(mf->path = strdup(path))) { unmap_file(mf); return rx_fail("%s: out of host memory", path); }
@@ -4064,7 +4087,8 @@ static int bind(const Qwen3Model *m, const char *where, const char *prefix, cons
     const RxTensor *t = find_tensor(m, full);
     if (!t) return rx_fail("%s: missing tensor '%s'", where, full);
     if (t->dtype == RX_OTHER_DTYPE)
-        return rx_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", t->file, full, t->dtype_name);
+        return rx_fail("%s: tensor '%s' has dtype %s; only F32, F16 and BF16 are supported", t->file, full,
+                       t->dtype_name);
     if (t->rank != (d1 ? 2 : 1) || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
         char got[128] = "", want[64];
         for (int i = 0; i < t->rank; i++)
@@ -4081,7 +4105,9 @@ static int bind(const Qwen3Model *m, const char *where, const char *prefix, cons
 static int bind_model(Qwen3Model *m, const char *where) {
     const Qwen3Config *c = &m->cfg;
     /* Qwen3ForCausalLM writes "model.layers..."; Qwen3-Embedding checkpoints use flat names "layers...". */
-    const char *pre = find_tensor(m, "model.embed_tokens.weight") ? "model." : find_tensor(m, "embed_tokens.weight") ? "" : "model.";
+    const char *pre = find_tensor(m, "model.embed_tokens.weight") ? "model."
+                    : find_tensor(m, "embed_tokens.weight")       ? ""
+                                                                  : "model.";
     int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim;
     if (!(m->layers = (Qwen3Layer *)calloc((size_t)c->n_layers, sizeof *m->layers)))
         return rx_fail("out of host memory");
@@ -4192,7 +4218,8 @@ int qwen3_load(Qwen3Model *m, const char *dir) {
     qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
     for (int i = 1; i < m->n_tensors; i++)
         if (!strcmp(m->tensors[i].name, m->tensors[i - 1].name)) {
-            rx_fail("tensor '%s' appears in both %s and %s", m->tensors[i].name, m->tensors[i - 1].file, m->tensors[i].file);
+            rx_fail("tensor '%s' appears in both %s and %s", m->tensors[i].name, m->tensors[i - 1].file,
+                    m->tensors[i].file);
             goto fail;
         }
     if (bind_model(m, dir)) goto fail;
@@ -4244,7 +4271,9 @@ static uint64_t rx_rand(uint64_t *s) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static float rx_uniform(uint64_t *s, float lo, float hi) { return lo + (hi - lo) * (float)((rx_rand(s) >> 40) * 0x1.0p-24); }
+static float rx_uniform(uint64_t *s, float lo, float hi) {
+    return lo + (hi - lo) * (float)((rx_rand(s) >> 40) * 0x1.0p-24);
+}
 
 /* A random fp32 model in memory, with the tensor names of a real checkpoint, so the rest of the code cannot tell
  * (gpu_model_random uploads this same model, rounded to bf16). Matrices ~ U(-1/sqrt(in), 1/sqrt(in)) keep
@@ -4265,9 +4294,14 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *c, uint64_t seed) {
     int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
             in = c->intermediate_size, v = c->vocab_size;
     struct { const char *name; int64_t d0, d1; } per_layer[] = {
-        {"input_layernorm.weight", h, 0}, {"self_attn.q_proj.weight", q, h}, {"self_attn.k_proj.weight", kv, h},
-        {"self_attn.v_proj.weight", kv, h}, {"self_attn.o_proj.weight", h, q}, {"self_attn.q_norm.weight", c->head_dim, 0},
-        {"self_attn.k_norm.weight", c->head_dim, 0}, {"post_attention_layernorm.weight", h, 0},
+        {"input_layernorm.weight", h, 0},
+        {"self_attn.q_proj.weight", q, h},
+        {"self_attn.k_proj.weight", kv, h},
+        {"self_attn.v_proj.weight", kv, h},
+        {"self_attn.o_proj.weight", h, q},
+        {"self_attn.q_norm.weight", c->head_dim, 0},
+        {"self_attn.k_norm.weight", c->head_dim, 0},
+        {"post_attention_layernorm.weight", h, 0},
         {"mlp.gate_proj.weight", in, h}, {"mlp.up_proj.weight", in, h}, {"mlp.down_proj.weight", h, in},
     };
     int n_per = (int)(sizeof per_layer / sizeof per_layer[0]);
@@ -4384,7 +4418,10 @@ int rx_batch_read(RxBatch *b, const char *path) {
                 if (pass) { b->input_ids[at] = (int32_t)v; b->position_ids[at] = count; at++; }
                 count++;
             }
-            if (!count) { rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line); goto done; }
+            if (!count) {
+                rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line);
+                goto done;
+            }
             if (pass) b->cu_seqlens[++s] = at;
             else { n_seqs++; n_tok += count; }
             p = eol + 1;
@@ -4459,7 +4496,8 @@ static double cpu_ms(void) {   /* CPU time of this process, in ms */
     return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
 }
 /* *d = max|got - ref| and *rel = *d / max|ref| over two [n / row_len, row_len] outputs; a NaN or Inf in either: -1. */
-static int compare(const float *got, const float *ref, size_t n, int row_len, const char *what, double *d, double *rel) {
+static int compare(const float *got, const float *ref, size_t n, int row_len, const char *what, double *d,
+                   double *rel) {
     size_t bad;
     *d = rx_max_abs_diff(got, ref, n, &bad);
     if (bad < n)
@@ -4514,7 +4552,11 @@ static int demo(void) {
     RxBatch b;
     RadixIndex ix;
     if (rx_batch_make(&b, ptrs, lens, 4)) { qwen3_free(&m); return -1; }
-    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) { rx_batch_free(&b); qwen3_free(&m); return -1; }
+    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
+        rx_batch_free(&b);
+        qwen3_free(&m);
+        return -1;
+    }
     print_batch_stats(&b, &ix, 1);
     size_t n = (size_t)b.n_tokens * cfg.vocab_size;
     float *ref = (float *)malloc(n * sizeof(float)), *logits = (float *)malloc(n * sizeof(float));
@@ -4550,12 +4592,13 @@ static int demo(void) {
     }
     printf("\n");
     if (!gpu_available())
-        printf("GPU: not used: %s.\n     Only the C reference ran; with a GPU the demo also runs the CUDA forward in each "
-               "mode.\n", radix_error());
+        printf("GPU: not used: %s.\n"
+               "     Only the C reference ran; with a GPU the demo also runs the CUDA forward in each mode.\n",
+               radix_error());
     else if (gpu_model_upload(&g, &m)) goto done;
     else printf("GPU forward on %s (bf16 weights, fp32 accumulation):\n", gpu_device_name());
     for (int mode = RX_BASELINE; g && mode <= RX_COMPACT; mode++) {      /* every mode on the GPU against ref */
-        GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
+        GpuRunInfo info = {.mode = RX_BASELINE, .n_tokens = 0, .n_compact = 0, .index_ms = 0.0, .forward_ms = 0.0};
         double d, rel;
         char what[64];
         snprintf(what, sizeof what, "the GPU logits (%s)", rx_mode_name((RxMode)mode));
@@ -4675,11 +4718,14 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
     print_batch_stats(&b, &ix, 0);
-    const int rows = last_only || embed ? b.n_seqs : b.n_tokens, cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
-    const char *what = embed ? "embeddings [n_seqs, hidden]" : last_only ? "logits [n_seqs, vocab]" : "logits [N, vocab]";
+    const int rows = last_only || embed ? b.n_seqs : b.n_tokens;
+    const int cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
+    const char *what = embed     ? "embeddings [n_seqs, hidden]"
+                     : last_only ? "logits [n_seqs, vocab]"
+                                 : "logits [N, vocab]";
     if (!(logits = (float *)rx_alloc((size_t)rows * cols * sizeof(float), what))) goto done;
     if (!force_cpu && gpu_available()) {
-        GpuRunInfo info = {RX_BASELINE, 0, 0, 0.0, 0.0};
+        GpuRunInfo info = {.mode = RX_BASELINE, .n_tokens = 0, .n_compact = 0, .index_ms = 0.0, .forward_ms = 0.0};
         if (gpu_model_upload(&g, &m)) goto done;
         if (embed ? gpu_embed(g, &b, mode, RX_AUTO_THRESHOLD, logits, &info)
                   : gpu_forward(g, &b, mode, RX_AUTO_THRESHOLD, last_only, logits, &info)) goto done;
@@ -4733,8 +4779,10 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         rx_fail("out of host memory for %d requests", n);
         goto done;
     }
-    for (int s = 0; s < n; s++)
-        seqs[s] = file.input_ids + file.cu_seqlens[s], lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
+    for (int s = 0; s < n; s++) {
+        seqs[s] = file.input_ids + file.cu_seqlens[s];
+        lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
+    }
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
     if (rx_batch_check(&file, &m.cfg, path)) goto done;
@@ -4771,11 +4819,12 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
            "tokens)\n",
            n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
            100.0 * st.cached_tokens / st.prompt_tokens);
-    printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, pages in use by the cache %d of %d\n",
+    printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, "
+           "pages in use by the cache %d of %d\n",
            st.rows_computed, st.prompt_tokens - st.cached_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
     if (st.request_pages || st.held_after_flush) {
-        rx_fail("%d pages held by requests at the end, %d pages not free after the final flush: a leak", st.request_pages,
-                st.held_after_flush);
+        rx_fail("%d pages held by requests at the end, %d pages not free after the final flush: a leak",
+                st.request_pages, st.held_after_flush);
         goto done;
     }
     printf("after the final flush: 0 pages held by requests, all %d pages free (no leak)\n", st.pool_pages);

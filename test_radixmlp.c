@@ -86,10 +86,12 @@ static double mean_abs_diff(const float *a, const float *b, size_t n) {
 static int nonfinite(const float *got, const float *ref, size_t n, char *why) {
     size_t bad;
     rx_max_abs_diff(got, ref, n, &bad);
-    if (bad < n) snprintf(why, WHY, "element %zu is %g, the other side %g: a NaN or Inf never passes", bad, got[bad], ref[bad]);
+    if (bad < n)
+        snprintf(why, WHY, "element %zu is %g, the other side %g: a NaN or Inf never passes", bad, got[bad], ref[bad]);
     return bad < n;
 }
-static int close_verdict(const float *got, const float *ref, size_t n, double tol_rel, double *d, double *tol, char *why) {
+static int close_verdict(const float *got, const float *ref, size_t n, double tol_rel, double *d, double *tol,
+                         char *why) {
     *d = max_abs_diff(got, ref, n);
     *tol = tol_rel * max_abs(ref, n);
     if (nonfinite(got, ref, n, why)) return 0;
@@ -148,7 +150,10 @@ static void check_against_keyed_oracle(const RadixIndex *ix, const RxBatch *b, c
     int n = b->n_tokens, bad = 0;
     int *start = (int *)malloc(sizeof(int) * (size_t)(n + 1)), *seq = (int *)malloc(sizeof(int) * (size_t)(n + 1));
     for (int s = 0; s < b->n_seqs; s++)
-        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) start[i] = b->cu_seqlens[s], seq[i] = s;
+        for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) {
+            start[i] = b->cu_seqlens[s];
+            seq[i] = s;
+        }
     expect(ix->n_tokens == n, "%s: n_tokens %d, expected %d", what, ix->n_tokens, n);
     int classes = 0;
     for (int i = 0; i < n && !bad; i++) {
@@ -175,8 +180,8 @@ static void check_against_keyed_oracle(const RadixIndex *ix, const RxBatch *b, c
             classes++;
         }
     }
-    if (!bad) expect(ix->n_compact == classes, "%s: N' = %d, the oracle finds %d distinct histories", what, ix->n_compact,
-                     classes);
+    if (!bad) expect(ix->n_compact == classes, "%s: N' = %d, the oracle finds %d distinct histories", what,
+                     ix->n_compact, classes);
     free(start); free(seq);
 }
 
@@ -204,7 +209,8 @@ static void test_toy_example_matches_paper(void) {
     RadixIndex ix;
     expect(radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, 2) == 0, "build: %s", radix_error());
     expect(ix.n_compact == 4 && !memcmp(ix.gather, gather, sizeof gather), "gather differs from the paper's [0,1,2,5]");
-    expect(ix.n_tokens == 6 && !memcmp(ix.scatter, scatter, sizeof scatter), "scatter differs from the paper's [0,1,2,0,1,3]");
+    expect(ix.n_tokens == 6 && !memcmp(ix.scatter, scatter, sizeof scatter),
+           "scatter differs from the paper's [0,1,2,0,1,3]");
     note("gather = [%d,%d,%d,%d], scatter = [%d,%d,%d,%d,%d,%d]", ix.gather[0], ix.gather[1], ix.gather[2],
          ix.gather[3], ix.scatter[0], ix.scatter[1], ix.scatter[2], ix.scatter[3], ix.scatter[4], ix.scatter[5]);
     radix_index_free(&ix);
@@ -345,9 +351,10 @@ static void test_invalid_input_rejected(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         RadixIndex ix;
         int rc = radix_index_build(&ix, cases[i].ids, cases[i].pos, cases[i].cu, cases[i].n_seqs);
-        expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc,
-               radix_error());
-        expect(!ix.gather && !ix.scatter && !ix.n_tokens, "%s: a failed build must leave the index empty", cases[i].what);
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg),
+               "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
+        expect(!ix.gather && !ix.scatter && !ix.n_tokens,
+               "%s: a failed build must leave the index empty", cases[i].what);
         note_rejected(rc, 22, cases[i].what);
     }
 }
@@ -409,7 +416,8 @@ static void test_safetensors_rejections(void) {
         {"unknown dtype", "{\"a\":{\"dtype\":\"F12\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype"},
         {"negative shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "non-negative"},
         {"duplicate names", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                            "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "duplicate tensor 'a'"},
+                            "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+         8, "duplicate tensor 'a'"},
         {"gap between tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "a gap"},
         {"overlapping tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
@@ -490,13 +498,17 @@ static void test_half_formats_decode_exactly(void) {
 
 static void test_config_parsing(void) {
     Qwen3Config c;
-    const char *good = "{\"vocab_size\":151936,\"hidden_size\":1024,\"intermediate_size\":3072,\"num_hidden_layers\":28,"
+    const char *good = "{\"vocab_size\":151936,\"hidden_size\":1024,\"intermediate_size\":3072,"
+                       "\"num_hidden_layers\":28,"
                        "\"num_attention_heads\":16,\"num_key_value_heads\":8,\"head_dim\":128,\"rms_norm_eps\":1e-06,"
                        "\"max_position_embeddings\":40960,\"tie_word_embeddings\":true,\"rope_scaling\":null,"
-                       "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0},\"architectures\":[\"Qwen3ForCausalLM\"]}";
-    expect(rx_parse_config(&c, good, strlen(good), "config.json") == 0, "Qwen3-0.6B config rejected: %s", radix_error());
+                       "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0},"
+                       "\"architectures\":[\"Qwen3ForCausalLM\"]}";
+    expect(rx_parse_config(&c, good, strlen(good), "config.json") == 0,
+           "Qwen3-0.6B config rejected: %s", radix_error());
     expect(c.head_dim == 128 && c.n_kv_heads == 8 && c.rope_theta == 1e6 && c.tie_word_embeddings &&
-           c.max_position_embeddings == 40960, "Qwen3-0.6B config misread (head_dim %d, theta %g)", c.head_dim, c.rope_theta);
+           c.max_position_embeddings == 40960,
+           "Qwen3-0.6B config misread (head_dim %d, theta %g)", c.head_dim, c.rope_theta);
     struct { const char *what, *from, *to, *msg; } cases[] = {
         {"missing hidden_size", "\"hidden_size\":1024", "\"hidden\":1024", "missing \"hidden_size\""},
         {"zero layers", "\"num_hidden_layers\":28", "\"num_hidden_layers\":0", "num_hidden_layers"},
@@ -511,7 +523,8 @@ static void test_config_parsing(void) {
          "\"max_window_layers\" 27 < \"num_hidden_layers\" 28"},
         {"sliding layer_types", "\"rope_scaling\":null", "\"layer_types\":[\"full_attention\",\"sliding_attention\"]",
          "\"layer_types\" must be an array of num_hidden_layers (28) strings"},
-        {"hidden_act gelu", "\"rope_scaling\":null", "\"hidden_act\":\"gelu\"", "\"hidden_act\" is \"gelu\"; only \"silu\""},
+        {"hidden_act gelu", "\"rope_scaling\":null", "\"hidden_act\":\"gelu\"",
+         "\"hidden_act\" is \"gelu\"; only \"silu\""},
         {"hidden_act not a string", "\"rope_scaling\":null", "\"hidden_act\":1", "\"hidden_act\" is not a string"},
         {"attention_bias true", "\"rope_scaling\":null", "\"attention_bias\":true", "\"attention_bias\" is true"},
         {"theta zero", "\"rope_theta\":1000000.0", "\"rope_theta\":0", "rope_theta"},
@@ -522,7 +535,8 @@ static void test_config_parsing(void) {
         const char *at = strstr(good, cases[i].from);
         snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, cases[i].to, at + strlen(cases[i].from));
         int rc = rx_parse_config(&c, buf, strlen(buf), "config.json");
-        expect(rc != 0 && strstr(radix_error(), cases[i].msg), "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg),
+               "%s: rc %d, message '%s'", cases[i].what, rc, radix_error());
         note_rejected(rc, 28, cases[i].what);
     }
     /* Qwen3Config's defaults for missing keys: head_dim 128 (not hidden/heads), num_key_value_heads 32 (heads when
@@ -566,19 +580,23 @@ static void test_shard_index_names(void) {
         int n;
         snprintf(buf, sizeof buf, "{\"metadata\":{\"total_size\":4},\"weight_map\":{\"w\":\"%s\"}}", bad[i]);
         int rc = rx_parse_shard_index(buf, strlen(buf), "index.json", &shards, &n);
-        expect(rc != 0 && strstr(radix_error(), "not a plain file name"), "shard \"%s\": rc %d, '%s'", bad[i], rc, radix_error());
+        expect(rc != 0 && strstr(radix_error(), "not a plain file name"),
+               "shard \"%s\": rc %d, '%s'", bad[i], rc, radix_error());
         char what[64];
         snprintf(what, sizeof what, "shard name %s", bad[i]);
         note_rejected(rc, 31, what);
     }
-    const char *good = "{\"weight_map\":{\"a\":\"m-1.safetensors\",\"b\":\"m-2.safetensors\",\"c\":\"m-1.safetensors\"}}";
+    const char *good = "{\"weight_map\":{\"a\":\"m-1.safetensors\",\"b\":\"m-2.safetensors\","
+                       "\"c\":\"m-1.safetensors\"}}";
     char **shards;
     int n;
-    expect(rx_parse_shard_index(good, strlen(good), "index.json", &shards, &n) == 0 && n == 2, "good index: %s", radix_error());
+    expect(rx_parse_shard_index(good, strlen(good), "index.json", &shards, &n) == 0 && n == 2,
+           "good index: %s", radix_error());
     for (int i = 0; i < n; i++) free(shards[i]);
     free(shards);
     const char *none = "{\"metadata\":{}}";
-    expect(rx_parse_shard_index(none, strlen(none), "index.json", &shards, &n) != 0, "index without weight_map accepted");
+    expect(rx_parse_shard_index(none, strlen(none), "index.json", &shards, &n) != 0,
+           "index without weight_map accepted");
 }
 
 /* ---- model folders: fixtures and corrupted copies of them */
@@ -781,7 +799,8 @@ static void test_checkpoint_variants_accepted(void) {
  * fixtures/make_fixtures.py --variants; reference_matches_transformers checks their logits. */
 static void test_config_variants_load_as_transformers_reads_them(void) {
     if (!have_fixtures()) return;
-    static const char *names[] = {"tiny-own-head", "tiny-default-head-dim", "tiny-default-kv-heads", "tiny-sliding-full"};
+    static const char *names[] = {"tiny-own-head", "tiny-default-head-dim", "tiny-default-kv-heads",
+                                  "tiny-sliding-full"};
     for (int i = 0; i < 4; i++) {
         char dir[512];
         Qwen3Model m;
@@ -823,7 +842,8 @@ static void test_reference_matches_transformers(void) {
             snprintf(p, sizeof p, "%s/logits/%s-%s.f32", fixtures(), models[mi], batches[bi]);
             float *hf = (float *)read_file(p, &len);
             size_t n = (size_t)b.n_tokens * m.cfg.vocab_size;
-            expect(hf && len == n * sizeof(float), "%s: missing or not [%d, %d] float32", p, b.n_tokens, m.cfg.vocab_size);
+            expect(hf && len == n * sizeof(float),
+                   "%s: missing or not [%d, %d] float32", p, b.n_tokens, m.cfg.vocab_size);
             float *ours = (float *)malloc(n * sizeof(float)), *other = (float *)malloc(n * sizeof(float));
             if (hf && len == n * sizeof(float) && qwen3_forward_ref(&m, &b, RX_BASELINE, ours) == 0) {
                 double d, tol;
@@ -894,7 +914,8 @@ static void test_last_token_logits_and_embeddings(void) {
             char why[WHY];
             snprintf(what, sizeof what, "tiny-embedding x mixed, %s: embeddings", rx_mode_name(modes[k]));
             if (rc == 0 && k == 0) {
-                expect(close_verdict(base, hf, (size_t)S * H, 1e-4, &d, &tol, why), "%s vs transformers: %s", what, why);
+                expect(close_verdict(base, hf, (size_t)S * H, 1e-4, &d, &tol, why),
+                       "%s vs transformers: %s", what, why);
                 note("%s: max|ours - sentence-transformers' pooling| %.3g (tol %.3g)", what, d, tol);
             } else if (rc == 0 && expect_identical(what, emb, base, (size_t)S * H)) {
                 note("%s == baseline, bit for bit", what);
@@ -1055,10 +1076,17 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     uint64_t rng = 18;
     for (int c = 0; c < n_shapes; c++) {
         int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
-        float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng), *w = rand_floats((size_t)out * in, -1.0f, 1.0f, &rng);
-        float *wp = floats(rx_packed_floats(out, in)), *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
+        float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng);
+        float *w = rand_floats((size_t)out * in, -1.0f, 1.0f, &rng);
+        float *wp = floats(rx_packed_floats(out, in));
+        float *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
         RxTensor W = {0};                               /* w as the forward sees a weight: F32 [out, in] */
-        W.dtype = RX_F32, W.rank = 2, W.shape[0] = out, W.shape[1] = in, W.data = w, W.nbytes = (size_t)out * in * 4;
+        W.dtype = RX_F32;
+        W.rank = 2;
+        W.shape[0] = out;
+        W.shape[1] = in;
+        W.data = w;
+        W.nbytes = (size_t)out * in * 4;
         rx_pack_weight(wp, &W);
         rx_matmul_ref(ref, x, w, rows, in, out);
         for (int p = 0; p < 2; p++)
@@ -1379,7 +1407,8 @@ static void test_gpu_rows_by_index(void) {
     static const int shapes[][3] = {{1, 1, 8}, {3, 257, 1000}, {257, 3, 72}, {5, 9, 1001}};
     uint64_t rng = 11;
     for (int c = 0; c < 4; c++)
-        for (int elem = 2; elem <= 4; elem += 2) rows_by_index_case(shapes[c][0], shapes[c][1], shapes[c][2], elem, &rng);
+        for (int elem = 2; elem <= 4; elem += 2)
+            rows_by_index_case(shapes[c][0], shapes[c][1], shapes[c][2], elem, &rng);
 }
 
 static void rmsnorm_case(int rows, int dim, uint64_t *rng) {
@@ -1744,7 +1773,8 @@ static void test_gpu_radix_and_compact_match_baseline_table7a(void) {
         float *base = floats(n), *radix = floats(n), *comp = floats(n);
         GpuRunInfo ir, ic;
         int rc = !built || gpu_forward(g, &b, RX_BASELINE, RX_AUTO_THRESHOLD, 0, base, NULL) ||
-             gpu_forward(g, &b, RX_RADIX, RX_AUTO_THRESHOLD, 0, radix, &ir) || gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, comp, &ic);
+             gpu_forward(g, &b, RX_RADIX, RX_AUTO_THRESHOLD, 0, radix, &ir) ||
+             gpu_forward(g, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, comp, &ic);
         expect(rc == 0, "%s: %s", table7a[p].name, radix_error());
         if (rc == 0) {
             double tol, dr, dc;
@@ -1831,7 +1861,8 @@ static void test_gpu_forward_is_deterministic(void) {
     size_t n = (size_t)b.n_tokens * cfg.vocab_size;
     float *a = floats(n), *c = floats(n);
     for (int k = 0; k < 3; k++) {
-        int rc = gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, a, NULL) || gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, c, NULL);
+        int rc = gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, a, NULL) ||
+                 gpu_forward(g, &b, modes[k], RX_AUTO_THRESHOLD, 0, c, NULL);
         expect(rc == 0, "%s: %s", rx_mode_name(modes[k]), radix_error());
         char what[64];
         snprintf(what, sizeof what, "%s, the same batch twice", rx_mode_name(modes[k]));
@@ -1956,7 +1987,8 @@ static void test_gpu_functions_fail_cleanly_without_device(void) {
     note_rejected(rc, 0, "gpu_rmsnorm without a device");
     expect(rc != 0, "gpu_rmsnorm succeeded without a device");
     gpu_free(NULL);
-    expect(gpu_forward(NULL, &b, RX_BASELINE, RX_AUTO_THRESHOLD, 0, NULL, NULL) != 0, "gpu_forward succeeded without a model");
+    expect(gpu_forward(NULL, &b, RX_BASELINE, RX_AUTO_THRESHOLD, 0, NULL, NULL) != 0,
+           "gpu_forward succeeded without a model");
     expect(gpu_device_name() != NULL, "gpu_device_name returned NULL");
     gpu_model_free(NULL);
     rx_batch_free(&b);
@@ -2062,7 +2094,8 @@ static void test_gpu_flash_attention(void) {
     for (int s = 0; s < n_seqs; s++) {
         int L = spec[s][0], p = L - (cu_q[s + 1] - cu_q[s]), want = spec[s][1] < L ? spec[s][1] : L;
         expect(p == want, "sequence %d: p_s = %d, expected %d", s, p, want);
-        fully += p == L, wrong += p != want;
+        fully += p == L;
+        wrong += p != want;
     }
     note("batch: %d sequences, N = %d, N' = %d, %d fully shared; p_s as specified in %d of %d", n_seqs, N, Nc, fully,
          n_seqs - wrong, n_seqs);
@@ -2152,7 +2185,8 @@ static void test_gpu_flash_attention_matches_naive_at_table4_shape(void) {
     round_to_bf16(q, nq), round_to_bf16(k, nkv), round_to_bf16(v, nkv);
     for (int i = 0; i < SAMPLE; i++) {   /* first and last rows, rows 63/64, 127/128, ..., random rows */
         int r = i == 0 ? 0 : i == 1 ? Nc - 1 : i < 32 ? 64 * (i / 2) - (i % 2) : rng_int(&rng, Nc);
-        rows[i] = r, orig[i] = ix.gather[r];
+        rows[i] = r;
+        orig[i] = ix.gather[r];
         memcpy(qs + (size_t)i * qd, q + (size_t)r * qd, (size_t)qd * sizeof(float));
     }
     int rc = flash_attention_on_gpu(q, k, v, got, cu_q, b.cu_seqlens, ix.scatter, B, Nc, NH, NKV, HD);
@@ -2390,7 +2424,8 @@ static void test_broken_checkpoint_corpus(void) {
         /* safetensors: every rejection of the official reader (docs/qwen3.md), then ours */
         {"file of 3 bytes", T, ST, WRITE, NULL, "abc", 0, "3 bytes, shorter than the 8-byte"},
         {"empty file", T, ST, WRITE, NULL, "", 0, "0 bytes, shorter than the 8-byte"},
-        {"header length over 100,000,000", T, ST, HEADER_LEN, NULL, NULL, 100000000, "exceeds the 100000000-byte limit"},
+        {"header length over 100,000,000", T, ST, HEADER_LEN, NULL, NULL, 100000000,
+         "exceeds the 100000000-byte limit"},
         {"header length beyond the file", T, ST, HEADER_LEN, NULL, NULL, 1000000, "points beyond the end"},
         {"header length into the JSON", T, ST, HEADER_LEN, NULL, NULL, -1000, "invalid JSON near byte 1472"},
         {"header not UTF-8 (overlong '/')", T, ST, EDIT, "\"pt\"", "\"p\xc0\xaf\"", 0, "header is not valid UTF-8"},
@@ -2401,11 +2436,14 @@ static void test_broken_checkpoint_corpus(void) {
         {"unknown dtype", T, ST, EDIT, "\"F32\"", "\"F31\"", 0, "unknown dtype \"F31\""},
         {"negative shape entry", T, ST, EDIT, "[512,64]", "[-512,64]", 0, "not a non-negative integer"},
         {"rank 9", T, ST, EDIT, "[512,64]", "[1,1,1,1,1,1,1,512,64]", 0, "rank 9, more than 8"},
-        {"shape byte size overflows", T, ST, EDIT, "[512,64]", "[512,64,4294967296,4294967296]", 0, "overflows 64 bits"},
-        {"data_offsets overflow", T, ST, EDIT, "[0,131072]", "[0,18446744073709551616]", 0, "not non-negative integers"},
+        {"shape byte size overflows", T, ST, EDIT, "[512,64]", "[512,64,4294967296,4294967296]", 0,
+         "overflows 64 bits"},
+        {"data_offsets overflow", T, ST, EDIT, "[0,131072]", "[0,18446744073709551616]", 0,
+         "not non-negative integers"},
         {"size disagrees with shape", T, ST, EDIT, "[512,64]", "[512,63]", 0, "spans 131072 bytes but its shape"},
         {"end before begin", T, ST, EDIT, "[0,131072]", "[131072,0]", 0, "end 0 before begin 131072"},
-        {"gap before a tensor", T, ST, EDIT, "[0,131072]", "[4,131076]", 0, "starts at byte 4 of the data, expected 0 (a gap)"},
+        {"gap before a tensor", T, ST, EDIT, "[0,131072]", "[4,131076]", 0,
+         "starts at byte 4 of the data, expected 0 (a gap)"},
         {"overlapping tensors", T, ST, EDIT, "[131072,131328]", "[131068,131324]", 0, "(an overlap)"},
         {"truncated data", T, ST, RESIZE, NULL, NULL, -4, "(truncated file)"},
         {"trailing bytes", T, ST, RESIZE, NULL, NULL, 4, "(trailing bytes)"},
@@ -2413,49 +2451,56 @@ static void test_broken_checkpoint_corpus(void) {
          "duplicate tensor 'model.layers.0.input_layernorm.weight'"},
         {"dtype I32 (unsupported)", T, ST, EDIT, "\"model.norm.weight\":{\"dtype\":\"F32\"",
          "\"model.norm.weight\":{\"dtype\":\"I32\"", 0, "dtype I32; only F32, F16 and BF16"},
-        {"missing tensor", T, ST, EDIT, "\"model.norm.weight\"", "\"model.norx.weight\"", 0, "missing tensor 'model.norm.weight'"},
+        {"missing tensor", T, ST, EDIT, "\"model.norm.weight\"", "\"model.norx.weight\"", 0,
+         "missing tensor 'model.norm.weight'"},
         /* config.json */
         {"config.json missing", T, CFG, REMOVE, NULL, NULL, 0, "config.json: cannot open: No such file"},
         {"config.json a directory", T, CFG, DIRECTORY, NULL, NULL, 0, "config.json: not a regular file"},
         {"config.json over 1 MiB", T, CFG, WRITE, NULL, huge, 0, "more than the 1 MiB such a file may have"},
         {"config.json nested 1000 deep", T, CFG, WRITE, NULL, deep_json(), 0, "JSON nested deeper than 64 levels"},
         {"config.json cut short", T, CFG, WRITE, NULL, "{\"vocab_size\": 512,", 0, "invalid JSON near byte 19"},
-        {"hidden_size zero", T, CFG, EDIT, "\"hidden_size\": 64", "\"hidden_size\": 0", 0, "\"hidden_size\" must be an integer in [1, 65536]"},
-        {"layers negative", T, CFG, EDIT, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2", 0, "\"num_hidden_layers\" must be"},
-        {"intermediate_size absurd", T, CFG, EDIT, "\"intermediate_size\": 128", "\"intermediate_size\": 1000000000000", 0,
-         "\"intermediate_size\" must be an integer in [1, 262144]"},
+        {"hidden_size zero", T, CFG, EDIT, "\"hidden_size\": 64", "\"hidden_size\": 0", 0,
+         "\"hidden_size\" must be an integer in [1, 65536]"},
+        {"layers negative", T, CFG, EDIT, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2", 0,
+         "\"num_hidden_layers\" must be"},
+        {"intermediate_size absurd", T, CFG, EDIT, "\"intermediate_size\": 128", "\"intermediate_size\": 1000000000000",
+         0, "\"intermediate_size\" must be an integer in [1, 262144]"},
         {"integer overflows 64 bits", T, CFG, EDIT, "\"max_position_embeddings\": 128",
          "\"max_position_embeddings\": 100000000000000000000000", 0, "\"max_position_embeddings\" must be an integer"},
         {"rope_theta overflows a double", T, CFG, EDIT, "\"rope_theta\": 1000000.0", "\"rope_theta\": 1e999", 0,
          "\"rope_theta\" must be a number in (1, 1e+12)"},
-        {"heads not a multiple of kv heads", T, CFG, EDIT, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3", 0,
-         "num_attention_heads 4 is not a multiple of num_key_value_heads 3"},
+        {"heads not a multiple of kv heads", T, CFG, EDIT, "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3",
+         0, "num_attention_heads 4 is not a multiple of num_key_value_heads 3"},
         {"vocab disagrees with the embedding", T, CFG, EDIT, "\"vocab_size\": 512", "\"vocab_size\": 600", 0,
          "shape [512, 64] but config.json implies [600, 64]"},
-        {"head_dim disagrees with q_proj", T, CFG, EDIT, "\"head_dim\": 32", "\"head_dim\": 16", 0, "but config.json implies"},
+        {"head_dim disagrees with q_proj", T, CFG, EDIT, "\"head_dim\": 32", "\"head_dim\": 16", 0,
+         "but config.json implies"},
         {"attention_bias true", T, CFG, EDIT, "\"attention_bias\": false", "\"attention_bias\": true", 0,
          "\"attention_bias\" is true; the q/k/v/o projection biases are not implemented"},
         {"hidden_act gelu", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", 0,
          "\"hidden_act\" is \"gelu\"; only \"silu\" is supported"},
-        {"hidden_act gelu_pytorch_tanh", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu_pytorch_tanh\"",
-         0, "\"hidden_act\" is \"gelu_pytorch_tanh\"; only \"silu\""},
+        {"hidden_act gelu_pytorch_tanh", T, CFG, EDIT, "\"hidden_act\": \"silu\"",
+         "\"hidden_act\": \"gelu_pytorch_tanh\"", 0, "\"hidden_act\" is \"gelu_pytorch_tanh\"; only \"silu\""},
         {"hidden_act relu", T, CFG, EDIT, "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu\"", 0,
          "\"hidden_act\" is \"relu\"; only \"silu\""},
         {"layer 1 slides (max_window_layers 1)", "tiny-sliding-full", CFG, EDIT, "\"max_window_layers\": 2",
-         "\"max_window_layers\": 1", 0, "\"use_sliding_window\" is true and \"max_window_layers\" 1 < \"num_hidden_layers\" 2"},
+         "\"max_window_layers\": 1", 0,
+         "\"use_sliding_window\" is true and \"max_window_layers\" 1 < \"num_hidden_layers\" 2"},
         {"layer_types says sliding", T, CFG, EDIT, "\"full_attention\"", "\"sliding_attention\"", 0,
          "\"layer_types\"[0] is \"sliding_attention\"; only \"full_attention\""},
         {"use_sliding_window not a bool", T, CFG, EDIT, "\"use_sliding_window\": false", "\"use_sliding_window\": 0", 0,
          "\"use_sliding_window\" must be true or false"},
-        {"untied without lm_head.weight", T, CFG, EDIT, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false", 0,
-         ": missing tensor 'lm_head.weight'"},
+        {"untied without lm_head.weight", T, CFG, EDIT, "\"tie_word_embeddings\": true",
+         "\"tie_word_embeddings\": false", 0, ": missing tensor 'lm_head.weight'"},
         /* shards and their index */
         {"shard name with ../", U, IDX, EDIT, "\"model-00004", "\"../model-00004", 0, "is not a plain file name"},
         {"shard name absolute", U, IDX, EDIT, "\"model-00004-of-00004.safetensors\"", "\"/etc/passwd\"", 0,
          "\"/etc/passwd\" for tensor 'lm_head.weight' is not a plain file name"},
         {"empty weight_map", U, IDX, WRITE, NULL, "{\"weight_map\": {}}", 0, "needs a non-empty \"weight_map\" object"},
-        {"shard missing", U, SHARD, REMOVE, NULL, NULL, 0, "model-00004-of-00004.safetensors: cannot open: No such file"},
-        {"shard a directory", U, SHARD, DIRECTORY, NULL, NULL, 0, "model-00004-of-00004.safetensors: not a regular file"},
+        {"shard missing", U, SHARD, REMOVE, NULL, NULL, 0,
+         "model-00004-of-00004.safetensors: cannot open: No such file"},
+        {"shard a directory", U, SHARD, DIRECTORY, NULL, NULL, 0,
+         "model-00004-of-00004.safetensors: not a regular file"},
         {"shard unreadable (mode 000)", U, SHARD, NO_READ, NULL, NULL, 0, "cannot open: Permission denied"},
         {"tensor in two shards", U, SHARD, EDIT, "\"lm_head.weight\"", "\"model.norm.weight\"", 0,
          "tensor 'model.norm.weight' appears in both"},
@@ -2520,7 +2565,8 @@ static void test_cli(void) {
     char cmd[1024], out[16384];
     snprintf(cmd, sizeof cmd, "%s --check --model %s/tiny-untied", cli(), fixtures());
     int rc = run_cmd(cmd, out, sizeof out);
-    expect(rc == 0 && strstr(out, "every tensor the config needs is present"), "--check on a good model: rc %d\n%s", rc, out);
+    expect(rc == 0 && strstr(out, "every tensor the config needs is present"),
+           "--check on a good model: rc %d\n%s", rc, out);
     Qwen3Model m;                                        /* the parameter count, in a unit that fits */
     char want[64], path[512];
     snprintf(path, sizeof path, "%s/tiny-untied", fixtures());
@@ -2706,7 +2752,8 @@ static void test_show_index_prints_toy_example(void) {
     int rc = run_cmd(cmd, out, sizeof out);
     const char *gather = "I_gather  [N']  compact row -> its first original row = [0, 1, 2, 5]\n",
                *scatter = "I_scatter [N]   original row -> its compact row       = [0, 1, 2, 0, 1, 3]\n";
-    expect(rc == 0 && strstr(out, gather) && strstr(out, scatter) && strstr(out, "`-- c0..c1: 2 tokens @0..1  (2 seqs)"),
+    expect(rc == 0 && strstr(out, gather) && strstr(out, scatter) &&
+           strstr(out, "`-- c0..c1: 2 tokens @0..1  (2 seqs)"),
            "'%s': exit %d, want the toy example's trie, gather [0,1,2,5] and scatter [0,1,2,0,1,3]:\n%s", cmd, rc, out);
     snprintf(cmd, sizeof cmd, "%s --show-index", cli());
     int rc_bad = run_cmd(cmd, out, sizeof out);
@@ -2901,7 +2948,8 @@ static void test_bench_table5_csv(void) {
         int B, L, shared, N, Nc;   /* cpu,configuration,B,L,shared,N,N_compact,... */
         char *f = strchr(line, ',');
         f = f ? strchr(f + 1, ',') : NULL;
-        if (f && sscanf(f + 1, "%d,%d,%d,%d,%d", &B, &L, &shared, &N, &Nc) == 5 && B == 32 && L == 512 && shared == 128) {
+        if (f && sscanf(f + 1, "%d,%d,%d,%d,%d", &B, &L, &shared, &N, &Nc) == 5 &&
+            B == 32 && L == 512 && shared == 128) {
             /* a shared prefix P and B unique suffixes S: N = B(P+S), N' = P + B*S (the paper's Table 4 caption) */
             expect(N == 32 * 512 && Nc == 128 + 32 * 384, "32x512 ratio 0.25: N = %d, N' = %d, expected %d, %d", N, Nc,
                    32 * 512, 128 + 32 * 384);
@@ -2910,7 +2958,8 @@ static void test_bench_table5_csv(void) {
     }
     expect(lines >= 2 && !ragged, "the CSV has %d lines, %s", lines, ragged ? "with ragged rows" : "all of one width");
     expect(found, "no 32 x 512 ratio 0.25 row in the CSV");
-    summary("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416", lines, commas0 + 1);
+    summary("bench --table 5 --quick: %d CSV lines of %d fields; 32x512 at 0.25 has N' = P + B*S = 12416",
+            lines, commas0 + 1);
     free(csv);
 }
 
@@ -2966,10 +3015,11 @@ static void test_bench_replot_of_papers_table4(void) {
     for (char *p = svg; p && (p = strstr(p, "<polyline")); p++) lines++;
     for (char *p = svg; p && (p = strstr(p, "stroke-dasharray=\"7 4\" points=")); p++) dashed++;
     expect(rc == 0 && svg && lines == 2 && dashed == 2,
-           "'%s': exit %d, %d polylines (%d dashed), expected 2 dashed ones (the paper's S = 256 and 1024):\n%s", cmd, rc,
-           lines, dashed, out);
+           "'%s': exit %d, %d polylines (%d dashed), expected 2 dashed ones (the paper's S = 256 and 1024):\n%s",
+           cmd, rc, lines, dashed, out);
     expect(svg && !strstr(svg, ">radix, S =") && !strstr(svg, ">compact, S ="), "a radix or compact series was drawn");
-    note("replot of the paper's Table 4: exit %d, %d polylines (%d dashed), no radix or compact series", rc, lines, dashed);
+    note("replot of the paper's Table 4: exit %d, %d polylines (%d dashed), no radix or compact series",
+         rc, lines, dashed);
     free(svg);
     unlink(path);
 }
@@ -3044,10 +3094,13 @@ static void test_bench_refuses_bad_inputs_flags_and_writes(void) {
     for (int i = 0; i < n; i++) {
         char args[1024], cmd[1200], out[16384];
         size_t at = 0;
-        for (const char *c = cases[i].args; *c && at < sizeof args - 300; c++)   /* D: the folder, DN: its name */
-            if (c[0] == 'D' && c[1] == 'N') at += (size_t)snprintf(args + at, 300, "%s", strrchr(dir, '/') + 1), c++;
-            else if (*c == 'D') at += (size_t)snprintf(args + at, 300, "%s", dir);
+        for (const char *c = cases[i].args; *c && at < sizeof args - 300; c++) {   /* D: the folder, DN: its name */
+            if (c[0] == 'D' && c[1] == 'N') {
+                at += (size_t)snprintf(args + at, 300, "%s", strrchr(dir, '/') + 1);
+                c++;
+            } else if (*c == 'D') at += (size_t)snprintf(args + at, 300, "%s", dir);
             else args[at++] = *c;
+        }
         args[at] = 0;
         snprintf(cmd, sizeof cmd, "{ timeout 10 ./bench %s; } 2>&1 >/dev/null | grep -v '^bench: table 5, '", args);
         int rc = run_cmd(cmd, out, sizeof out);
@@ -3203,11 +3256,14 @@ static void test_cli_outputs_never_clobber_inputs(void) {
         char msg[1024];
         size_t at = 0, k = 0;
         write_file(dir, "t.txt", tokens, strlen(tokens));
-        for (const char *p = cases[i].args; *p && at < sizeof args - 300; p++)   /* D: dir, DN: its name, M: model */
-            if (p[0] == 'D' && p[1] == 'N') at += (size_t)snprintf(args + at, 300, "%s", strrchr(dir, '/') + 1), p++;
-            else if (*p == 'D') at += (size_t)snprintf(args + at, 300, "%s", dir);
+        for (const char *p = cases[i].args; *p && at < sizeof args - 300; p++) {   /* D: dir, DN: its name, M: model */
+            if (p[0] == 'D' && p[1] == 'N') {
+                at += (size_t)snprintf(args + at, 300, "%s", strrchr(dir, '/') + 1);
+                p++;
+            } else if (*p == 'D') at += (size_t)snprintf(args + at, 300, "%s", dir);
             else if (*p == 'M') at += (size_t)snprintf(args + at, 300, "%s", model);
             else args[at++] = *p;
+        }
         args[at] = 0;
         for (const char *p = cases[i].msg; *p && k < sizeof msg - 300; p++)
             if (*p == 'D') k += (size_t)snprintf(msg + k, 300, "%s", dir);
@@ -3399,7 +3455,8 @@ static void test_cache_lock_refs_prevent_eviction(void) {
     expect(free_b == 8 - 3 && rx_cache_lookup(c, 1, tb, 4, got) == 4, "b locks [1 2 | 3 4]: evict(all) leaves %d"
            " free (expected 5) and the prefix cached", free_b);
     expect(rx_request_admit(c, &r2) == 0 && r2.cached_len == 2, "c: cached %d, expected 2", r2.cached_len);
-    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 2\n    `-- [3 4]  page 1  lock 1\n", "the split inherits b's lock");
+    expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 2\n    `-- [3 4]  page 1  lock 1\n",
+                "the split inherits b's lock");
     rx_request_abort(c, &b);
     int free_c = rx_cache_evict(c, 8);
     expect_draw(c, "model 1\n`-- [1 2]  page 0  lock 1\n", "after b aborts, [3 4] is evictable, [1 2] is not");
@@ -3430,7 +3487,8 @@ static void test_cache_eviction_takes_lru_leaf_and_cascades(void) {
                 "[5 5] evicted, and [3 3], left an unlocked leaf, with it");
     expect(f1 - f0 == 1 && f2 - f1 == 2, "freed %d then %d pages, expected 1 then 2 (cascade)", f1 - f0, f2 - f1);
     expect(rx_cache_lookup(c, 1, t3, 4, (int32_t[4]){0}) == 4, "the trunk and the recent leaf stay cached");
-    note("evictions freed %d page, then %d (leaf [5 5] + its parent [3 3]); trunk [1 2] and [6 6] stay", f1 - f0, f2 - f1);
+    note("evictions freed %d page, then %d (leaf [5 5] + its parent [3 3]); trunk [1 2] and [6 6] stay",
+         f1 - f0, f2 - f1);
     audit(c, "end");
     rx_cache_free(c); rx_kv_pool_free(&pool);
 }
@@ -3516,7 +3574,10 @@ static Prefixes cached_prefixes(const RxPrefixCache *c, const Prefixes *ever, in
 
 static float fingerprint(uint64_t model, const int32_t *tokens, int n) {   /* of the history tokens[0..n) */
     uint64_t h = model * 0x9E3779B97F4A7C15ull;
-    for (int i = 0; i < n; i++) h = (h ^ (uint64_t)(uint32_t)tokens[i]) * 0xFF51AFD7ED558CCDull, h ^= h >> 29;
+    for (int i = 0; i < n; i++) {
+        h = (h ^ (uint64_t)(uint32_t)tokens[i]) * 0xFF51AFD7ED558CCDull;
+        h ^= h >> 29;
+    }
     return (float)(h % 1000003u);                                  /* an integer below 2^24: exact in a float */
 }
 
@@ -3580,7 +3641,10 @@ static void test_cache_random_trace_balances_refs(void) {
         Prefixes ever = {NULL, 0, 0};
         uint64_t rng = 1234 + kind;
         int bad = 0, counts[6] = {0}, hits = 0, step;
-        for (int i = 0; i < N_REQ; i++) rx_request_init(&req[i].r, req[i].tok, 0, 0), req[i].r.state = RX_REQ_FINISHED;
+        for (int i = 0; i < N_REQ; i++) {
+            rx_request_init(&req[i].r, req[i].tok, 0, 0);
+            req[i].r.state = RX_REQ_FINISHED;
+        }
         for (step = 0; step < 3000 && !bad; step++) {
             TraceReq *q = &req[rng_int(&rng, N_REQ)];
             RxRequest *r = &q->r;
@@ -3620,8 +3684,10 @@ static void test_cache_random_trace_balances_refs(void) {
                     }
                     expect(rx_request_finish(c, r) == 0, "finish: %s", radix_error());
                     counts[2]++;
-                } else if (op == 2) rx_request_abort(c, r), counts[3]++;
-                else {                                             /* preempt: abort, then wait again */
+                } else if (op == 2) {
+                    rx_request_abort(c, r);
+                    counts[3]++;
+                } else {                                             /* preempt: abort, then wait again */
                     rx_request_abort(c, r);
                     rx_request_init(r, r->tokens, r->len, r->model_id);
                     counts[4]++;
@@ -3638,7 +3704,8 @@ static void test_cache_random_trace_balances_refs(void) {
              " cache, %ld pages evicted; at the end %d pages held by requests, %d cached, %d free",
              rx_cache_kind_name((RxCacheKind)kind), step, counts[0], counts[1], counts[2], counts[3], counts[4], hits,
              s.evicted_pages, s.request_pages, s.cached_pages, pool.n_free);
-        expect(kind == RX_CACHE_OFF || (hits > 0 && s.evicted_pages > 0 && counts[1] > 0 && counts[3] > 0 && counts[4] > 0),
+        expect(kind == RX_CACHE_OFF ||
+               (hits > 0 && s.evicted_pages > 0 && counts[1] > 0 && counts[3] > 0 && counts[4] > 0),
                "the trace must exercise hits, evictions, waits, aborts and preemptions");
         rx_cache_free(c);
         expect(pool.n_free == pool.n_pages, "after rx_cache_free: %d of %d pages free", pool.n_free, pool.n_pages);
@@ -3660,7 +3727,10 @@ typedef struct { RxKvPool pool; int next_page; } TestPool;
 static int test_pool_make(TestPool *t, int n_pages, int page_size, const Qwen3Config *c) {
     RxKvPool *p = &t->pool;
     memset(t, 0, sizeof *t);
-    p->n_pages = n_pages, p->page_size = page_size, p->n_layers = c->n_layers, p->kv_dim = c->n_kv_heads * c->head_dim;
+    p->n_pages = n_pages;
+    p->page_size = page_size;
+    p->n_layers = c->n_layers;
+    p->kv_dim = c->n_kv_heads * c->head_dim;
     size_t n = (size_t)n_pages * page_size * p->n_layers * p->kv_dim;
     p->k = (float *)malloc(n * sizeof(float));
     p->v = (float *)malloc(n * sizeof(float));
@@ -3704,13 +3774,16 @@ static int pf_run(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, RxMode 
     int lens[16];
     int32_t cached[16], key[16];
     for (int s = 0; s < n; s++) {
-        seqs[s] = r[s].tok + r[s].cached, lens[s] = r[s].len - r[s].cached;
-        cached[s] = r[s].cached, key[s] = r[s].key, pages[s] = r[s].pages;
+        seqs[s] = r[s].tok + r[s].cached;
+        lens[s] = r[s].len - r[s].cached;
+        cached[s] = r[s].cached;
+        key[s] = r[s].key;
+        pages[s] = r[s].pages;
     }
     if (rx_batch_make(b, seqs, lens, n)) return -1;
     for (int s = 0; s < n; s++)                          /* the suffix continues after the cached tokens */
         for (int i = b->cu_seqlens[s]; i < b->cu_seqlens[s + 1]; i++) b->position_ids[i] += cached[s];
-    RxPrefill pf = {&t->pool, cached, pages, key};
+    RxPrefill pf = {.pool = &t->pool, .cached_len = cached, .pages = pages, .prefix_key = key};
     if (qwen3_prefill_ref(m, b, &pf, mode, logits, rows) == 0) return 0;
     rx_batch_free(b);
     return -1;
@@ -3720,7 +3793,10 @@ static int pf_run(const Qwen3Model *m, TestPool *t, PfRequest *r, int n, RxMode 
 static int pf_full_logits(const Qwen3Model *m, const PfRequest *r, int n, float *last) {
     const int32_t *seqs[16];
     int lens[16], V = m->cfg.vocab_size;
-    for (int s = 0; s < n; s++) seqs[s] = r[s].tok, lens[s] = r[s].len;
+    for (int s = 0; s < n; s++) {
+        seqs[s] = r[s].tok;
+        lens[s] = r[s].len;
+    }
     RxBatch b;
     if (rx_batch_make(&b, seqs, lens, n)) return -1;
     float *all = (float *)malloc(sizeof(float) * (size_t)b.n_tokens * V);
@@ -3939,11 +4015,17 @@ static int pf_keying_case(const Qwen3Model *m, TestPool *t, PfRequest *r, int n,
             note("%s: N = %d new tokens after %d cached, N' = %d (an unkeyed trie: %d), logits vs full "
                  "recomputation: max|diff| %g", what, b.n_tokens, r[0].cached * n, rows, plain.n_compact, d);
             printf("    ");
-            RxPrefill pf = {&t->pool, NULL, NULL, NULL};
+            RxPrefill pf = {.pool = &t->pool, .cached_len = NULL, .pages = NULL, .prefix_key = NULL};
             int32_t cached[8], key[8];
             const int32_t *pages[8];
-            for (int s = 0; s < n; s++) cached[s] = r[s].cached, key[s] = r[s].key, pages[s] = r[s].pages;
-            pf.cached_len = cached, pf.prefix_key = key, pf.pages = pages;
+            for (int s = 0; s < n; s++) {
+                cached[s] = r[s].cached;
+                key[s] = r[s].key;
+                pages[s] = r[s].pages;
+            }
+            pf.cached_len = cached;
+            pf.prefix_key = key;
+            pf.pages = pages;
             expect(rx_prefill_print(stdout, &b, &pf, rows) == 0, "rx_prefill_print: %s", radix_error());
         }
         radix_index_free(&plain);
@@ -3993,8 +4075,13 @@ static void test_same_suffix_after_same_prefix_merges(void) {
     int32_t s[5], s2[5];
     if (pf_keying_setup(&m, &t, &a, &b, s)) return;
     memcpy(s2, s, sizeof s);
-    s2[2] = s[2] % (cfg.vocab_size - 1) + 1, s2[3] = s[4], s2[4] = s[3];  /* T: shares the first 2 tokens of S */
-    r[0] = pf_continue(&a, s, 5), r[1] = pf_continue(&a, s, 5), r[2] = pf_continue(&a, s2, 5);
+    /* T: shares the first 2 tokens of S */
+    s2[2] = s[2] % (cfg.vocab_size - 1) + 1;
+    s2[3] = s[4];
+    s2[4] = s[3];
+    r[0] = pf_continue(&a, s, 5);
+    r[1] = pf_continue(&a, s, 5);
+    r[2] = pf_continue(&a, s2, 5);
     float *logits = (float *)malloc(sizeof(float) * 3 * cfg.vocab_size);
     if (pf_keying_case(&m, &t, r, 3, 8, "A+S, A+S, A+S[:2]+T", logits) == 0)    /* compared only when computed */
         expect(!memcmp(logits, logits + cfg.vocab_size, sizeof(float) * cfg.vocab_size),
@@ -4011,7 +4098,8 @@ static void test_same_suffix_after_different_prefix_not_merged(void) {
     PfRequest a, b, r[2];
     int32_t s[5];
     if (pf_keying_setup(&m, &t, &a, &b, s)) return;
-    r[0] = pf_continue(&a, s, 5), r[1] = pf_continue(&b, s, 5);
+    r[0] = pf_continue(&a, s, 5);
+    r[1] = pf_continue(&b, s, 5);
     float *logits = (float *)malloc(sizeof(float) * 2 * cfg.vocab_size);
     if (pf_keying_case(&m, &t, r, 2, 10, "A+S, B+S (A, B differ at position 1)", logits) == 0) {
         double d = max_abs_diff(logits, logits + cfg.vocab_size, (size_t)cfg.vocab_size);
@@ -4035,7 +4123,10 @@ static void test_keyed_trie_matches_bruteforce_oracle(void) {
             lens[s] = rng_int(&rng, 10);
             key[s] = rng_int(&rng, 4) - 1;                       /* -1 (nothing cached), 0, 1 or 2 */
             int start = rng_int(&rng, 2) * 4;                     /* suffixes after 0 or 4 cached tokens */
-            for (int i = 0; i < lens[s]; i++) ids[at + i] = rng_int(&rng, vocab), pos[at + i] = start + i;
+            for (int i = 0; i < lens[s]; i++) {
+                ids[at + i] = rng_int(&rng, vocab);
+                pos[at + i] = start + i;
+            }
             at += lens[s];
         }
         RxBatch b = batch_of(n_seqs, lens, ids, pos);
@@ -4043,7 +4134,8 @@ static void test_keyed_trie_matches_bruteforce_oracle(void) {
         expect(radix_index_build_keyed(&ix, b.input_ids, b.position_ids, b.cu_seqlens, n_seqs, key) == 0, "build: %s",
                radix_error());
         if (!test_failed) check_against_keyed_oracle(&ix, &b, key, "keyed batch");
-        tokens += ix.n_tokens, compact += ix.n_compact;
+        tokens += ix.n_tokens;
+        compact += ix.n_compact;
         radix_index_free(&ix);
         rx_batch_free(&b);
     }
@@ -4090,7 +4182,7 @@ static void test_prefill_rejects_bad_inputs(void) {
             for (int j = 0; j < 3; j++) b.position_ids[3 * s + j] = (s ? cases[i].cached[1] : cases[i].pos0) + j;
         const int32_t *pages[2] = {cases[i].p0, cases[i].p1};
         t.pool.n_layers = cases[i].layers;
-        RxPrefill pf = {&t.pool, cases[i].cached, pages, cases[i].key};
+        RxPrefill pf = {.pool = &t.pool, .cached_len = cases[i].cached, .pages = pages, .prefix_key = cases[i].key};
         int rc = qwen3_prefill_ref(&m, &b, &pf, RX_COMPACT, logits, NULL);
         expect(rc != 0 && strstr(radix_error(), cases[i].msg) && !strchr(radix_error(), '\n'),
                "%s: rc %d, '%s' lacks '%s'", cases[i].what, rc, radix_error(), cases[i].msg);
@@ -4308,7 +4400,8 @@ static void test_cli_requests_match_full_recomputation(void) {
         /* the stats: the header, one row per request in file order, cached tokens as the definition says */
         int rows = 0, bad = 0, cached_sum = 0;
         char *line = strtok(csv, "\n");
-        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens"), "stats header '%s'", line ? line : "");
+        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens"),
+               "stats header '%s'", line ? line : "");
         for (line = strtok(NULL, "\n"); line; line = strtok(NULL, "\n"), rows++) {
             int r, b, pt, ct;
             if (sscanf(line, "%d,%d,%d,%d", &r, &b, &pt, &ct) != 4 || r != rows || pt != lens[rows] || ct % runs[k].P ||
@@ -4331,7 +4424,10 @@ static void test_cli_requests_match_full_recomputation(void) {
             for (const char *p = strstr(out, "batch 0: prefill:"); p; p = strstr(p + 1, "\nbatch ")) {
                 const char *r = strstr(p, "(N'); ");
                 int computed;
-                if (r && sscanf(r, "(N'); %d rows computed", &computed) == 1) rows_sum += computed, lines++;
+                if (r && sscanf(r, "(N'); %d rows computed", &computed) == 1) {
+                    rows_sum += computed;
+                    lines++;
+                }
             }
             const char *sum = strstr(out, "\nrequests "), *rc_line = strstr(out, "compact rows computed ");
             if (sum) sscanf(sum, "\nrequests %*d in %d batches", &batches);
@@ -4340,8 +4436,8 @@ static void test_cli_requests_match_full_recomputation(void) {
                    "--show-batches: %d batch lines for %d batches, their rows %ld vs the summary's %ld\n%s", lines,
                    batches, rows_sum, total, out);
         }
-        note("%-72s max|diff| %g (tol 0), %d stats rows, %d tokens cached", runs[k].flags[0] ? runs[k].flags : "(defaults)",
-             d, rows, cached_sum);
+        note("%-72s max|diff| %g (tol 0), %d stats rows, %d tokens cached",
+             runs[k].flags[0] ? runs[k].flags : "(defaults)", d, rows, cached_sum);
         free(got); free(csv);
     }
     requests_case_free(&rq);
@@ -4353,7 +4449,8 @@ static void test_cli_requests_rejects_bad_input(void) {
     for (int i = 0; i < 129; i++) strcat(long_line, "7 ");
     strcat(long_line, "\n");
     struct { const char *what, *tokens, *flags, *msg; } cases[] = {
-        {"token id = vocab size", "1 2 3\n4 512 6\n", "", "requests.txt:2: token id 512 is outside the vocabulary [0, 512)"},
+        {"token id = vocab size", "1 2 3\n4 512 6\n", "",
+         "requests.txt:2: token id 512 is outside the vocabulary [0, 512)"},
         {"non-numeric token id", "1 2\n3 x\n", "", ":2: 'x' is not part of a token id"},
         {"empty line", "1 2\n\n3\n", "", ":2: empty line"},
         {"empty file", "", "", "no sequences"},
@@ -4372,7 +4469,8 @@ static void test_cli_requests_rejects_bad_input(void) {
     const char *bad[] = {"--prefix-cache lru", "--page-size 0", "--batch x", "--batch 1025", "--schedule sjf",
                          "--cache-pages -3", "--tokens x.txt"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s", cli(), fixtures(), dir, bad[i]);
+        snprintf(cmd, sizeof cmd, "%s --model %s/tiny-bf16 --requests %s/requests.txt %s",
+                 cli(), fixtures(), dir, bad[i]);
         int rc = run_cmd(cmd, out, sizeof out);
         expect(rc == 2 && !strncmp(out, "radixmlp: ", 10), "'%s': exit %d, expected 2\n%s", bad[i], rc, out);
         note("%-28s exit %d, %.*s", bad[i], rc, (int)strcspn(out, "\n"), out);
@@ -4407,10 +4505,11 @@ static void test_cli_show_cache_draws_splits_and_evictions(void) {
     expect(found, "'%s': exit %d, want four 'cache after batch k' drawings:\n%s", cmd, rc, out);
     if (found) {
         expect(strstr(block[0], "edges 1, pages cached 3, pages evicted so far 0") &&
-               strstr(block[0], "`-- [5 6 | 7 8 | 9 9]  pages 0 1 2  lock 0") != NULL, "after A: one edge of pages 0 1 2:\n%s",
-               block[0]);
+               strstr(block[0], "`-- [5 6 | 7 8 | 9 9]  pages 0 1 2  lock 0") != NULL,
+               "after A: one edge of pages 0 1 2:\n%s", block[0]);
         expect(strstr(block[1], "`-- [5 6 | 7 8]  pages 0 1  lock 0\n    |-- [9 9]  page 2  lock 0\n"
-                                "    `-- [4 4]  page 3  lock 0") != NULL, "after B: the split moves page 2 to [9 9]:\n%s", block[1]);
+                                "    `-- [4 4]  page 3  lock 0") != NULL,
+               "after B: the split moves page 2 to [9 9]:\n%s", block[1]);
         expect(strstr(block[2], "pages evicted so far 1") && !strstr(block[2], "[9 9]") &&
                strstr(block[2], "`-- [4 4]  page 3  lock 0\n        `-- [3 3]  page 4  lock 0"),
                "after C: [9 9] evicted (1 page), [3 3] below [4 4]:\n%s", block[2]);
@@ -4421,7 +4520,8 @@ static void test_cli_show_cache_draws_splits_and_evictions(void) {
     snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s/abcd.txt --page-size 2", cli(), fixtures(),
              dir);
     rc = run_cmd(cmd, out, sizeof out);
-    expect(rc == 0 && !strstr(out, "cache after batch"), "without --show-cache: exit %d, drawings printed:\n%s", rc, out);
+    expect(rc == 0 && !strstr(out, "cache after batch"),
+           "without --show-cache: exit %d, drawings printed:\n%s", rc, out);
     remove_dir(dir);
 }
 
@@ -4430,7 +4530,8 @@ static void test_bench_prefix_cache_csv(void) {
     char out[16384];
     int rc;
     char *csv = bench_csv("--prefix-cache --reps 1", out, sizeof out, &rc);
-    expect(rc == 0 && strstr(out, "fcfs vs lpm") && strstr(out, "add up"), "'bench --prefix-cache' exited %d:\n%s", rc, out);
+    expect(rc == 0 && strstr(out, "fcfs vs lpm") && strstr(out, "add up"),
+           "'bench --prefix-cache' exited %d:\n%s", rc, out);
     int lines = 0, ragged = 0, commas0 = -1, matched = 0;
     for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n"), lines++) {
         int commas = 0;
@@ -4443,15 +4544,19 @@ static void test_bench_prefix_cache_csv(void) {
         if (f && sscanf(f + 1, "%63[^,],%d,%d,%15[^,],%d", name, &req, &prompt, kind, &cached) == 5) {
             /* where the shapes are the nanoGPT comparison's, so are its cached tokens: 7 x 16, 23 x 24, 7 x 24,
              * 4 x 5 x 16 */
-            int theirs = !strcmp(name, "shared_prefix_basic") ? 112 : !strcmp(name, "high_reuse_many_requests") ? 552 :
-                         !strcmp(name, "branching_conversation") ? 168 : !strcmp(name, "multi_prefix_groups") ? 320 : -1;
+            int theirs = !strcmp(name, "shared_prefix_basic")      ? 112
+                       : !strcmp(name, "high_reuse_many_requests") ? 552
+                       : !strcmp(name, "branching_conversation")   ? 168
+                       : !strcmp(name, "multi_prefix_groups")      ? 320
+                                                                   : -1;
             if (theirs >= 0 && strcmp(kind, "off")) {
                 expect(cached == theirs, "%s %s: %d cached, the nanoGPT table %d", name, kind, cached, theirs);
                 matched++;
             }
         }
     }
-    expect(lines == 1 + 6 * 3 && !ragged, "the CSV has %d lines (expected 19), %s", lines, ragged ? "ragged" : "one width");
+    expect(lines == 1 + 6 * 3 && !ragged,
+           "the CSV has %d lines (expected 19), %s", lines, ragged ? "ragged" : "one width");
     expect(matched == 8, "%d hash/radix rows of the first four scenarios checked, expected 8", matched);
     summary("bench --prefix-cache: %d CSV lines; hash and radix cache 112, 552, 168, 320 tokens, as the nanoGPT table",
             lines);
@@ -4491,8 +4596,11 @@ static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, R
     int32_t cached[16], key[16];
     long positions = 0;
     for (int s = 0; s < n; s++) {
-        seqs[s] = adm[s]->tokens + adm[s]->cached_len, lens[s] = adm[s]->len - adm[s]->cached_len;
-        cached[s] = adm[s]->cached_len, key[s] = adm[s]->prefix_key, tables[s] = adm[s]->pages;
+        seqs[s] = adm[s]->tokens + adm[s]->cached_len;
+        lens[s] = adm[s]->len - adm[s]->cached_len;
+        cached[s] = adm[s]->cached_len;
+        key[s] = adm[s]->prefix_key;
+        tables[s] = adm[s]->pages;
         positions += adm[s]->len;
         st->max_cached = cached[s] > st->max_cached ? cached[s] : st->max_cached;
         st->max_suffix = lens[s] > st->max_suffix ? lens[s] : st->max_suffix;
@@ -4502,10 +4610,11 @@ static void gpu_prefill_batch(const Qwen3Model *m, GpuModel *g, GpuKvPool *gk, R
     if (rx_batch_make(&b, seqs, lens, n)) { expect(0, "rx_batch_make: %s", radix_error()); return; }
     for (int s = 0; s < n; s++)
         for (int i = b.cu_seqlens[s]; i < b.cu_seqlens[s + 1]; i++) b.position_ids[i] += cached[s];
-    RxPrefill pf = {pool, cached, tables, key};
+    RxPrefill pf = {.pool = pool, .cached_len = cached, .pages = tables, .prefix_key = key};
     size_t nl = (size_t)n * V, slots = (size_t)pool->n_pages * P * W;
     float *ref = floats(nl), *out[3] = {floats(nl), floats(nl), floats(nl)};
-    float *gk_k = floats(slots), *gk_v = floats(slots), *got = floats(2 * positions * W), *want = floats(2 * positions * W);
+    float *gk_k = floats(slots), *gk_v = floats(slots);
+    float *got = floats(2 * positions * W), *want = floats(2 * positions * W);
     int rc = qwen3_prefill_ref(m, &b, &pf, RX_BASELINE, ref, NULL), rows[3] = {0, 0, 0};
     expect(rc == 0, "%s: qwen3_prefill_ref: %s", what, radix_error());
     for (int k = 0; k < 3 && rc == 0; k++) {            /* mode (turn + 1 + k) % 3 last: it leaves its K/V */
@@ -4570,7 +4679,8 @@ static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind
     for (int s = 0; s < NREQ; s++) {
         if (s > 0 && rng_int(&rng, 3) == 0) {
             int from = rng_int(&rng, s);
-            memcpy(tok[s], tok[from], sizeof tok[s]), len[s] = len[from];
+            memcpy(tok[s], tok[from], sizeof tok[s]);
+            len[s] = len[from];
             continue;
         }
         int j = rng_int(&rng, 2), shared = rng_int(&rng, len_max * 4 / 5 + 1);
@@ -4605,7 +4715,8 @@ static void gpu_prefill_trace(const Qwen3Model *m, GpuModel *g, RxCacheKind kind
         snprintf(what, sizeof what, "%s P=%d B=%d batch %d", rx_cache_kind_name(kind), P, B, turn);
         gpu_prefill_batch(m, g, gk, &pool, adm, n, turn, st, what);
         for (int s = 0; s < n; s++) {
-            st->cached += adm[s]->cached_len, st->requests++;
+            st->cached += adm[s]->cached_len;
+            st->requests++;
             if (rng_int(&rng, 4) == 0) rx_request_abort(cache, adm[s]);
             else expect(rx_request_finish(cache, adm[s]) == 0, "finish: %s", radix_error());
         }
@@ -4684,8 +4795,8 @@ static void test_gpu_cli_requests_runs_on_the_gpu(void) {
     const char *flags[] = {"--page-size 4 --batch 3", "--page-size 4 --cache-pages 12 --batch 2 --mode radix",
                            "--prefix-cache hash --page-size 1 --batch 4 --mode baseline"};
     for (int k = 0; k < 3; k++) {
-        snprintf(cmd, sizeof cmd, "%s --model %s --requests %s/requests.txt --dump-logits %s %s", cli(), rq.path, rq.dir,
-                 dump, flags[k]);
+        snprintf(cmd, sizeof cmd, "%s --model %s --requests %s/requests.txt --dump-logits %s %s", cli(), rq.path,
+                 rq.dir, dump, flags[k]);
         int rc = run_cmd(cmd, out, sizeof out);
         size_t len = 0;
         float *got = rc == 0 ? (float *)read_file(dump, &len) : NULL;
@@ -4940,7 +5051,7 @@ static void test_gpu_device_memory_returns_to_where_it_started(void) {
         for (int i = 0; i < 4; i++) pages[i / 2][i % 2] = rx_kv_page_alloc(&pool);
         const int32_t *tables[2] = {pages[0], pages[1]}, *seqs[2] = {seq0, seq1}, *bads[2] = {seq0, bad};
         int lens[2] = {6, 3}, bad_lens[2] = {6, 2};
-        RxPrefill pf = {&pool, cached, tables, key};
+        RxPrefill pf = {.pool = &pool, .cached_len = cached, .pages = tables, .prefix_key = key};
         RxBatch b, bb;
         float logits[2 * 512];
         int rc = rx_batch_make(&b, seqs, lens, 2) || rx_batch_make(&bb, bads, bad_lens, 2);
@@ -5092,8 +5203,10 @@ int main(int argc, char **argv) {
         fflush(stdout);
         test_failed = test_skipped = 0;
         tests[i].fn();
-        if (test_failed) failed++, printf("  FAILED\n");
-        else if (test_skipped) skipped++;
+        if (test_failed) {
+            failed++;
+            printf("  FAILED\n");
+        } else if (test_skipped) skipped++;
         else passed++;
         fflush(stdout);
     }
@@ -5174,7 +5287,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                c.n_heads >= 1 && c.n_heads <= 1024 && c.n_kv_heads >= 1 && c.n_heads % c.n_kv_heads == 0 &&
                c.head_dim >= 2 && c.head_dim <= 1024 && c.head_dim % 2 == 0 && c.max_position_embeddings >= 1 &&
                c.rope_theta > 1 && c.rope_theta < 1e12 && c.rms_norm_eps > 0 && c.rms_norm_eps < 1,
-               "accepted vocab %d hidden %d intermediate %d layers %d heads %d/%d head_dim %d max_pos %d theta %g eps %g",
+               "accepted vocab %d hidden %d intermediate %d layers %d heads %d/%d head_dim %d max_pos %d "
+               "theta %g eps %g",
                c.vocab_size, c.hidden_size, c.intermediate_size, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
                c.max_position_embeddings, c.rope_theta, c.rms_norm_eps);
     return fuzz_done(rc, name);
@@ -5218,13 +5332,15 @@ static int32_t fuzz_i32(FuzzIn *in) {
  * back; and for small batches, equality with the brute-force oracle. */
 static void check_index(const RadixIndex *ix, const RxBatch *b, const int32_t *root_key) {
     int n = b->n_tokens, nc = ix->n_compact;
-    expect(ix->n_tokens == n && (n ? nc >= 1 && nc <= n : nc == 0), "N = %d, N' = %d for %d tokens", ix->n_tokens, nc, n);
+    expect(ix->n_tokens == n && (n ? nc >= 1 && nc <= n : nc == 0),
+           "N = %d, N' = %d for %d tokens", ix->n_tokens, nc, n);
     for (int c = 0; c < nc && !test_failed; c++)
         expect(ix->gather[c] >= 0 && ix->gather[c] < n && (c == 0 || ix->gather[c - 1] < ix->gather[c]) &&
                ix->scatter[ix->gather[c]] == c, "gather[%d] = %d: out of order, or scatter does not map it back",
                c, ix->gather[c]);
     for (int i = 0; i < n && !test_failed; i++)
-        expect(ix->scatter[i] >= 0 && ix->scatter[i] < nc, "scatter[%d] = %d is outside [0, %d)", i, ix->scatter[i], nc);
+        expect(ix->scatter[i] >= 0 && ix->scatter[i] < nc,
+               "scatter[%d] = %d is outside [0, %d)", i, ix->scatter[i], nc);
     if (!test_failed && n <= 64) check_against_keyed_oracle(ix, b, root_key, "fuzz batch");
 }
 
@@ -5251,7 +5367,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int shift = (kind >> 4 & 3) == 1 ? fuzz_byte(&in) : 0;
         for (int i = cu[s] > 0 ? cu[s] : 0; i < cu[s + 1]; i++) {
             ids[i] = kind & 8 ? fuzz_i32(&in) : fuzz_byte(&in) % (1 + (kind & 7));
-            pos[i] = (kind >> 4 & 3) == 2 ? fuzz_byte(&in) % 4 : (kind >> 4 & 3) == 3 ? fuzz_i32(&in) : i - cu[s] + shift;
+            pos[i] = (kind >> 4 & 3) == 2 ? fuzz_byte(&in) % 4
+                   : (kind >> 4 & 3) == 3 ? fuzz_i32(&in)
+                                          : i - cu[s] + shift;
         }
     }
     int32_t key[17];
