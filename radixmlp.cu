@@ -738,21 +738,21 @@ static void rows_by_index(float *out, const float *in, const int32_t *idx, int n
 }
 
 /* The model's weights as the matmul reads them: every linear weight (each layer's seven, and the LM head) packed
- * into fp32 panels by the first reference forward (or prefill) on the model, kept with it and freed by qwen3_free:
+ * into fp32 panels by the first C reference forward that runs on the model, kept with it and freed by qwen3_free:
  * 4 bytes a weight on top of the checkpoint's own (Qwen3-0.6B: 0.6 B weights with its tied head, 2.4 GB). Once per
  * model, never per call; a model only ever run on the GPU never pays it. Not safe to race: run one reference
  * forward before sharing a model between threads. */
 static int pack_once(float **panels, const Qwen3Model *m, const RxTensor *W) {
-    float **slot = &panels[W - m->tensors];           /* W's slot: its index in the model's tensor table */
-    if (*slot) return 0;
-    if (!(*slot = (float *)malloc(sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
+    float **wp = &panels[W - m->tensors];             /* W's entry: its index in the model's tensor table */
+    if (*wp) return 0;
+    if (!(*wp = (float *)malloc(sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
         return rx_fail("out of host memory for the packed weight %s", W->name);
-    rx_pack_weight(*slot, W);
+    rx_pack_weight(*wp, W);
     return 0;
 }
 
 static int model_pack_ref(const Qwen3Model *m) {
-    float **panels = model_panels(m);                 /* [n_tensors] one slot per tensor, NULL: not packed */
+    float **panels = model_panels(m);                 /* [n_tensors] one entry per tensor, NULL: not packed */
     if (!panels) return rx_fail("out of host memory for the packed weights");
     if (m->lm_head && pack_once(panels, m, m->lm_head)) return -1;
     for (int l = 0; l < m->cfg.n_layers; l++) {
