@@ -946,6 +946,11 @@ static int serve_rounds(const Qwen3Model *m, const Requests *r, const RxServeOpt
                 free(t);
                 return 1;
             }
+            if (o[k].gpu && !(st[k].gpu_ms > 0)) {       /* only the device's own events time a GPU run */
+                fprintf(stderr, "bench: the GPU run reported no device time: it did not run on the GPU\n");
+                free(t);
+                return 1;
+            }
             if (round >= 0) t[k * reps + round] = o[k].gpu ? st[k].gpu_ms : st[k].ms;
         }
     for (int k = 0; k < n; k++) ms[k] = median(t + k * reps, reps);
