@@ -441,8 +441,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  * parallel only when its work pays for that: if(work >= RX_GRAIN), as PyTorch's parallel_for grain, with work in
  * multiply-adds (or elements); 2^20 of them take about 0.3 ms on one core. Below it no thread waits at all.
  * (The spinning itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its own
- * constructor, and a setenv from this program, even from a .preinit_array function, is undone when libc's
- * initializer resets the environment first.) */
+ * constructor, before any setenv of this program, even one from a .preinit_array function.) */
 enum { RX_GRAIN = 1 << 20 };
 #ifdef _OPENMP
 #define RX_OMP(directive) _Pragma(#directive)
