@@ -4202,19 +4202,7 @@ static void test_prefill_rejects_bad_inputs(void) {
  * under eviction pressure), batches, schedules, caches and modes. Every request's last-token logits must equal a
  * full recomputation of that request alone, bit for bit; no page may leak. */
 static void test_cache_serve_random_traces_equal_full_recomputation(void) {
-    Qwen3Config cfg = {
-        .vocab_size = 512,
-        .hidden_size = 64,
-        .intermediate_size = 128,
-        .n_layers = 2,
-        .n_heads = 4,
-        .n_kv_heads = 2,
-        .head_dim = 32,
-        .max_position_embeddings = 128,
-        .rope_theta = 1e6,
-        .rms_norm_eps = 1e-6,
-        .tie_word_embeddings = 1,
-    };
+    Qwen3Config cfg = tiny_config();
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 5)) { expect(0, "qwen3_random: %s", radix_error()); return; }
     uint64_t rng = 77;
