@@ -1408,7 +1408,7 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
             const PaperT4 *p = paper_t4_nearest(gamma, &pg);
             cell(&r, "%d", B); cell(&r, "%d", P); cell(&r, "%d", S); cell(&r, "%d", b.n_tokens); cell(&r, "%d", Nc);
             cell(&r, "%.3f", gamma);
-            cell(&r, "%.0f", ms[0]); cell(&r, "%.0f", ms[1]); cell(&r, "%.0f", ms[2]);
+            cell(&r, "%.1f", ms[0]); cell(&r, "%.1f", ms[1]); cell(&r, "%.1f", ms[2]);
             cell(&r, "%.2f", ms[0] / ms[1]); cell(&r, "%.2f", ms[0] / ms[2]);
             cell(&r, "%d", p->P); cell(&r, "%d", p->S); cell(&r, "%.3f", pg);
             cell(&r, "%.1f", p->base_ms); cell(&r, "%.1f", p->radix_ms); cell(&r, "%.2f", p->speedup);
