@@ -1673,7 +1673,7 @@ int main(int argc, char **argv)
     }
     const int quick = !!val[F_QUICK], cpu = !!val[F_CPU], gpu = !!val[F_GPU];
     const char *csv = val[F_CSV], *svg = val[F_SVG];
-    if (!reps) reps = quick ? 2 : run == R_CACHE || run == R_CACHE_GPU ? 15 : 5;
+    if (!reps) reps = quick ? 2 : run == R_CACHE || run == R_CACHE_GPU ? 15 : cpu ? 3 : 5;   /* as --help says */
     if (run == R_REPLOT) {
         Point pts[64];
         int n;

@@ -60,17 +60,6 @@
 #define RX_X86 1
 #include <immintrin.h>                  /* the matmul's AVX2 tile, chosen at run time (rx_matmul_packed_ref) */
 #endif
-/* No clones under ThreadSanitizer (the emulator's race check): their ifunc resolver runs before its runtime starts. */
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RX_TSAN 1
-#endif
-#endif
-#if defined(RX_X86) && !defined(RX_TSAN) && !defined(__SANITIZE_THREAD__)
-#define RX_CLONES __attribute__((target_clones("avx2", "default")))   /* and AVX2 copies of attention's loops */
-#else
-#define RX_CLONES
-#endif
 #ifndef RADIXMLP_HOST_ONLY
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -458,12 +447,15 @@ int rx_threads(int n) {
     return 1;
 }
 #endif
-/* A loop over independent lanes of unknown length: gcc -O2 vectorizes it only when told; clang does at -O2 on its
- * own, and at -O1 (the sanitizer builds) would warn that it cannot. */
+/* Loops whose lanes are independent (or a max, the same in any order): gcc at -O2 vectorizes them only when told;
+ * clang does at -O2 on its own, and at -O1 (the sanitizer builds) would warn that it cannot. */
 #if defined(_OPENMP) && !defined(__clang__)
 #define RX_SIMD _Pragma("omp simd")
+#define RX_SIMD_MAX(v) _Pragma(RX_STR(omp simd reduction(max : v)))
+#define RX_STR(x) #x
 #else
 #define RX_SIMD
+#define RX_SIMD_MAX(v)
 #endif
 
 static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
@@ -511,8 +503,8 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
  * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
  * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
  * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is
- * picked at run time (mm_path); RADIXMLP_CPU=portable, or rx_cpu_path("portable"), forces the plain-C fmaf path,
- * which gives the same bits. */
+ * picked at run time (rx_cpu_path); RADIXMLP_CPU=portable, or rx_cpu_path("portable"), forces the plain-C fmaf
+ * path, which gives the same bits. */
 enum { MM_ROWS = 6, MM_COLS = 16 };
 
 size_t rx_packed_floats(int out, int in) {
@@ -535,7 +527,8 @@ void rx_pack_weight(float *wp, const RxTensor *W) {
     }
 }
 
-/* One tile, portable C: acc[j][c] = fmaf(x[j][i], panel[i][c], acc[j][c]) for i = 0 .. in-1. */
+/* One tile, portable C: acc[j][c] = fmaf(x[j][i], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
+ * already in acc (zeros for a fresh start). */
 static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_ROWS], const float *panel, int in) {
     for (int i = 0; i < in; i++)
         for (int j = 0; j < MM_ROWS; j++)
@@ -549,8 +542,8 @@ static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_R
     __m256 a[MM_ROWS][2];
 #pragma GCC unroll 6
     for (int j = 0; j < MM_ROWS; j++) {
-        a[j][0] = _mm256_setzero_ps();
-        a[j][1] = _mm256_setzero_ps();
+        a[j][0] = _mm256_loadu_ps(acc[j]);
+        a[j][1] = _mm256_loadu_ps(acc[j] + 8);
     }
     for (int i = 0; i < in; i++) {
         __m256 w0 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS);         /* W[o0 .. o0+7][i]  */
@@ -641,84 +634,133 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
  * result is bit-identical to scatter -> attention -> gather, without the copies. */
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
-/* Attention's two sums, each a chain of a mul and an add per term in a fixed order (the dot product's arithmetic),
- * their partial sums kept in registers, a block of outputs at a time (enough independent chains to hide the add's
- * latency): s[j] = q . k_j for keys j = 0 .. len-1, summed over i = 0 .. head_dim-1, from kt [head_dim][n_t] (rows
- * n_t apart, the keys side by side; a last block past len reads on into the next keys or the buffer's ATT_KEYS
- * zeros, and stores nothing); o[i] = sum over j = 0 .. len-1 of p[j] * v_j[i], v_j key t0+j's row through kv, from
- * offset at. RX_CLONES: a second copy for AVX2 where the CPU has it; the same roundings, twice the lanes. */
-enum { ATT_KEYS = 32, ATT_DIMS = 64 };
-RX_CLONES
-static void attention_scores(float *s, const float *q, const float *kt, size_t n_t, int len, int head_dim) {
-    for (int j0 = 0; j0 < len; j0 += ATT_KEYS) {
-        float acc[ATT_KEYS] = {0.0f};
-        for (int i = 0; i < head_dim; i++)
-            for (int c = 0; c < ATT_KEYS; c++) acc[c] += q[i] * kt[(size_t)i * n_t + j0 + c];
-        memcpy(s + j0, acc, sizeof(float) * (size_t)(len - j0 < ATT_KEYS ? len - j0 : ATT_KEYS));
-    }
+/* Attention for one sequence and one kv head is two matmuls, so it runs on the matmul's micro-kernel (mm_tile):
+ *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T   K [len, head_dim]: a weight [out = keys, in = head_dim]
+ *   outputs  O [queries, head_dim] = P [queries, len] @ V          V^T [head_dim, len]: a weight [out = dims, in = keys]
+ * where P = softmax(S * scale) row by row. Each score is therefore rx_matmul_ref's chain of fmaf over i = 0 ..
+ * head_dim-1, and each output its chain over keys j = 0 .. len-1, on every CPU path; and MM_ROWS queries (a row's
+ * GQA heads, then the next rows of the same sequence) share every key and value the kernel loads, as FlashAttention
+ * shares them across a block of queries. Queries of one tile may see different lengths (row g sees g - t0 + 1 keys):
+ * a score past a query's own length is computed and dropped, and the value sums run in segments, each query's
+ * output stored when its chain reaches its own length, so no later key (a NaN, say) ever reaches an earlier row.
+ *
+ * Keys and values are first packed per kv head and sequence as rx_pack_weight packs a weight, read through kv_row:
+ *   kp [n_kv][T16][head_dim]: sequence s's keys in panels of MM_COLS keys, [head_dim][MM_COLS] each
+ *   vp [n_kv][T16][hd16]:     its values in panels of MM_COLS dims, [len16][MM_COLS] each
+ * with len16 its length rounded up to MM_COLS, T16 the sum of the len16, hd16 head_dim rounded up, zeros in the
+ * padding. Memory: twice the keys' and values' floats, plus padding. */
+static int attention_free(int n_t, int32_t *base, int32_t *len16, int32_t *chunk, float *kp, float *vp, float *s) {
+    free(base);
+    free(len16);
+    free(chunk);
+    free(kp);
+    free(vp);
+    free(s);
+    return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
 }
 
-RX_CLONES
-static void attention_values(float *o, const float *p, const KvView *kv, int t0, int len, int at, int head_dim) {
-    for (int i0 = 0; i0 < head_dim; i0 += ATT_DIMS) {
-        int width = head_dim - i0 < ATT_DIMS ? head_dim - i0 : ATT_DIMS;
-        float acc[ATT_DIMS] = {0.0f};
-        for (int j = 0; j < len; j++) {
-            const float *v = kv->v + (size_t)(kv->kv_row ? kv->kv_row[t0 + j] : t0 + j) * kv->row_stride + at + i0;
-            if (width == ATT_DIMS)
-                for (int c = 0; c < ATT_DIMS; c++) acc[c] += p[j] * v[c];
-            else                                       /* a head_dim that is no multiple of ATT_DIMS */
-                for (int c = 0; c < width; c++) acc[c] += p[j] * v[c];
-        }
-        memcpy(o + i0, acc, sizeof(float) * (size_t)width);
-    }
-}
-
-/* rx_attention_ref, its keys and values read through kv. The keys are first copied transposed, kt [n_kv_heads,
- * head_dim, n_t], so that a query's scores s_t = q . k_t are summed over i in increasing order (exactly the dot
- * product's arithmetic) by a loop across keys t, side by side in memory: it vectorizes, a dot product would not. */
 static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
-    const int32_t *kv_row = kv->kv_row;
-    int longest = 1, n_t = 0;                        /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
-    for (int r = 0; r < n_q; r++) {
+    int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
+    int hd16 = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
+    for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
         int g = q_orig ? q_orig[r] : r;
-        if (g - seq_start[g] + 1 > longest) longest = g - seq_start[g] + 1;
         if (g + 1 > n_t) n_t = g + 1;
     }
-    int n_threads = rx_threads(0);
-    float *p_all = (float *)malloc((size_t)n_threads * longest * sizeof(float));   /* [threads, longest] softmax */
-    float *kt = (float *)malloc(((size_t)n_kv_heads * head_dim * n_t + ATT_KEYS) * sizeof(float));
-                                                     /* [kv, head_dim, n_t], then ATT_KEYS zeros */
-    if (!p_all || !kt) {
-        free(p_all);
-        free(kt);
-        return rx_fail("out of host memory for attention scores (%d keys)", n_t);
+    int32_t *base = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));     /* [n_t]: at a sequence's start t0, */
+    int32_t *len16 = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));    /* its offset in T16 and its len16 */
+    int32_t *chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));   /* query tiles, below */
+    float *kp = NULL, *vp = NULL, *s_all = NULL;
+    size_t T16 = 0;
+    if (!base || !len16 || !chunk) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
+    for (int t0 = 0, t = 1; t0 < n_t; t0 = t++) {
+        while (t < n_t && seq_start[t] == t0) t++;                         /* positions t0 .. t-1: one sequence */
+        base[t0] = (int32_t)T16;
+        len16[t0] = (t - t0 + MM_COLS - 1) / MM_COLS * MM_COLS;
+        T16 += (size_t)len16[t0];
+        if (t - t0 > longest) longest = t - t0;
     }
-    memset(kt + (size_t)n_kv_heads * head_dim * n_t, 0, ATT_KEYS * sizeof(float));
+    /* The queries of kv head kvh, numbered qi = r * group + (h - kvh * group), cut into tiles of at most MM_ROWS
+     * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for every kv head). */
+    for (int qi = 0; qi < n_q * group; n_chunks++) {
+        int first = qi, t0 = seq_start[q_orig ? q_orig[qi / group] : qi / group];
+        chunk[n_chunks] = first;
+        while (qi < n_q * group && qi - first < MM_ROWS && seq_start[q_orig ? q_orig[qi / group] : qi / group] == t0)
+            qi++;
+    }
+    chunk[n_chunks] = n_q * group;
+    int n_threads = rx_threads(0), long16 = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
+    kp = (float *)calloc((size_t)n_kv_heads * T16 * head_dim, sizeof(float));
+    vp = (float *)calloc((size_t)n_kv_heads * T16 * hd16, sizeof(float));
+    s_all = (float *)malloc((size_t)n_threads * MM_ROWS * long16 * sizeof(float));   /* [threads][MM_ROWS][long16] */
+    if (!kp || !vp || !s_all) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
+    if (!mm_tile) rx_cpu_path(NULL);
     RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
-    for (int t = 0; t < n_t; t++) {
-        const float *kr = kv->k + (size_t)(kv_row ? kv_row[t] : t) * kv->row_stride;
-        for (int d = 0; d < n_kv_heads * head_dim; d++) kt[(size_t)d * n_t + t] = kr[d];
+    for (int t = 0; t < n_t; t++) {                 /* a panel at a time: keys t .. t+n-1, keys j .. j+n-1 of their */
+        int t0 = seq_start[t], j = t - t0, n = 0;   /* sequence, written into a panel that stays in the L1 cache */
+        if (j % MM_COLS) continue;
+        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;
+        for (int h = 0; h < n_kv_heads; h++) {
+            float *ks = kp + ((size_t)h * T16 + base[t0] + j) * head_dim;      /* [head_dim][MM_COLS] */
+            float *vs = vp + ((size_t)h * T16 + base[t0]) * hd16 + (size_t)j * MM_COLS;
+            for (int c = 0; c < n; c++) {
+                size_t row = (size_t)(kv->kv_row ? kv->kv_row[t + c] : t + c) * kv->row_stride + (size_t)h * head_dim;
+                for (int i = 0; i < head_dim; i++) ks[(size_t)i * MM_COLS + c] = kv->k[row + i];
+                for (int i0 = 0; i0 < head_dim; i0 += MM_COLS)                 /* panel i0 / MM_COLS, row j + c */
+                    memcpy(vs + (size_t)i0 * len16[t0] + (size_t)c * MM_COLS, kv->v + row + i0,
+                           sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
+            }
+        }
     }
-    int group = n_heads / n_kv_heads, qd = n_heads * head_dim;
     float scale = 1.0f / sqrtf((float)head_dim);
     RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
-    for (long rh = 0; rh < (long)n_q * n_heads; rh++) {
-        int r = (int)(rh / n_heads), h = (int)(rh % n_heads), kvh = h / group;   /* GQA */
-        int g = q_orig ? q_orig[r] : r;                  /* keys: positions t0..g of g's sequence */
-        int t0 = seq_start[g];
-        int len = g - t0 + 1;
-        const float *qh = q + (size_t)r * qd + h * head_dim;
-        float *p = p_all + (size_t)rx_thread() * longest, mx = -INFINITY, z = 0.0f;
-        attention_scores(p, qh, kt + (size_t)kvh * head_dim * n_t + t0, n_t, len, head_dim);
-        for (int j = 0; j < len; j++) mx = fmaxf(mx, p[j] *= scale);
-        for (int j = 0; j < len; j++) z += (p[j] = expf(p[j] - mx));
-        for (int j = 0; j < len; j++) p[j] /= z;
-        attention_values(out + (size_t)r * qd + h * head_dim, p, kv, t0, len, kvh * head_dim, head_dim);
+    for (long task = 0; task < (long)n_kv_heads * n_chunks; task++) {
+        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = chunk[c + 1] - chunk[c], width = 0;
+        int len[MM_ROWS], r_of[MM_ROWS], h_of[MM_ROWS];
+        const float *xr[MM_ROWS];
+        float *s = s_all + (size_t)rx_thread() * MM_ROWS * long16, acc[MM_ROWS][MM_COLS];  /* [MM_ROWS][long16] */
+        for (int j = 0; j < MM_ROWS; j++) {           /* a tile of fewer than MM_ROWS repeats its last query */
+            int qi = chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
+            r_of[j] = r;
+            h_of[j] = kvh * group + qi % group;
+            len[j] = g - seq_start[g] + 1;
+            if (len[j] > width) width = len[j];
+            xr[j] = q + (size_t)r * qd + (size_t)h_of[j] * head_dim;
+        }
+        int t0 = seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]];
+        const float *ks = kp + ((size_t)kvh * T16 + base[t0]) * head_dim, *vs = vp + ((size_t)kvh * T16 + base[t0]) * hd16;
+        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a panel of keys at a time */
+            memset(acc, 0, sizeof acc);
+            mm_tile(acc, xr, ks + (size_t)j0 * head_dim, head_dim);
+            for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long16 + j0, acc[j], sizeof acc[j]);
+        }
+        for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
+            float *p = s + (size_t)j * long16, mx = -INFINITY, z = 0.0f;
+            RX_SIMD
+            for (int k = 0; k < len[j]; k++) p[k] *= scale;
+            RX_SIMD_MAX(mx)
+            for (int k = 0; k < len[j]; k++) mx = p[k] > mx ? p[k] : mx;
+            for (int k = 0; k < len[j]; k++) z += (p[k] = expf(p[k] - mx));     /* in order: a chain */
+            RX_SIMD
+            for (int k = 0; k < len[j]; k++) p[k] /= z;
+            for (int k = len[j]; k < width; k++) p[k] = 0.0f;              /* read, never stored (below) */
+        }
+        for (int i0 = 0; i0 < head_dim; i0 += MM_COLS) {                   /* O = P V, a panel of dims at a time, */
+            memset(acc, 0, sizeof acc);                                    /* keys done .. next-1 at a time */
+            for (int done = 0, next; done < width; done = next) {
+                next = width;                              /* the next length a query of the tile stops at */
+                for (int j = 0; j < n; j++)
+                    if (len[j] > done && len[j] < next) next = len[j];
+                for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long16 + done;
+                mm_tile(acc, xr, vs + (size_t)i0 * len16[t0] + (size_t)done * MM_COLS, next - done);
+                for (int j = 0; j < n; j++)
+                    if (len[j] == next)
+                        memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],
+                               sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
+            }
+        }
     }
-    free(p_all);
-    free(kt);
+    attention_free(0, base, len16, chunk, kp, vp, s_all);
     return 0;
 }
 

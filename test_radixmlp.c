@@ -1069,7 +1069,8 @@ static void test_reference_radix_equals_baseline_table7a(void) {
  * row's result must not depend on the rows around it, on its place in a tile, or on the path; 1 and 2 threads. */
 static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     static const int shapes[][3] = {{1, 64, 16}, {3, 7, 17}, {4, 33, 5}, {5, 64, 48}, {9, 100, 33}, {13, 1, 100},
-                                    {2, 50, 31}, {6, 257, 16}, {7, 129, 47}, {64, 300, 200}};   /* rows, in, out */
+                                    {2, 50, 31}, {6, 257, 16}, {7, 129, 47}, {64, 300, 200},
+                                    {8, 600, 40}};   /* rows, in, out */
     static const char *paths[] = {"portable", "auto"};
     int threads0 = rx_threads(0), cases = 0, n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
     const char *path0 = rx_cpu_path(NULL), *ran[2];
@@ -1111,6 +1112,154 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     rx_cpu_path(path0);
     summary("%d shapes x paths {%s, %s} x {1, 2} threads, whole and row by row: rx_matmul_packed_ref == rx_matmul_ref "
             "bit for bit", n_shapes, ran[0], ran[1]);
+}
+
+static int32_t *seq_starts(const RxBatch *b) {   /* [N]: the first position of each token's sequence */
+    int32_t *st = (int32_t *)malloc((size_t)b->n_tokens * sizeof(int32_t));
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->cu_seqlens[s]; t < b->cu_seqlens[s + 1]; t++) st[t] = b->cu_seqlens[s];
+    return st;
+}
+
+/* Sequences that copy the first p tokens of sequence 0 (a random 300-token sequence) and then part from it with a
+ * token no other sequence has, so that p_s = min(p, L): {length, p}. */
+static RxBatch shared_prefix_batch(const int (*spec)[2], int n_seqs, uint64_t seed) {
+    int lens[32], at = 0;
+    int32_t ids[32 * 300];
+    uint64_t rng = seed;
+    for (int s = 0; s < n_seqs; s++) {
+        lens[s] = spec[s][0];
+        for (int i = 0; i < lens[s]; i++)
+            ids[at + i] = i < spec[s][1] ? ids[i] : i == spec[s][1] ? 100000 + s : 1 + rng_int(&rng, 50000);
+        at += lens[s];
+    }
+    return batch_of(n_seqs, lens, ids, NULL);
+}
+
+/* Attention as the definition says, in double: row g of sequence [t0, ..] and head h attend to keys t0 .. g of kv
+ * head h / (nh / nkv); out [N, nh*hd]; bound [N, nh]: a forward error bound of the float computation (below). */
+static void attention_double(const float *q, const float *k, const float *v, double *out, double *bound, int N,
+                             const int32_t *seq_start, int nh, int nkv, int hd) {
+    double scale = 1.0 / sqrt((double)hd), u = 0x1p-24;
+    double *p = (double *)malloc((size_t)N * sizeof(double));
+    for (int g = 0; g < N; g++)
+        for (int h = 0; h < nh; h++) {
+            const float *qh = q + ((size_t)g * nh + h) * hd;
+            int t0 = seq_start[g], kvh = h / (nh / nkv);
+            double mx = -INFINITY, z = 0, dots = 0, vmax = 0;
+            for (int t = t0; t <= g; t++) {
+                const float *kt = k + ((size_t)t * nkv + kvh) * hd, *vt = v + ((size_t)t * nkv + kvh) * hd;
+                double s = 0, a = 0;
+                for (int i = 0; i < hd; i++) s += (double)qh[i] * kt[i], a += fabs((double)qh[i] * kt[i]);
+                p[t] = s * scale;
+                mx = fmax(mx, p[t]);
+                dots = fmax(dots, a * scale);
+                for (int i = 0; i < hd; i++) vmax = fmax(vmax, fabs(vt[i]));
+            }
+            for (int t = t0; t <= g; t++) z += (p[t] = exp(p[t] - mx));
+            for (int i = 0; i < hd; i++) {
+                double o = 0;
+                for (int t = t0; t <= g; t++) o += p[t] / z * v[((size_t)t * nkv + kvh) * hd + i];
+                out[((size_t)g * nh + h) * hd + i] = o;
+            }
+            /* scores off by <= hd u dots each (an FMA chain), so each p by a factor within exp(+-2 hd u dots); the
+             * softmax's expf, sum and division and the output's chain add (len + 4) u; x2 for what second order
+             * terms and libm's expf (< 1 ulp) leave. */
+            bound[(size_t)g * nh + h] = 2 * (2 * hd * u * dots + (g - t0 + 5) * u) * vmax;
+        }
+    free(p);
+}
+
+/* rx_attention_ref (the C reference's attention, its tiles of MM_ROWS queries sharing keys) against the definition
+ * in double, on sequences of lengths 40, 1, 17, 16, 33, 5, 1 (off and on the tile of 16 keys) sharing prefixes of
+ * the first; GQA 3:1 at head_dim 24 (not a multiple of 16), MHA, MQA 8:1 (a row's heads span two tiles). Then:
+ *   - compact layout (q_orig = I_gather, kv_row = I_scatter) row j == baseline row I_gather[j] on the scattered
+ *     rows, bit for bit;
+ *   - every CPU path x 1 and 2 threads: the same bits;
+ *   - a NaN planted in position t's key and value reaches rows t.. of its sequence and no other row. */
+static void test_attention_ref_matches_double_every_layout(void) {
+    static const int spec[][2] = {{40, 0}, {1, 0}, {17, 1}, {16, 16}, {33, 17}, {5, 5}, {1, 1}};   /* {length, p} */
+    static const int heads[][3] = {{6, 2, 24}, {4, 4, 16}, {8, 1, 40}};                      /* nh, nkv, hd */
+    static const char *paths[] = {"portable", "auto"};
+    const int n_seqs = (int)(sizeof spec / sizeof spec[0]);
+    int threads0 = rx_threads(0);
+    const char *path0 = rx_cpu_path(NULL);
+    RxBatch b = shared_prefix_batch(spec, n_seqs, 29);
+    RadixIndex ix;
+    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
+        expect(0, "radix_index_build: %s", radix_error());
+        rx_batch_free(&b);
+        return;
+    }
+    int N = b.n_tokens, Nc = ix.n_compact, nan_at = b.cu_seqlens[4] + 20;   /* in sequence 4's own part */
+    int32_t *seq_start = seq_starts(&b);
+    uint64_t rng = 30;
+    double worst = 0;
+    for (int c = 0; c < 3; c++) {
+        int nh = heads[c][0], nkv = heads[c][1], hd = heads[c][2], qd = nh * hd, kvd = nkv * hd;
+        float *qc = rand_floats((size_t)Nc * qd, -2, 2, &rng), *kc = rand_floats((size_t)Nc * kvd, -2, 2, &rng);
+        float *vc = rand_floats((size_t)Nc * kvd, -2, 2, &rng);
+        float *q = floats((size_t)N * qd), *k = floats((size_t)N * kvd), *v = floats((size_t)N * kvd);
+        float *out = floats((size_t)N * qd), *got = floats((size_t)N * qd), *got_c = floats((size_t)Nc * qd);
+        double *ref = (double *)malloc((size_t)N * qd * sizeof(double)), *bound = (double *)malloc((size_t)N * nh *
+                                                                                                   sizeof(double));
+        for (int t = 0; t < N; t++) {                  /* the N rows scattered from the N' compact rows */
+            memcpy(q + (size_t)t * qd, qc + (size_t)ix.scatter[t] * qd, (size_t)qd * sizeof(float));
+            memcpy(k + (size_t)t * kvd, kc + (size_t)ix.scatter[t] * kvd, (size_t)kvd * sizeof(float));
+            memcpy(v + (size_t)t * kvd, vc + (size_t)ix.scatter[t] * kvd, (size_t)kvd * sizeof(float));
+        }
+        attention_double(q, k, v, ref, bound, N, seq_start, nh, nkv, hd);
+        rx_cpu_path("auto");
+        expect(rx_attention_ref(q, k, v, out, N, NULL, seq_start, NULL, nh, nkv, hd) == 0, "%s", radix_error());
+        size_t bad = 0, nonfin = 0;
+        for (size_t e = 0; e < (size_t)N * qd; e++) {
+            double d = fabs(out[e] - ref[e]), tol = bound[e / hd];
+            nonfin += !isfinite(out[e]);
+            bad += !(d <= tol);
+            if (tol > 0 && d / tol > worst) worst = d / tol;
+        }
+        expect(nonfin == 0 && bad == 0, "%d heads, %d kv, dim %d: %zu outputs NaN or Inf, %zu beyond the bound", nh,
+               nkv, hd, nonfin, bad);
+        for (int p = 0; p < 2; p++)
+            for (int t = 1; t <= 2; t++) {
+                char what[128];
+                rx_cpu_path(paths[p]);
+                rx_threads(t);
+                expect(rx_attention_ref(q, k, v, got, N, NULL, seq_start, NULL, nh, nkv, hd) == 0 &&
+                       rx_attention_ref(qc, kc, vc, got_c, Nc, ix.gather, seq_start, ix.scatter, nh, nkv, hd) == 0,
+                       "%s", radix_error());
+                snprintf(what, sizeof what, "%d heads, %d kv, dim %d, %s, %d thread(s), baseline", nh, nkv, hd,
+                         rx_cpu_path(NULL), t);
+                expect_identical(what, got, out, (size_t)N * qd);
+                for (int j = 0; j < Nc; j++)     /* got: baseline's rows I_gather, [N', nh*hd] */
+                    memcpy(got + (size_t)j * qd, out + (size_t)ix.gather[j] * qd, (size_t)qd * sizeof(float));
+                snprintf(what, sizeof what, "%d heads, %d kv, dim %d, %s, %d thread(s), compact row j vs baseline "
+                         "row I_gather[j]", nh, nkv, hd, rx_cpu_path(NULL), t);
+                expect_identical(what, got_c, got, (size_t)Nc * qd);
+            }
+        rx_threads(threads0);
+        rx_cpu_path(path0);
+        k[(size_t)nan_at * kvd] = NAN;                 /* position nan_at's key (kv head 0) and value (kv head nkv-1) */
+        v[(size_t)nan_at * kvd + kvd - 1] = NAN;
+        expect(rx_attention_ref(q, k, v, got, N, NULL, seq_start, NULL, nh, nkv, hd) == 0, "%s", radix_error());
+        int leaked = 0, missing = 0;
+        for (int t = 0; t < N; t++) {
+            int reached = seq_start[t] == seq_start[nan_at] && t >= nan_at, clean = 1;
+            for (int e = 0; e < qd; e++) clean &= isfinite(got[(size_t)t * qd + e]) != 0;
+            leaked += !reached && (!clean || memcmp(got + (size_t)t * qd, out + (size_t)t * qd, qd * sizeof(float)));
+            missing += reached && clean;
+        }
+        expect(leaked == 0 && missing == 0, "%d heads, %d kv, dim %d: a NaN at position %d changed %d rows it must not "
+               "reach and missed %d it must", nh, nkv, hd, nan_at, leaked, missing);
+        free(qc); free(kc); free(vc); free(q); free(k); free(v); free(out); free(got); free(got_c); free(ref);
+        free(bound);
+    }
+    summary("N = %d, N' = %d; GQA 3:1 dim 24, MHA dim 16, MQA 8:1 dim 40: within the double-precision bound (worst "
+            "%.2f of it); compact == baseline and every path x {1, 2} threads bit for bit; a NaN at t reaches only rows "
+            "t.. of its sequence", N, Nc, worst);
+    free(seq_start);
+    radix_index_free(&ix);
+    rx_batch_free(&b);
 }
 
 /* The thread count changes who computes a row, never how: the logits of every mode with 2 threads equal the
@@ -2046,28 +2195,6 @@ static int flash_attention_on_gpu(const float *q, const float *k, const float *v
     const int32_t *d_kv_row = kv_row ? (const int32_t *)dev_raw(&d, kv_row, cu_k[n_seqs] * sizeof(int32_t)) : NULL;
     int rc = d.failed || gpu_flash_attention(d_out, d_q, d_k, d_v, cu_q, cu_k, d_kv_row, n_seqs, nh, nkv, hd);
     return dev_finish(&d, rc, out, d_out, nq);
-}
-
-static int32_t *seq_starts(const RxBatch *b) {   /* [N]: the first position of each token's sequence */
-    int32_t *st = (int32_t *)malloc((size_t)b->n_tokens * sizeof(int32_t));
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int t = b->cu_seqlens[s]; t < b->cu_seqlens[s + 1]; t++) st[t] = b->cu_seqlens[s];
-    return st;
-}
-
-/* Sequences that copy the first p tokens of sequence 0 (a random 300-token sequence) and then part from it with a
- * token no other sequence has, so that p_s = min(p, L): {length, p}. */
-static RxBatch shared_prefix_batch(const int (*spec)[2], int n_seqs, uint64_t seed) {
-    int lens[32], at = 0;
-    int32_t ids[32 * 300];
-    uint64_t rng = seed;
-    for (int s = 0; s < n_seqs; s++) {
-        lens[s] = spec[s][0];
-        for (int i = 0; i < lens[s]; i++)
-            ids[at + i] = i < spec[s][1] ? ids[i] : i == spec[s][1] ? 100000 + s : 1 + rng_int(&rng, 50000);
-        at += lens[s];
-    }
-    return batch_of(n_seqs, lens, ids, NULL);
 }
 
 /* The flash kernel in its three index modes on sequences of lengths {1, 15, 16, 17, 63, 64, 65, 129, 300} (partial,
@@ -5102,6 +5229,7 @@ static const Test tests[] = {
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
     {"reference", "matmul_packed_equals_definition_bit_for_bit", test_matmul_packed_equals_definition_bit_for_bit},
+    {"reference", "attention_ref_matches_double_every_layout", test_attention_ref_matches_double_every_layout},
     {"reference", "random_model_identical_for_1_and_2_threads", test_random_model_identical_for_1_and_2_threads},
     {"reference", "logits_identical_for_1_and_2_threads_every_mode_and_cpu_path",
      test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path},
