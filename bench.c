@@ -1311,11 +1311,12 @@ static int cpu_matmul_rate(int quick)
     const char *path0 = rx_cpu_path(NULL);
     uint64_t rng = SEED;
     float *x = malloc((size_t)max_rows * in * sizeof *x), *w = malloc((size_t)in * out * sizeof *w),
-          *wp = malloc(rx_packed_floats(out, in) * sizeof *wp), *y = malloc((size_t)max_rows * out * sizeof *y);
+          *wp = malloc(rx_packed_floats(out, in) * sizeof *wp), *y = malloc((size_t)max_rows * out * sizeof *y),
+          *xp = malloc(rx_packed_x_floats(max_rows, in) * sizeof *xp);
     RxTensor W = {.dtype = RX_F32, .rank = 2, .shape = {out, in}, .nbytes = (size_t)out * in * sizeof *w};
-    if (!x || !w || !wp || !y) {
+    if (!x || !w || !wp || !y || !xp) {
         fprintf(stderr, "bench: out of host memory for the matmul\n");
-        free(x); free(w); free(wp); free(y);
+        free(x); free(w); free(wp); free(y); free(xp);
         return 1;
     }
     for (size_t i = 0; i < (size_t)max_rows * in; i++) x[i] = (float)(splitmix(&rng) % 2001) / 1000.0f - 1.0f;
@@ -1336,7 +1337,7 @@ static int cpu_matmul_rate(int quick)
             for (int r = -1; r < 5; r++) {                  /* round -1: the warm-up */
                 double t0 = now_s(), c0 = cpu_s();
                 if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
-                else rx_matmul_packed_ref(y, x, wp, n_rows, in, out);
+                else rx_matmul_packed_ref(y, x, wp, n_rows, in, out, xp);
                 if (r >= 0) {
                     t[r] = now_s() - t0;
                     c[r] = cpu_s() - c0;
@@ -1355,7 +1356,7 @@ static int cpu_matmul_rate(int quick)
     printf("\n");
     rx_threads(threads);
     rx_cpu_path(path0);
-    free(x); free(w); free(wp); free(y);
+    free(x); free(w); free(wp); free(y); free(xp);
     return 0;
 }
 

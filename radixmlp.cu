@@ -491,6 +491,9 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
  * out = 3072 a multiple of 4 KiB, every row of a strip in the same cache set). Memory: 4 bytes per weight (fp32,
  * whatever the checkpoint's dtype), plus the padding of the last panel.
  *
+ * x is packed too, per call, into tiles of MM_ROWS rows: xp [ceil(rows / MM_ROWS)][in][MM_ROWS], so that step i
+ * reads its MM_ROWS inputs side by side as well (one stream instead of MM_ROWS rows 4*in bytes apart).
+ *
  * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
  * weight once for MM_ROWS rows and each x once for MM_COLS outputs:
  *
@@ -511,6 +514,16 @@ size_t rx_packed_floats(int out, int in) {
     return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
 }
 
+size_t rx_packed_x_floats(int rows, int in) {
+    return (size_t)(rows + MM_ROWS - 1) / MM_ROWS * MM_ROWS * (size_t)in;
+}
+
+/* One tile's inputs side by side: xp [in][MM_ROWS], xp[i][j] = xr[j][i]. */
+static void pack_tile(float *xp, const float *const xr[MM_ROWS], int in) {
+    for (int i = 0; i < in; i++)
+        for (int j = 0; j < MM_ROWS; j++) xp[(size_t)i * MM_ROWS + j] = xr[j][i];
+}
+
 void rx_pack_weight(float *wp, const RxTensor *W) {
     int out = (int)W->shape[0], in = (int)W->shape[1], n_panels = (out + MM_COLS - 1) / MM_COLS;
     const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
@@ -527,18 +540,19 @@ void rx_pack_weight(float *wp, const RxTensor *W) {
     }
 }
 
-/* One tile, portable C: acc[j][c] = fmaf(x[j][i], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
- * already in acc (zeros for a fresh start). */
-static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_ROWS], const float *panel, int in) {
+/* One tile, portable C: acc[j][c] = fmaf(xp[i][j], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
+ * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]. */
+static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
     for (int i = 0; i < in; i++)
         for (int j = 0; j < MM_ROWS; j++)
-            for (int c = 0; c < MM_COLS; c++) acc[j][c] = fmaf(xr[j][i], panel[(size_t)i * MM_COLS + c], acc[j][c]);
+            for (int c = 0; c < MM_COLS; c++)
+                acc[j][c] = fmaf(xp[(size_t)i * MM_ROWS + j], panel[(size_t)i * MM_COLS + c], acc[j][c]);
 }
 
 /* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them. */
 #ifdef RX_X86
 __attribute__((target("avx2,fma")))
-static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_ROWS], const float *panel, int in) {
+static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
     __m256 a[MM_ROWS][2];
 #pragma GCC unroll 6
     for (int j = 0; j < MM_ROWS; j++) {
@@ -550,7 +564,7 @@ static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_R
         __m256 w1 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8);     /* W[o0+8 .. o0+15][i] */
 #pragma GCC unroll 6
         for (int j = 0; j < MM_ROWS; j++) {
-            __m256 xv = _mm256_broadcast_ss(xr[j] + i);
+            __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j);
             a[j][0] = _mm256_fmadd_ps(xv, w0, a[j][0]);
             a[j][1] = _mm256_fmadd_ps(xv, w1, a[j][1]);
         }
@@ -563,7 +577,7 @@ static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_R
 }
 #endif
 
-typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *const xr[MM_ROWS], const float *panel, int in);
+typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in);
 static MmTile mm_tile;                                 /* the path in effect; NULL until mm_path picks one */
 
 const char *rx_cpu_path(const char *want) {
@@ -578,18 +592,22 @@ const char *rx_cpu_path(const char *want) {
     return mm_tile == mm_tile_portable ? "portable" : "avx2";
 }
 
-void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out) {
+void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp) {
     int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS;
     if (!mm_tile) rx_cpu_path(NULL);
+    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
+    for (int t = 0; t < n_rt; t++) {                                 /* x -> xp, a tile of MM_ROWS rows at a time */
+        const float *xr[MM_ROWS];
+        for (int j = 0, r; j < MM_ROWS; j++) xr[j] = x + (size_t)((r = t * MM_ROWS + j) < rows ? r : rows - 1) * in;
+        pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
+    }
     RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
     for (long t = 0; t < (long)n_rt * n_panels; t++) {
         int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
         int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
-        const float *xr[MM_ROWS];
         float acc[MM_ROWS][MM_COLS];
         memset(acc, 0, sizeof acc);
-        for (int j = 0; j < MM_ROWS; j++) xr[j] = x + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * in;
-        mm_tile(acc, xr, wp + (size_t)o0 * in, in);
+        mm_tile(acc, xp + (size_t)r0 * in, wp + (size_t)o0 * in, in);
         for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
             memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
     }
@@ -635,8 +653,8 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
 typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
 
 /* Attention for one sequence and one kv head is two matmuls, so it runs on the matmul's micro-kernel (mm_tile):
- *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T   K [len, head_dim]: a weight [out = keys, in = head_dim]
- *   outputs  O [queries, head_dim] = P [queries, len] @ V          V^T [head_dim, len]: a weight [out = dims, in = keys]
+ *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T  K [len, head_dim]: weight [out = keys, in = head_dim]
+ *   outputs  O [queries, head_dim] = P [queries, len] @ V         V^T [head_dim, len]: weight [out = dims, in = keys]
  * where P = softmax(S * scale) row by row. Each score is therefore rx_matmul_ref's chain of fmaf over i = 0 ..
  * head_dim-1, and each output its chain over keys j = 0 .. len-1, on every CPU path; and MM_ROWS queries (a row's
  * GQA heads, then the next rows of the same sequence) share every key and value the kernel loads, as FlashAttention
@@ -681,7 +699,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         if (t - t0 > longest) longest = t - t0;
     }
     /* The queries of kv head kvh, numbered qi = r * group + (h - kvh * group), cut into tiles of at most MM_ROWS
-     * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for every kv head). */
+     * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for each kv head). */
     for (int qi = 0; qi < n_q * group; n_chunks++) {
         int first = qi, t0 = seq_start[q_orig ? q_orig[qi / group] : qi / group];
         chunk[n_chunks] = first;
@@ -690,9 +708,10 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
     }
     chunk[n_chunks] = n_q * group;
     int n_threads = rx_threads(0), long16 = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
+    size_t scratch = (size_t)MM_ROWS * (long16 + (head_dim > long16 ? head_dim : long16));  /* per thread: below */
     kp = (float *)calloc((size_t)n_kv_heads * T16 * head_dim, sizeof(float));
     vp = (float *)calloc((size_t)n_kv_heads * T16 * hd16, sizeof(float));
-    s_all = (float *)malloc((size_t)n_threads * MM_ROWS * long16 * sizeof(float));   /* [threads][MM_ROWS][long16] */
+    s_all = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
     if (!kp || !vp || !s_all) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
     if (!mm_tile) rx_cpu_path(NULL);
     RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
@@ -718,7 +737,8 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
         int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = chunk[c + 1] - chunk[c], width = 0;
         int len[MM_ROWS], r_of[MM_ROWS], h_of[MM_ROWS];
         const float *xr[MM_ROWS];
-        float *s = s_all + (size_t)rx_thread() * MM_ROWS * long16, acc[MM_ROWS][MM_COLS];  /* [MM_ROWS][long16] */
+        float *s = s_all + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];    /* S, then P [MM_ROWS][long16] */
+        float *xp = s + (size_t)MM_ROWS * long16;              /* the tile's Q, then its P, side by side for mm_tile */
         for (int j = 0; j < MM_ROWS; j++) {           /* a tile of fewer than MM_ROWS repeats its last query */
             int qi = chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
             r_of[j] = r;
@@ -728,10 +748,12 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
             xr[j] = q + (size_t)r * qd + (size_t)h_of[j] * head_dim;
         }
         int t0 = seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]];
-        const float *ks = kp + ((size_t)kvh * T16 + base[t0]) * head_dim, *vs = vp + ((size_t)kvh * T16 + base[t0]) * hd16;
+        const float *ks = kp + ((size_t)kvh * T16 + base[t0]) * head_dim;     /* this sequence's keys, values */
+        const float *vs = vp + ((size_t)kvh * T16 + base[t0]) * hd16;
+        pack_tile(xp, xr, head_dim);                                       /* [head_dim][MM_ROWS] */
         for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a panel of keys at a time */
             memset(acc, 0, sizeof acc);
-            mm_tile(acc, xr, ks + (size_t)j0 * head_dim, head_dim);
+            mm_tile(acc, xp, ks + (size_t)j0 * head_dim, head_dim);
             for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long16 + j0, acc[j], sizeof acc[j]);
         }
         for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
@@ -745,14 +767,16 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
             for (int k = 0; k < len[j]; k++) p[k] /= z;
             for (int k = len[j]; k < width; k++) p[k] = 0.0f;              /* read, never stored (below) */
         }
+        for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long16;
+        pack_tile(xp, xr, width);                                          /* [width][MM_ROWS] */
         for (int i0 = 0; i0 < head_dim; i0 += MM_COLS) {                   /* O = P V, a panel of dims at a time, */
             memset(acc, 0, sizeof acc);                                    /* keys done .. next-1 at a time */
             for (int done = 0, next; done < width; done = next) {
                 next = width;                              /* the next length a query of the tile stops at */
                 for (int j = 0; j < n; j++)
                     if (len[j] > done && len[j] < next) next = len[j];
-                for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long16 + done;
-                mm_tile(acc, xr, vs + (size_t)i0 * len16[t0] + (size_t)done * MM_COLS, next - done);
+                mm_tile(acc, xp + (size_t)done * MM_ROWS, vs + (size_t)i0 * len16[t0] + (size_t)done * MM_COLS,
+                        next - done);
                 for (int j = 0; j < n; j++)
                     if (len[j] == next)
                         memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],
@@ -807,9 +831,9 @@ static int model_pack_ref(const Qwen3Model *m) {
 }
 
 /* y [rows, out] = x [rows, in] @ W^T, W [out, in], from its panels (model_pack_ref). */
-static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows) {
+static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
     const float *wp = model_panels(m)[W - m->tensors];
-    rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0]);
+    rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0], xp);
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -949,6 +973,7 @@ typedef struct {
     float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
     float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
+    float *xp;           /* [R rounded up to 6, max(hidden, n_heads*head_dim, intermediate)] a matmul's x, packed   */
 } RefActs;
 
 static void acts_free(RefActs *a) {
@@ -967,6 +992,7 @@ static void acts_free(RefActs *a) {
     free(a->x_last);
     free(a->logits_R);
     free(a->norm_w);
+    free(a->xp);
     memset(a, 0, sizeof *a);
 }
 
@@ -988,8 +1014,9 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
     a->x_last = floats(last_only ? (size_t)L->S * H : 0);
     a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
     a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
+    a->xp = floats(rx_packed_x_floats((int)R, (int)(H > QD ? (H > I ? H : I) : (QD > I ? QD : I))));
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_last || !a->logits_R || !a->norm_w) {
+        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->xp) {
         acts_free(a);
         return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
@@ -1014,9 +1041,9 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     int R = L->R;
     rx_tensor_to_f32(W->input_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, c->hidden_size, eps);  /* xn = input_layernorm(h)  [R, hidden] */
-    linear_ref(a->q, a->xn, m, W->q_proj, R);      /* q = xn @ Wq^T                  [R, n_heads*head_dim] */
-    linear_ref(a->k, a->xn, m, W->k_proj, R);      /* k = xn @ Wk^T                  [R, n_kv*head_dim] */
-    linear_ref(a->v, a->xn, m, W->v_proj, R);      /* v = xn @ Wv^T                  [R, n_kv*head_dim] */
+    linear_ref(a->q, a->xn, m, W->q_proj, R, a->xp);    /* q = xn @ Wq^T               [R, n_heads*head_dim] */
+    linear_ref(a->k, a->xn, m, W->k_proj, R, a->xp);    /* k = xn @ Wk^T               [R, n_kv*head_dim] */
+    linear_ref(a->v, a->xn, m, W->v_proj, R, a->xp);    /* v = xn @ Wv^T               [R, n_kv*head_dim] */
     rx_tensor_to_f32(W->q_norm, a->norm_w);
     rx_qk_norm_rope_ref(a->q, a->norm_w, L->pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
     rx_tensor_to_f32(W->k_norm, a->norm_w);
@@ -1050,14 +1077,14 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefAc
     if (attention_ref(q, kv, att, n_q, L->q_tok, L->seq_start, c->n_heads, c->n_kv_heads, c->head_dim)) return -1;
     if (radix) rows_by_index(a->att, a->attN, L->ix.gather, R, QD);                   /* line 23: [N, .] -> [N', .] */
     float eps = (float)c->rms_norm_eps;
-    linear_ref(a->xn, a->att, m, W->o_proj, R);    /* a = att @ Wo^T                 [R, hidden] */
+    linear_ref(a->xn, a->att, m, W->o_proj, R, a->xp);  /* a = att @ Wo^T              [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
     rx_tensor_to_f32(W->post_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, H, eps);  /* xn = post_attention_layernorm(h) */
-    linear_ref(a->gate, a->xn, m, W->gate_proj, R);  /* gate = xn @ Wg^T             [R, intermediate] */
-    linear_ref(a->up, a->xn, m, W->up_proj, R);      /* up   = xn @ Wu^T             [R, intermediate] */
+    linear_ref(a->gate, a->xn, m, W->gate_proj, R, a->xp);  /* gate = xn @ Wg^T        [R, intermediate] */
+    linear_ref(a->up, a->xn, m, W->up_proj, R, a->xp);      /* up   = xn @ Wu^T        [R, intermediate] */
     rx_silu_mul_ref(a->gate, a->gate, a->up, (size_t)R * I);
-    linear_ref(a->xn, a->gate, m, W->down_proj, R);  /* mlp  = (silu(gate)*up) @ Wd^T [R, hidden] */
+    linear_ref(a->xn, a->gate, m, W->down_proj, R, a->xp);  /* mlp = (silu(gate)*up) @ Wd^T  [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
     return 0;
 }
@@ -1089,9 +1116,9 @@ static void head_ref(const Qwen3Model *m, const Layout *L, RefActs *a, int last_
     if (embed) l2_normalize_rows(embed, xn, n, H);
     if (!logits) return;
     if (last_only || L->mode == RX_BASELINE) {
-        linear_ref(logits, xn, m, m->lm_head, n);                      /* logits = xn @ W_lm^T  [n, V] */
+        linear_ref(logits, xn, m, m->lm_head, n, a->xp);               /* logits = xn @ W_lm^T  [n, V] */
     } else {
-        linear_ref(a->logits_R, xn, m, m->lm_head, n);                 /* logits = xn @ W_lm^T  [N', V] */
+        linear_ref(a->logits_R, xn, m, m->lm_head, n, a->xp);          /* logits = xn @ W_lm^T  [N', V] */
         rows_by_index(logits, a->logits_R, L->ix.scatter, L->N, V);         /* [N', V] -> [N, V] */
     }
 }

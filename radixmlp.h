@@ -189,10 +189,12 @@ void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int di
 void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out);
 /* The same y = x @ w^T, bit for bit, tiled, vectorized across outputs and threaded (what the forward runs), on the
  * weight packed by rx_pack_weight: W [out, in] of any dtype -> wp, rx_packed_floats(out, in) floats in panels of 16
- * outputs (out*in, rounded up to whole panels). */
+ * outputs (out*in, rounded up to whole panels). xp: room for x packed into tiles of 6 rows, rx_packed_x_floats(rows,
+ * in) floats (the caller's, so that a forward allocates it once). */
 size_t rx_packed_floats(int out, int in);
+size_t rx_packed_x_floats(int rows, int in);
 void rx_pack_weight(float *wp, const RxTensor *W);
-void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out);
+void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp);
 /* The matmul's instruction set: want "portable" (plain C fmaf) or "auto" (AVX2 + FMA where the CPU has them) sets
  * it; NULL leaves it (first use: $RADIXMLP_CPU, else auto). Returns the path in effect: "portable" or "avx2". Every
  * path gives the same bits. */

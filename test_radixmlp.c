@@ -1079,7 +1079,7 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
         int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
         float *x = rand_floats((size_t)rows * in, -1.0f, 1.0f, &rng);
         float *w = rand_floats((size_t)out * in, -1.0f, 1.0f, &rng);
-        float *wp = floats(rx_packed_floats(out, in));
+        float *wp = floats(rx_packed_floats(out, in)), *xp = floats(rx_packed_x_floats(rows, in));
         float *ref = floats((size_t)rows * out), *got = floats((size_t)rows * out);
         RxTensor W = {0};                               /* w as the forward sees a weight: F32 [out, in] */
         W.dtype = RX_F32;
@@ -1095,18 +1095,18 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
                 char what[128];
                 ran[p] = rx_cpu_path(paths[p]);
                 rx_threads(t);
-                rx_matmul_packed_ref(got, x, wp, rows, in, out);
+                rx_matmul_packed_ref(got, x, wp, rows, in, out, xp);
                 snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, %d thread%s", ran[p], rows, in, out, in, t,
                          t > 1 ? "s" : "");
                 expect_identical(what, got, ref, (size_t)rows * out);
                 for (int r = 0; r < rows; r++)
-                    rx_matmul_packed_ref(got + (size_t)r * out, x + (size_t)r * in, wp, 1, in, out);
+                    rx_matmul_packed_ref(got + (size_t)r * out, x + (size_t)r * in, wp, 1, in, out, xp);
                 snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, row by row, %d thread%s", ran[p], rows, in,
                          out, in, t, t > 1 ? "s" : "");
                 expect_identical(what, got, ref, (size_t)rows * out);
                 cases++;
             }
-        free(x); free(w); free(wp); free(ref); free(got);
+        free(x); free(w); free(wp); free(xp); free(ref); free(got);
     }
     rx_threads(threads0);
     rx_cpu_path(path0);
@@ -1255,8 +1255,8 @@ static void test_attention_ref_matches_double_every_layout(void) {
         free(bound);
     }
     summary("N = %d, N' = %d; GQA 3:1 dim 24, MHA dim 16, MQA 8:1 dim 40: within the double-precision bound (worst "
-            "%.2f of it); compact == baseline and every path x {1, 2} threads bit for bit; a NaN at t reaches only rows "
-            "t.. of its sequence", N, Nc, worst);
+            "%.2f of it); compact == baseline and every path x {1, 2} threads bit for bit; a NaN at t reaches only "
+            "rows t.. of its sequence", N, Nc, worst);
     free(seq_start);
     radix_index_free(&ix);
     rx_batch_free(&b);
