@@ -206,6 +206,9 @@ int  rx_threads(int n);
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta);
 void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n);               /* silu(g) * u  */
+/* y[i] = exp(a * x[i] + b), the exponential the reference's softmax and SiLU use: within 1.5 ulp, the same bits on
+ * every CPU path (y may be x). */
+void rx_exp_ref(float *y, const float *x, float a, float b, size_t n);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * The GPU forward (radixmlp.cu's CUDA half). Without a CUDA device every function here fails cleanly.
