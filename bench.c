@@ -23,9 +23,9 @@
  *   index       radix_index_build on one CPU thread, CLOCK_MONOTONIC, median and mean over >= 0.2 s.
  *   kernels     gpu_rows_by_index, gpu_copy, gpu_gemm on random device buffers (uploaded from the host, never
  *               zero), timed by gpu_time_median: CUDA events, median after a warm-up.
- *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) and process CPU time per forward, medians of
- *               `reps` rounds of the three modes in turn after a warm-up round, whose logits are checked (finite;
- *               radix and compact == baseline bit for bit).
+ *   --cpu       qwen3_forward_ref_last, wall time (CLOCK_MONOTONIC) and process CPU time per forward, each mode
+ *               the median of `reps` forwards after one untimed forward of its own, whose logits are checked
+ *               (finite; radix and compact == baseline bit for bit).
  * Token ids are random in [1, vocab) from fixed seeds; weights are random bf16 (gpu_model_random: qwen3_random's
  * model, rounded). That model is made on the host in fp32 first: 4 bytes of host memory per parameter (computed,
  * not measured: ~33 GB for the 8B configuration, untied, while it is uploaded).
@@ -1189,7 +1189,7 @@ static int attention_bench(const ModelSpec *m, int reps, int quick)
  * (radix) or with the N' queries (compact). Random fp32 weights at a model's width, CPU_LAYERS layers, a small
  * vocabulary (the LM head runs on the B last tokens only, so its size barely counts; ids are folded into it). Wall
  * time of qwen3_forward_ref_last per forward (CLOCK_MONOTONIC) and the process's CPU time, the median of `reps`
- * rounds of baseline, radix, compact in turn after a warm-up round (cpu_time_modes). */
+ * forwards of each mode after one of its own (cpu_time_modes). */
 #define CPU_LAYERS 1
 #define CPU_VOCAB 8192
 
@@ -1227,9 +1227,12 @@ static int cpu_prefix_batch(RxBatch *b, int B, int P, int S)
     return 0;
 }
 
-/* ms[k]: median wall ms of MODES[k] over reps rounds, cpu_ms[k]: the median process CPU ms of the same forwards (all
- * threads: on a busy machine the steadier figure); *n_compact: N'. Round -1 is the warm-up, not timed: it packs the
- * model's weights (once per model) and its logits are checked: finite, radix and compact equal to baseline. */
+/* ms[k]: median wall ms of MODES[k] over reps forwards, cpu_ms[k]: the median process CPU ms of the same forwards (all
+ * threads: on a busy machine the steadier figure); *n_compact: N'. Each mode is timed in a block of its own, after
+ * one forward of it that is not timed (r = -1), as docs/bench_torch_cpu.py times transformers: the first forward
+ * packs the model's weights (once per model), and after another mode's bigger buffers the allocator hands back
+ * fresh pages, whose faults a steady stream of one shape does not pay. The untimed forwards' logits are checked:
+ * finite, radix and compact equal to baseline. */
 static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, double ms[3], double cpu_ms[3],
                           int *n_compact)
 {
@@ -1243,10 +1246,10 @@ static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, doubl
         *n_compact = ix.n_compact;
         radix_index_free(&ix);
     }
-    for (int r = -1; r < reps && !rc; r++)
-        for (int k = 0; k < 3 && !rc; k++) {
+    for (int k = 0; k < 3 && !rc; k++)
+        for (int r = -1; r < reps && !rc; r++) {
             double t0 = now_s(), c0 = cpu_s();
-            rc = qwen3_forward_ref_last(m, b, MODES[k], r >= 0 ? logits : logits + k * n, NULL) != 0;
+            rc = qwen3_forward_ref_last(m, b, MODES[k], logits + k * n, NULL) != 0;
             if (r >= 0) {
                 t[k * reps + r] = 1e3 * (now_s() - t0);
                 c[k * reps + r] = 1e3 * (cpu_s() - c0);
@@ -1421,7 +1424,7 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
     qwen3_free(&m);
     printf("\nx = baseline ms / mode ms: wall time of one forward (qwen3_forward_ref_last, "
            "logits of the B last tokens),"
-           " medians of %d rounds after a warm-up (CPU ms: the process's CPU time, all threads);\n"
+           " each mode the median of %d after an untimed one (CPU ms: the process's CPU time, all threads);\n"
            "radix and compact logits equal baseline bit for bit (checked). The paper's columns: "
            "the row of its Table 4 (Qwen3-4B, H100,\nfp16, B = 32) with the nearest gamma = N'/N, the paper's "
            "numbers, not a measurement of this code.\n\n", reps);
