@@ -662,10 +662,10 @@ const char *rx_cpu_path(const char *want) {
 }
 
 void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp) {
-    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS;
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS, n_pack = x ? n_rt : 0;
     if (!mm_tile) rx_cpu_path(NULL);
     RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
-    for (int t = 0; t < n_rt; t++) {                                 /* x -> xp, a tile of MM_ROWS rows at a time */
+    for (int t = 0; t < n_pack; t++) {                               /* x -> xp, a tile of MM_ROWS rows at a time */
         const float *xr[MM_ROWS];
         for (int j = 0, r; j < MM_ROWS; j++) xr[j] = x + (size_t)((r = t * MM_ROWS + j) < rows ? r : rows - 1) * in;
         pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
@@ -906,7 +906,8 @@ static int model_pack_ref(const Qwen3Model *m) {
     return 0;
 }
 
-/* y [rows, out] = x [rows, in] @ W^T, W [out, in], from its panels (model_pack_ref). */
+/* y [rows, out] = x [rows, in] @ W^T, W [out, in], from its panels (model_pack_ref); x packed into xp on the way,
+ * or x NULL: the previous call's x, still packed in xp (k and v after q, up after gate). */
 static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
     const float *wp = model_panels(m)[W - m->tensors];
     rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0], xp);
@@ -1118,8 +1119,8 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     rx_tensor_to_f32(W->input_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, c->hidden_size, eps);  /* xn = input_layernorm(h)  [R, hidden] */
     linear_ref(a->q, a->xn, m, W->q_proj, R, a->xp);    /* q = xn @ Wq^T               [R, n_heads*head_dim] */
-    linear_ref(a->k, a->xn, m, W->k_proj, R, a->xp);    /* k = xn @ Wk^T               [R, n_kv*head_dim] */
-    linear_ref(a->v, a->xn, m, W->v_proj, R, a->xp);    /* v = xn @ Wv^T               [R, n_kv*head_dim] */
+    linear_ref(a->k, NULL, m, W->k_proj, R, a->xp);     /* k = xn @ Wk^T               [R, n_kv*head_dim] */
+    linear_ref(a->v, NULL, m, W->v_proj, R, a->xp);     /* v = xn @ Wv^T               [R, n_kv*head_dim] */
     rx_tensor_to_f32(W->q_norm, a->norm_w);
     rx_qk_norm_rope_ref(a->q, a->norm_w, L->pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
     rx_tensor_to_f32(W->k_norm, a->norm_w);
@@ -1158,7 +1159,7 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefAc
     rx_tensor_to_f32(W->post_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, H, eps);  /* xn = post_attention_layernorm(h) */
     linear_ref(a->gate, a->xn, m, W->gate_proj, R, a->xp);  /* gate = xn @ Wg^T        [R, intermediate] */
-    linear_ref(a->up, a->xn, m, W->up_proj, R, a->xp);      /* up   = xn @ Wu^T        [R, intermediate] */
+    linear_ref(a->up, NULL, m, W->up_proj, R, a->xp);       /* up   = xn @ Wu^T        [R, intermediate] */
     rx_silu_mul_ref(a->gate, a->gate, a->up, (size_t)R * I);
     linear_ref(a->xn, a->gate, m, W->down_proj, R, a->xp);  /* mlp = (silu(gate)*up) @ Wd^T  [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];

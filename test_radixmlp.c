@@ -1099,6 +1099,9 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
                 snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, %d thread%s", ran[p], rows, in, out, in, t,
                          t > 1 ? "s" : "");
                 expect_identical(what, got, ref, (size_t)rows * out);
+                memset(got, 0, (size_t)rows * out * sizeof(float));
+                rx_matmul_packed_ref(got, NULL, wp, rows, in, out, xp);        /* x NULL: xp as packed above */
+                expect_identical(what, got, ref, (size_t)rows * out);
                 for (int r = 0; r < rows; r++)
                     rx_matmul_packed_ref(got + (size_t)r * out, x + (size_t)r * in, wp, 1, in, out, xp);
                 snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, row by row, %d thread%s", ran[p], rows, in,
