@@ -667,7 +667,10 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
     RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
     for (int t = 0; t < n_pack; t++) {                               /* x -> xp, a tile of MM_ROWS rows at a time */
         const float *xr[MM_ROWS];
-        for (int j = 0, r; j < MM_ROWS; j++) xr[j] = x + (size_t)((r = t * MM_ROWS + j) < rows ? r : rows - 1) * in;
+        for (int j = 0; j < MM_ROWS; j++) {
+            int r = t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1;        /* past the last row: repeat it */
+            xr[j] = x + (size_t)r * in;
+        }
         pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
     }
     RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))

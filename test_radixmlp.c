@@ -1203,7 +1203,10 @@ static void attention_double(const float *q, const float *k, const float *v, dou
             for (int t = t0; t <= g; t++) {
                 const float *kt = k + ((size_t)t * nkv + kvh) * hd, *vt = v + ((size_t)t * nkv + kvh) * hd;
                 double s = 0, a = 0;
-                for (int i = 0; i < hd; i++) s += (double)qh[i] * kt[i], a += fabs((double)qh[i] * kt[i]);
+                for (int i = 0; i < hd; i++) {
+                    s += (double)qh[i] * kt[i];
+                    a += fabs((double)qh[i] * kt[i]);
+                }
                 p[t] = s * scale;
                 mx = fmax(mx, p[t]);
                 dots = fmax(dots, a * scale);
