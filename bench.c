@@ -1327,17 +1327,19 @@ static int cpu_matmul_rate(int quick)
     W.data = w;                                             /* w [out, in], as a weight in a checkpoint */
     rx_pack_weight(wp, &W);
     double peak = fma_peak_gflops();
-    printf("matmul [rows, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of 5 after a warm-up: GFLOP/s of wall time,\n"
+    const int reps = quick ? 5 : 15;                        /* a 64-row call takes ms: the median needs many */
+    printf("matmul [rows, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of %d after a warm-up: GFLOP/s of wall "
+           "time,\n"
            "and per core: FLOPs / the process's CPU time (what one core delivers while it runs, even on a busy "
-           "machine)\n  fp32 peak of one core (a loop of AVX2 FMAs): %.1f GFLOP/s\n", in, in, out, peak);
+           "machine)\n  fp32 peak of one core (a loop of AVX2 FMAs): %.1f GFLOP/s\n", in, in, out, reps, peak);
     for (int rows = 64; rows <= max_rows; rows *= 4) {
         if (quick && rows > 64) break;
         for (int v = 0; v < 4; v++) {   /* 0: the plain loop; 1: portable C; 2: the fastest path; 3: all threads */
             int n_rows = v < 2 ? 6 : rows;                  /* the plain loops are slow: 6 rows give their rate */
-            double t[5], c[5], flops = 2.0 * n_rows * in * out;
+            double t[15], c[15], flops = 2.0 * n_rows * in * out;
             const char *path = rx_cpu_path(v == 1 ? "portable" : "auto");
             rx_threads(v == 3 ? threads : 1);
-            for (int r = -1; r < 5; r++) {                  /* round -1: the warm-up */
+            for (int r = -1; r < reps; r++) {               /* round -1: the warm-up */
                 double t0 = now_s(), c0 = cpu_s();
                 if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
                 else rx_matmul_packed_ref(y, x, wp, n_rows, in, out, xp);
@@ -1349,9 +1351,9 @@ static int cpu_matmul_rate(int quick)
             char what[80];
             snprintf(what, sizeof what, "%s, %s", v ? "tiled (rx_matmul_packed_ref)" : "definition (rx_matmul_ref)",
                      v ? path : "plain C");
-            double per_core = flops / median(c, 5) * 1e-9;
+            double per_core = flops / median(c, reps) * 1e-9;
             printf("  %3d rows  %-40s %2d thread%s  %6.1f GFLOP/s  %6.1f GFLOP/s per core", v < 2 ? n_rows : rows, what,
-                   v == 3 ? threads : 1, v == 3 && threads > 1 ? "s" : " ", flops / median(t, 5) * 1e-9, per_core);
+                   v == 3 ? threads : 1, v == 3 && threads > 1 ? "s" : " ", flops / median(t, reps) * 1e-9, per_core);
             if (peak > 0) printf(" (%.0f%% of peak)", 100 * per_core / peak);
             printf("\n");
         }
