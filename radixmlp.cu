@@ -759,6 +759,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
     int hd16 = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
+    if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
     for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
         int g = q_orig ? q_orig[r] : r;
         if (g + 1 > n_t) n_t = g + 1;

@@ -1265,6 +1265,8 @@ static void test_attention_ref_matches_double_every_layout(void) {
             memcpy(v + (size_t)t * kvd, vc + (size_t)ix.scatter[t] * kvd, (size_t)kvd * sizeof(float));
         }
         attention_double(q, k, v, ref, bound, N, seq_start, nh, nkv, hd);
+        expect(rx_attention_ref(q, k, v, out, 0, NULL, seq_start, NULL, nh, nkv, hd) == 0, "no queries: %s",
+               radix_error());
         rx_cpu_path("auto");
         expect(rx_attention_ref(q, k, v, out, N, NULL, seq_start, NULL, nh, nkv, hd) == 0, "%s", radix_error());
         size_t bad = 0, nonfin = 0;
