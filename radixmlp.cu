@@ -744,7 +744,7 @@ typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; }
  *   kp [n_kv][T16][head_dim]: sequence s's keys in panels of MM_COLS keys, [head_dim][MM_COLS] each
  *   vp [n_kv][T16][hd16]:     its values in panels of MM_COLS dims, [len16][MM_COLS] each
  * with len16 its length rounded up to MM_COLS, T16 the sum of the len16, hd16 head_dim rounded up, zeros in the
- * padding. Memory: twice the keys' and values' floats, plus padding. */
+ * padding. Memory: a copy of every key and value each sequence reads (a shared prefix's once per sequence). */
 static int attention_free(int n_t, int32_t *base, int32_t *len16, int32_t *chunk, float *kp, float *vp, float *s) {
     free(base);
     free(len16);
