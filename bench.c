@@ -1277,37 +1277,52 @@ static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, doubl
     return rc;
 }
 
-/* The core's fp32 peak, GFLOP/s per core: a loop of independent AVX2 FMAs (12 chains, 8 lanes, 2 FLOPs each), timed
- * by the process's CPU time on one thread. 0 where the CPU has no AVX2 + FMA. */
+/* The core's fp32 peak, GFLOP/s per core: a loop of independent FMAs (12 chains, 2 FLOPs a lane) on the widest
+ * vectors the C reference uses here (rx_cpu_path "auto"), timed by the process's CPU time on one thread, the best
+ * of 3. 0 where the CPU has neither AVX2 + FMA nor AVX-512. */
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 #include <immintrin.h>
-__attribute__((target("avx2,fma"))) static double fma_peak_gflops(void)
+enum { PEAK_STEPS = 20000000 };
+__attribute__((target("avx2,fma"))) static float fma_loop_avx2(float x, float y)         /* 12 * 8 lanes a step */
 {
-    const long n = 20000000;
-    __m256 a[12], x = _mm256_set1_ps(0.999999f), y = _mm256_set1_ps(1e-7f);
-    double best = 0;
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
+    __m256 a[12];
     for (int k = 0; k < 12; k++) a[k] = _mm256_set1_ps((float)k);
-    for (int r = 0; r < 3; r++) {
-        double c0 = cpu_s();
-        for (long i = 0; i < n; i++)
+    for (long i = 0; i < PEAK_STEPS; i++)
 #pragma GCC unroll 12
-            for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], x, y);
-        double g = 12.0 * 8 * 2 * n / (cpu_s() - c0) * 1e-9;
-        best = g > best ? g : best;
-    }
-    float sink[8];
+        for (int k = 0; k < 12; k++) a[k] = _mm256_fmadd_ps(a[k], _mm256_set1_ps(x), _mm256_set1_ps(y));
     for (int k = 1; k < 12; k++) a[0] = _mm256_add_ps(a[0], a[k]);
-    _mm256_storeu_ps(sink, a[0]);
-    return sink[0] == 12345.0f ? 0 : best;                      /* keeps the loop from being optimized away */
+    return _mm256_cvtss_f32(a[0]);
+}
+__attribute__((target("avx512f"))) static float fma_loop_avx512(float x, float y)        /* 12 * 16 lanes a step */
+{
+    __m512 a[12];
+    for (int k = 0; k < 12; k++) a[k] = _mm512_set1_ps((float)k);
+    for (long i = 0; i < PEAK_STEPS; i++)
+#pragma GCC unroll 12
+        for (int k = 0; k < 12; k++) a[k] = _mm512_fmadd_ps(a[k], _mm512_set1_ps(x), _mm512_set1_ps(y));
+    for (int k = 1; k < 12; k++) a[0] = _mm512_add_ps(a[0], a[k]);
+    return _mm512_reduce_add_ps(a[0]);
+}
+static double fma_peak_gflops(const char *path)
+{
+    int lanes = !strcmp(path, "avx512") ? 16 : !strcmp(path, "avx2") ? 8 : 0;
+    double best = 0;
+    for (int r = 0; r < 3 && lanes; r++) {
+        double c0 = cpu_s();
+        float sink = lanes == 16 ? fma_loop_avx512(0.999999f, 1e-7f) : fma_loop_avx2(0.999999f, 1e-7f);
+        double g = 12.0 * lanes * 2 * PEAK_STEPS / (cpu_s() - c0) * 1e-9;
+        best = sink != 12345.0f && g > best ? g : best;          /* sink: keeps the loop from being optimized away */
+    }
+    return best;
 }
 #else
-static double fma_peak_gflops(void) { return 0; }
+static double fma_peak_gflops(const char *path) { (void)path; return 0; }
 #endif
 
 /* GFLOP/s of the forward's matmul (rx_matmul_packed_ref) at one of Qwen3-0.6B's shapes, [rows, 1024] @ [1024, 3072]
- * (gate_proj), at 64 and 256 rows, on each instruction-set path (rx_cpu_path; the same bits) on 1 thread, the fastest
- * on all threads, beside the plain loop it equals bit for bit (rx_matmul_ref) and the core's FMA peak. */
+ * (gate_proj), at 64 and 256 rows, on each instruction-set path the CPU has (rx_cpu_path; the same bits) on 1
+ * thread, the widest on all threads, beside the plain loop it equals bit for bit (rx_matmul_ref) and the core's FMA
+ * peak. */
 static int cpu_matmul_rate(int quick)
 {
     const int max_rows = 256, in = 1024, out = 3072, threads = rx_threads(0);
@@ -1326,19 +1341,22 @@ static int cpu_matmul_rate(int quick)
     for (size_t i = 0; i < (size_t)in * out; i++) w[i] = (float)(splitmix(&rng) % 2001) / 32000.0f - 0.03f;
     W.data = w;                                             /* w [out, in], as a weight in a checkpoint */
     rx_pack_weight(wp, &W);
-    double peak = fma_peak_gflops();
+    const char *widest = rx_cpu_path("auto");
+    double peak = fma_peak_gflops(widest);
     const int reps = quick ? 5 : 15;                        /* a 64-row call takes ms: the median needs many */
     printf("matmul [rows, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of %d after a warm-up: GFLOP/s of wall "
            "time,\n"
            "and per core: FLOPs / the process's CPU time (what one core delivers while it runs, even on a busy "
-           "machine)\n  fp32 peak of one core (a loop of AVX2 FMAs): %.1f GFLOP/s\n", in, in, out, reps, peak);
+           "machine)\n  fp32 peak of one core (a loop of %s FMAs): %.1f GFLOP/s\n", in, in, out, reps, widest, peak);
     for (int rows = 64; rows <= max_rows; rows *= 4) {
         if (quick && rows > 64) break;
-        for (int v = 0; v < 4; v++) {   /* 0: the plain loop; 1: portable C; 2: the fastest path; 3: all threads */
+        static const char *const PATH[5] = {"portable", "portable", "avx2", "avx512", "auto"};
+        for (int v = 0; v < 5; v++) {   /* 0: the plain loop; 1-3: each path on 1 thread; 4: the widest, all threads */
             int n_rows = v < 2 ? 6 : rows;                  /* the plain loops are slow: 6 rows give their rate */
             double t[15], c[15], flops = 2.0 * n_rows * in * out;
-            const char *path = rx_cpu_path(v == 1 ? "portable" : "auto");
-            rx_threads(v == 3 ? threads : 1);
+            const char *path = rx_cpu_path(PATH[v]);
+            if (!path) continue;                            /* a path this CPU lacks */
+            rx_threads(v == 4 ? threads : 1);
             for (int r = -1; r < reps; r++) {               /* round -1: the warm-up */
                 double t0 = now_s(), c0 = cpu_s();
                 if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
@@ -1353,7 +1371,7 @@ static int cpu_matmul_rate(int quick)
                      v ? path : "plain C");
             double per_core = flops / median(c, reps) * 1e-9;
             printf("  %3d rows  %-40s %2d thread%s  %6.1f GFLOP/s  %6.1f GFLOP/s per core", v < 2 ? n_rows : rows, what,
-                   v == 3 ? threads : 1, v == 3 && threads > 1 ? "s" : " ", flops / median(t, reps) * 1e-9, per_core);
+                   v == 4 ? threads : 1, v == 4 && threads > 1 ? "s" : " ", flops / median(t, reps) * 1e-9, per_core);
             if (peak > 0) printf(" (%.0f%% of peak)", 100 * per_core / peak);
             printf("\n");
         }
@@ -1645,6 +1663,7 @@ int main(int argc, char **argv)
         if (FLAGS[f].takes_value && !argv[i + 1][0]) return usage_error("this option needs a value, not \"\":", a);
         val[f] = FLAGS[f].takes_value ? argv[++i] : a;
     }
+    if (!rx_cpu_path(NULL)) return usage_error(radix_error(), NULL);             /* a bad $RADIXMLP_CPU */
     if (val[F_TABLE] && (strlen(val[F_TABLE]) != 1 || !strchr("2456", val[F_TABLE][0])))
         return usage_error("--table takes 2, 4, 5 or 6, not", val[F_TABLE]);
     if (val[F_WORKLOAD] && strcmp(val[F_WORKLOAD], "reranker"))

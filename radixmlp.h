@@ -196,9 +196,10 @@ size_t rx_packed_floats(int out, int in);
 size_t rx_packed_x_floats(int rows, int in);
 void rx_pack_weight(float *wp, const RxTensor *W);
 void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp);
-/* The matmul's instruction set: want "portable" (plain C fmaf) or "auto" (AVX2 + FMA where the CPU has them) sets
- * it; NULL leaves it (first use: $RADIXMLP_CPU, else auto). Returns the path in effect: "portable" or "avx2". Every
- * path gives the same bits. */
+/* The C reference's instruction set (the matmul's tile and the exponential): want "portable" (plain C fmaf), "avx2"
+ * (AVX2 + FMA), "avx512" (AVX-512F) or "auto" (the widest this CPU has) sets it; NULL leaves it (first use:
+ * $RADIXMLP_CPU, else auto). Returns the path in effect, or NULL, leaving it, for a name it does not know or a path
+ * this CPU cannot run (radix_error() says which). Every path gives the same bits. */
 const char *rx_cpu_path(const char *want);
 /* Threads of the C reference (OpenMP; always 1 in a build without it): n > 0 sets the count, n <= 0 leaves it
  * (OMP_NUM_THREADS, or every core). Returns the count in effect. The results never depend on it. */

@@ -116,6 +116,26 @@ static void note_rejected(int rc, int width, const char *what) {
     note("%-*s -> %s", width, what, rc ? radix_error() : "ACCEPTED");
 }
 
+/* The C reference's instruction-set paths (rx_cpu_path) this CPU can run, narrowest first: "portable", then
+ * "avx2" and "avx512" where it has them. Fills paths[] and names them in list ("portable, avx2"); returns how many. A
+ * path the CPU lacks is said in a note, so a summary never claims it. */
+static int cpu_paths(const char *paths[3], char list[32]) {
+    static const char *const all[3] = {"portable", "avx2", "avx512"};
+    const char *path0 = rx_cpu_path(NULL);
+    int n = 0;
+    list[0] = 0;
+    for (int p = 0; p < 3; p++) {
+        if (!rx_cpu_path(all[p])) {
+            note("not run: %s", radix_error());
+            continue;
+        }
+        snprintf(list + strlen(list), 32 - strlen(list), "%s%s", n ? ", " : "", all[p]);
+        paths[n++] = all[p];
+    }
+    rx_cpu_path(path0);
+    return n;
+}
+
 /* A summary line, printed only while it is true: never under a FAIL line of the same test. */
 static void summary(const char *fmt, ...) {
     if (test_failed) return;
@@ -1064,16 +1084,17 @@ static void test_reference_radix_equals_baseline_table7a(void) {
 
 /* The forward's matmul (packed weight, tiled, vectorized across outputs, threaded) against the definition
  * rx_matmul_ref, bit for bit: every output the same chain of fmaf over i in increasing order. On every instruction
- * set path (portable C and, where the CPU has it, AVX2), at edge shapes (one row, rows below, at and past a 6-row
+ * set path the CPU has (cpu_paths), at edge shapes (one row, rows below, at and past a 6-row
  * tile, outputs below, at and past a 16-wide panel, a last panel of 1 to 15), each row also alone (rows = 1): a
  * row's result must not depend on the rows around it, on its place in a tile, or on the path; 1 and 2 threads. */
 static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     static const int shapes[][3] = {{1, 64, 16}, {3, 7, 17}, {4, 33, 5}, {5, 64, 48}, {9, 100, 33}, {13, 1, 100},
                                     {2, 50, 31}, {6, 257, 16}, {7, 129, 47}, {64, 300, 200},
                                     {8, 600, 40}};   /* rows, in, out */
-    static const char *paths[] = {"portable", "auto"};
+    const char *paths[3], *path0 = rx_cpu_path(NULL);
+    char list[32];
     int threads0 = rx_threads(0), cases = 0, n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
-    const char *path0 = rx_cpu_path(NULL), *ran[2];
+    int n_paths = cpu_paths(paths, list);
     uint64_t rng = 18;
     for (int c = 0; c < n_shapes; c++) {
         int rows = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
@@ -1090,13 +1111,13 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
         W.nbytes = (size_t)out * in * 4;
         rx_pack_weight(wp, &W);
         rx_matmul_ref(ref, x, w, rows, in, out);
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < n_paths; p++)
             for (int t = 1; t <= 2; t++) {
                 char what[128];
-                ran[p] = rx_cpu_path(paths[p]);
+                rx_cpu_path(paths[p]);
                 rx_threads(t);
                 rx_matmul_packed_ref(got, x, wp, rows, in, out, xp);
-                snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, %d thread%s", ran[p], rows, in, out, in, t,
+                snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, %d thread%s", paths[p], rows, in, out, in, t,
                          t > 1 ? "s" : "");
                 expect_identical(what, got, ref, (size_t)rows * out);
                 memset(got, 0, (size_t)rows * out * sizeof(float));
@@ -1104,7 +1125,7 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
                 expect_identical(what, got, ref, (size_t)rows * out);
                 for (int r = 0; r < rows; r++)
                     rx_matmul_packed_ref(got + (size_t)r * out, x + (size_t)r * in, wp, 1, in, out, xp);
-                snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, row by row, %d thread%s", ran[p], rows, in,
+                snprintf(what, sizeof what, "%s: [%d, %d] @ [%d, %d]^T, row by row, %d thread%s", paths[p], rows, in,
                          out, in, t, t > 1 ? "s" : "");
                 expect_identical(what, got, ref, (size_t)rows * out);
                 cases++;
@@ -1113,8 +1134,8 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     }
     rx_threads(threads0);
     rx_cpu_path(path0);
-    summary("%d shapes x paths {%s, %s} x {1, 2} threads, whole and row by row: rx_matmul_packed_ref == rx_matmul_ref "
-            "bit for bit", n_shapes, ran[0], ran[1]);
+    summary("%d shapes x paths {%s} x {1, 2} threads, whole and row by row: rx_matmul_packed_ref == rx_matmul_ref "
+            "bit for bit", n_shapes, list);
 }
 
 static int32_t *seq_starts(const RxBatch *b) {   /* [N]: the first position of each token's sequence */
@@ -1146,27 +1167,28 @@ static RxBatch shared_prefix_batch(const int (*spec)[2], int n_seqs, uint64_t se
 static void test_exp_matches_double_on_every_path(void) {
     enum { N = 2000001, EDGES = 9 };
     static const float edge[EDGES] = {0.0f, -0.0f, 88.8f, -87.4f, INFINITY, -INFINITY, NAN, 88.72f, -87.33f};
-    static const char *paths[] = {"portable", "auto"};
-    const char *path0 = rx_cpu_path(NULL), *ran[2];
-    float *x = floats(N + EDGES), *y[2] = {floats(N + EDGES), floats(N + EDGES)}, *in_place = floats(N + EDGES);
+    const char *paths[3], *path0 = rx_cpu_path(NULL);
+    char list[32];
+    int n_paths = cpu_paths(paths, list);
+    float *x = floats(N + EDGES), *y = floats(N + EDGES), *got = floats(N + EDGES), *in_place = floats(N + EDGES);
     uint64_t rng = 31;
     double worst = 0;
     for (int i = 0; i < N; i++) x[i] = -87.3f + 176.0f * (float)i / (float)(N - 1);
     memcpy(x + N, edge, sizeof edge);
-    for (int p = 0; p < 2; p++) {
-        ran[p] = rx_cpu_path(paths[p]);
-        rx_exp_ref(y[p], x, 1.0f, 0.0f, N + EDGES);
+    for (int p = 0; p < n_paths; p++) {                /* y: the first path's; every other must equal it */
+        rx_cpu_path(paths[p]);
+        rx_exp_ref(p ? got : y, x, 1.0f, 0.0f, N + EDGES);
+        expect(!p || !memcmp(got, y, (N + EDGES) * sizeof(float)), "the %s and %s paths differ", paths[p], paths[0]);
         memcpy(in_place, x, (N + EDGES) * sizeof(float));
         rx_exp_ref(in_place, in_place, 1.0f, 0.0f, N + EDGES);
-        expect(!memcmp(in_place, y[p], (N + EDGES) * sizeof(float)), "%s: in place differs", ran[p]);
+        expect(!memcmp(in_place, y, (N + EDGES) * sizeof(float)), "%s: in place differs", paths[p]);
     }
-    expect(!memcmp(y[0], y[1], (N + EDGES) * sizeof(float)), "the %s and %s paths differ", ran[0], ran[1]);
     for (int i = 0; i < N; i++) {
-        double e = exp((double)x[i]), ulp = nextafterf((float)e, INFINITY) - (float)e, u = fabs(y[1][i] - e) / ulp;
+        double e = exp((double)x[i]), ulp = nextafterf((float)e, INFINITY) - (float)e, u = fabs(y[i] - e) / ulp;
         if (!(u <= worst)) worst = u;
     }
     expect(worst <= 1.5, "exp: %.2f ulp from exp in double (bound 1.5)", worst);
-    const float *ye = y[1] + N;
+    const float *ye = y + N;
     expect(ye[0] == 1.0f && ye[1] == 1.0f && ye[2] == INFINITY && ye[3] == 0.0f && !signbit(ye[3]) &&
            ye[4] == INFINITY && ye[5] == 0.0f && isnan(ye[6]) && isfinite(ye[7]) && ye[8] > 0.0f,
            "edges: exp(0) %g, exp(-0) %g, exp(88.8) %g, exp(-87.4) %g, exp(inf) %g, exp(-inf) %g, exp(nan) %g, "
@@ -1184,9 +1206,9 @@ static void test_exp_matches_double_on_every_path(void) {
     }
     expect(worst_ab <= 1.5, "exp(x - max), exp(-x): %.2f ulp (bound 1.5)", worst_ab);
     rx_cpu_path(path0);
-    summary("paths {%s, %s} bit for bit; %.3f ulp at worst over [-87.3, 88.7], %.3f on exp(x - max) and exp(-x); "
-            "edges: 1 at +-0, inf above, +0 below, NaN for NaN", ran[0], ran[1], worst, worst_ab);
-    free(x); free(y[0]); free(y[1]); free(in_place);
+    summary("paths {%s} bit for bit; %.3f ulp at worst over [-87.3, 88.7], %.3f on exp(x - max) and exp(-x); "
+            "edges: 1 at +-0, inf above, +0 below, NaN for NaN", list, worst, worst_ab);
+    free(x); free(y); free(got); free(in_place);
 }
 
 /* Attention as the definition says, in double: row g of sequence [t0, ..] and head h attend to keys t0 .. g of kv
@@ -1236,10 +1258,10 @@ static void attention_double(const float *q, const float *k, const float *v, dou
 static void test_attention_ref_matches_double_every_layout(void) {
     static const int spec[][2] = {{40, 0}, {1, 0}, {17, 1}, {16, 16}, {33, 17}, {5, 5}, {1, 1}};   /* {length, p} */
     static const int heads[][3] = {{6, 2, 24}, {4, 4, 16}, {8, 1, 40}};                      /* nh, nkv, hd */
-    static const char *paths[] = {"portable", "auto"};
     const int n_seqs = (int)(sizeof spec / sizeof spec[0]);
-    int threads0 = rx_threads(0);
-    const char *path0 = rx_cpu_path(NULL);
+    const char *paths[3], *path0 = rx_cpu_path(NULL);
+    char list[32];
+    int threads0 = rx_threads(0), n_paths = cpu_paths(paths, list);
     RxBatch b = shared_prefix_batch(spec, n_seqs, 29);
     RadixIndex ix;
     if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
@@ -1278,7 +1300,7 @@ static void test_attention_ref_matches_double_every_layout(void) {
         }
         expect(nonfin == 0 && bad == 0, "%d heads, %d kv, dim %d: %zu outputs NaN or Inf, %zu beyond the bound", nh,
                nkv, hd, nonfin, bad);
-        for (int p = 0; p < 2; p++)
+        for (int p = 0; p < n_paths; p++)
             for (int t = 1; t <= 2; t++) {
                 char what[128];
                 rx_cpu_path(paths[p]);
@@ -1313,8 +1335,8 @@ static void test_attention_ref_matches_double_every_layout(void) {
         free(bound);
     }
     summary("N = %d, N' = %d; GQA 3:1 dim 24, MHA dim 16, MQA 8:1 dim 40: within the double-precision bound (worst "
-            "%.2f of it); compact == baseline and every path x {1, 2} threads bit for bit; a NaN at t reaches only "
-            "rows t.. of its sequence", N, Nc, worst);
+            "%.2f of it); compact == baseline and paths {%s} x {1, 2} threads bit for bit; a NaN at t reaches only "
+            "rows t.. of its sequence", N, Nc, worst, list);
     free(seq_start);
     radix_index_free(&ix);
     rx_batch_free(&b);
@@ -1355,15 +1377,15 @@ static void test_random_model_identical_for_1_and_2_threads(void) {
     note_rejected(rc, 0, "intermediate_size 0");
 }
 
-/* The matmul's instruction set changes nothing either: each mode on the portable path and on the fastest one (AVX2
- * where the CPU has it) equals the baseline on the fastest path with 1 thread. */
+/* The matmul's instruction set changes nothing either: each mode on every path the CPU has (portable, and AVX2 and
+ * AVX-512 where it has them) equals the baseline on the fastest path with 1 thread. */
 static void test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path(void) {
-    static const char *paths[] = {"portable", "auto"};
     Qwen3Config cfg = tiny_config();
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 12)) { expect(0, "qwen3_random: %s", radix_error()); return; }
-    int threads0 = rx_threads(0), two = (rx_threads(2), rx_threads(0)), cases = 0;
-    const char *path0 = rx_cpu_path(NULL), *ran[2] = {"", ""};
+    const char *paths[3], *path0 = rx_cpu_path(NULL);
+    char list[32];
+    int threads0 = rx_threads(0), two = (rx_threads(2), rx_threads(0)), cases = 0, n_paths = cpu_paths(paths, list);
     for (size_t p = 0; p < sizeof table7a / sizeof table7a[0]; p++) {
         RxBatch b = pattern_batch(&table7a[p], cfg.vocab_size, 200 + p);
         size_t n = (size_t)b.n_tokens * cfg.vocab_size;
@@ -1373,12 +1395,12 @@ static void test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path(vo
         int ok = one && got && !qwen3_forward_ref(&m, &b, RX_BASELINE, one);
         expect(ok, "%s: 1 thread: %s", table7a[p].name, radix_error());
         rx_threads(2);
-        for (int k = 0; k < 2; k++) {
-            ran[k] = rx_cpu_path(paths[k]);
+        for (int k = 0; k < n_paths; k++) {
+            rx_cpu_path(paths[k]);
             for (int mode = RX_BASELINE; ok && mode <= RX_COMPACT; mode++) {
                 char what[128];
                 snprintf(what, sizeof what, "%s: %s, %s, %d threads vs baseline, %s, 1 thread", table7a[p].name,
-                         rx_mode_name((RxMode)mode), ran[k], two, base);
+                         rx_mode_name((RxMode)mode), paths[k], two, base);
                 ok = !qwen3_forward_ref(&m, &b, (RxMode)mode, got);
                 expect(ok, "%s: %s", what, radix_error());
                 if (ok) cases += expect_identical(what, got, one, n);
@@ -1391,8 +1413,8 @@ static void test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path(vo
     rx_cpu_path(path0);
     qwen3_free(&m);
     if (two < 2) note("built without OpenMP: only 1 thread to compare with");
-    summary("%d patterns x 3 modes x paths {%s, %s} with %d threads: logits bit-identical to the baseline with 1 "
-            "thread", cases / 6, ran[0], ran[1], two);
+    summary("%d patterns x 3 modes x paths {%s} with %d threads: logits bit-identical to the baseline with 1 "
+            "thread", cases / (3 * n_paths), list, two);
 }
 
 /* Batches a C API caller could build by hand, each inconsistent in one field; both forwards must refuse each with its
@@ -2928,6 +2950,44 @@ static void test_cli_last_only_and_embed(void) {
 }
 
 /* --show-index on the paper's toy example prints the index maps of Section 3.2, and needs no model. */
+/* rx_cpu_path and $RADIXMLP_CPU: "auto" is the widest path the CPU has; a name it does not know, or a path the CPU
+ * cannot run, is refused with the reason and changes nothing. The programs check $RADIXMLP_CPU before any work: a
+ * bad one is one line and exit 2 (radixmlp, bench), a good one runs. */
+static void test_cpu_path_choice_and_env(void) {
+    const char *paths[3], *path0 = rx_cpu_path(NULL), *got;
+    char list[32], cmd[1024], out[4096];
+    int n = cpu_paths(paths, list);
+    got = rx_cpu_path("auto");
+    expect(got && !strcmp(got, paths[n - 1]), "auto picks %s, not the widest path this CPU has (%s)", got, list);
+    rx_cpu_path("portable");
+    got = rx_cpu_path("avx3");
+    expect(!got && strstr(radix_error(), "no CPU path \"avx3\"") && !strcmp(rx_cpu_path(NULL), "portable"),
+           "rx_cpu_path(\"avx3\"): %s, '%s', then %s in effect", got, radix_error(), rx_cpu_path(NULL));
+    if (n < 3) {                                       /* a path the CPU lacks (asked again: cpu_paths noted why) */
+        got = rx_cpu_path("avx512");
+        expect(!got && strstr(radix_error(), "this CPU cannot run the avx512 path") &&
+               !strcmp(rx_cpu_path(NULL), "portable"), "rx_cpu_path(\"avx512\") without AVX-512: %s, '%s'", got,
+               radix_error());
+    }
+    rx_cpu_path(path0);
+    if (!have_cli()) return;
+    snprintf(cmd, sizeof cmd, "RADIXMLP_CPU=avx3 %s --show-index --tokens %s/batches/mixed.txt", cli(), fixtures());
+    expect_one_line("RADIXMLP_CPU=avx3 radixmlp", 2, run_cmd(cmd, out, sizeof out), out,
+                    "RADIXMLP_CPU: no CPU path \"avx3\" (auto, portable, avx2 or avx512)");
+    snprintf(cmd, sizeof cmd, "RADIXMLP_CPU=portable %s --show-index --tokens %s/batches/mixed.txt", cli(), fixtures());
+    int rc = run_cmd(cmd, out, sizeof out);
+    expect(rc == 0, "'%s': exit %d:\n%s", cmd, rc, out);
+    int benches = access("./bench", X_OK) == 0;
+    if (benches) {
+        rc = run_cmd("RADIXMLP_CPU=avx3 ./bench --table 5", out, sizeof out);
+        expect(rc == 2 && strstr(out, "bench: RADIXMLP_CPU: no CPU path \"avx3\"") && !strchr(out, '\n')[1],
+               "RADIXMLP_CPU=avx3 ./bench --table 5: exit %d, want 2 and one line:\n%s", rc, out);
+    } else note("./bench is not built: its check of RADIXMLP_CPU is not run");
+    summary("paths {%s}; auto = %s; an unknown name%s refused, the path unchanged; RADIXMLP_CPU=avx3: exit 2, one "
+            "line, from radixmlp%s", list, paths[n - 1], n < 3 ? " and a path the CPU lacks" : "",
+            benches ? " and bench" : "");
+}
+
 static void test_show_index_prints_toy_example(void) {
     if (!have_cli()) return;
     char dir[] = "/tmp/radixmlp-idx-XXXXXX", cmd[1024], out[4096];
@@ -5327,6 +5387,7 @@ static const Test tests[] = {
     {"gpu", "flash_forward_survives_device_reset", test_gpu_flash_forward_survives_device_reset},
     {"cli", "cli", test_cli},
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
+    {"cli", "cpu_path_choice_and_RADIXMLP_CPU", test_cpu_path_choice_and_env},
     {"cli", "last_only_and_embed", test_cli_last_only_and_embed},
     {"cli", "rejects_flags_of_other_actions", test_cli_rejects_flags_of_other_actions},
     {"cli", "checks_output_paths_before_the_work", test_cli_checks_output_paths_first},
@@ -5371,6 +5432,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) printf("%s/%s\n", tests[i].group, tests[i].name);
         return 0;
     }
+    if (!rx_cpu_path(NULL)) { fprintf(stderr, "test_radixmlp: %s\n", radix_error()); return 2; }
     for (int i = 0; i < n; i++) {
         int selected = argc < 2;
         for (int a = 1; a < argc; a++) selected |= !strcmp(argv[a], tests[i].group) || !strcmp(argv[a], tests[i].name);
