@@ -3121,6 +3121,19 @@ static void test_bench_cpu_table4_quick(void) {
     char *csv = bench_csv(args, out, sizeof out, &rc);
     expect(rc == 0, "'bench %s' exited %d:\n%s", args, rc, out);
     expect(strstr(out, "GFLOP/s") != NULL, "no matmul GFLOP/s line in:\n%s", out);
+    const char *paths[3], *all[3] = {"portable", "avx2", "avx512"};
+    char list[32], want[96];
+    int n_paths = cpu_paths(paths, list);
+    for (int p = 0; p < 3; p++) {              /* a 1-thread rate line for each path the CPU has, and no other */
+        int has = 0;
+        char what[64];
+        for (int k = 0; k < n_paths; k++) has |= !strcmp(paths[k], all[p]);
+        snprintf(what, sizeof what, "tiled (rx_matmul_packed_ref), %s", all[p]);
+        snprintf(want, sizeof want, "%-40s  1 thread ", what);
+        expect(!strstr(out, want) == !has, "%s: a rate line '%s' %s", list, want, has ? "missing" : "printed");
+    }
+    snprintf(want, sizeof want, "a loop of %s FMAs", paths[n_paths - 1]);
+    expect(n_paths == 1 || strstr(out, want), "no peak line '%s' (the widest path)", want);
     for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n")) {
         int B, P, S, N, Nc, pP, pS;
         double g, base, radix, compact, rx, cx, pg;
@@ -3148,8 +3161,8 @@ static void test_bench_cpu_table4_quick(void) {
     expect(circles == 2 + 1 && diamonds == 15 + 1, "the SVG has %d circles and %d diamonds, expected 3 and 16 "
            "(the legend's included)", circles, diamonds);
     unlink(svg);
-    summary("bench --table 4 --cpu --quick: %d rows with N = B(P+S), N' = P + B*S, speedup = base/mode; SVG with "
-            "the paper's 15 points", rows);
+    summary("bench --table 4 --cpu --quick: matmul rates on paths {%s}, the peak on %s; %d rows with N = B(P+S), "
+            "N' = P + B*S, speedup = base/mode; SVG with the paper's 15 points", list, paths[n_paths - 1], rows);
     free(s);
     free(csv);
 }
