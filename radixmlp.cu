@@ -577,9 +577,10 @@ static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const flo
     }
 }
 
-/* And with AVX-512: a step is one weight load, 6 broadcasts and 6 FMAs (AVX2: 2, 6 and 12). Six chains keep a core
- * that issues one 16-lane FMA per cycle busy (AMD Zen 4); a core with two 512-bit FMA units (Intel Xeon) would
- * want 8 for its full peak, and still gets 1.5x its AVX2 rate from 6. */
+/* And with AVX-512: a step is one weight load, 6 broadcasts and 6 FMAs (AVX2: 2, 6 and 12). By latency arithmetic
+ * (an FMA's result is ready 4 cycles later; not measured here, see docs/results.md): 6 independent chains keep a
+ * core that issues one 16-lane FMA a cycle busy (AMD Zen 4); a core with two 512-bit FMA units (Intel Xeon) would
+ * want 8, and gets 1.5 FMAs a cycle from 6, still 1.5x its AVX2 rate. */
 __attribute__((target("avx512f")))
 static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
     __m512 a[MM_ROWS];
