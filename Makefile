@@ -115,7 +115,7 @@ SAN          := -g -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno
 HOST_CU      := -x c++ -std=c++17 -Wall -Wextra -Wno-unused-function -ffp-contract=off -DRADIXMLP_HOST_ONLY
 HOST_C       := -x c -std=c99 -Wall -Wextra -D_DEFAULT_SOURCE
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS := safetensors config shard_index radix_index
+FUZZ_TARGETS := safetensors config shard_index radix_index forward serve
 FUZZ_FLAGS   := -timeout=10 -print_final_stats=1 -artifact_prefix=build/
 
 build/radixmlp_asan: radixmlp.cu radixmlp.h
@@ -144,11 +144,13 @@ build/test_radixmlp_host: test_radixmlp.c radixmlp.cu radixmlp.h
 test-valgrind: build/test_radixmlp_host
 	valgrind -q --leak-check=full --errors-for-leak-kinds=all --error-exitcode=1 build/test_radixmlp_host loader
 
-# One libFuzzer binary per entry point of test_radixmlp.c (RADIXMLP_FUZZ=1..4).
+# One libFuzzer binary per entry point of test_radixmlp.c (RADIXMLP_FUZZ=1..6).
 build/fuzz_safetensors: FUZZ_ID := 1
 build/fuzz_config: FUZZ_ID := 2
 build/fuzz_shard_index: FUZZ_ID := 3
 build/fuzz_radix_index: FUZZ_ID := 4
+build/fuzz_forward: FUZZ_ID := 5
+build/fuzz_serve: FUZZ_ID := 6
 build/radixmlp_lib_fuzz.o: radixmlp.cu radixmlp.h
 	@mkdir -p build
 	$(CLANGXX) $(HOST_CU) $(OMP) $(SAN) -fsanitize=fuzzer-no-link -DRADIXMLP_NO_MAIN -c -o $@ radixmlp.cu
@@ -161,7 +163,7 @@ build/fuzz_%: test_radixmlp.c radixmlp.h build/radixmlp_lib_fuzz.o     # the tes
 fuzz: $(FUZZ_TARGETS:%=build/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
 	    mkdir -p build/corpus/$$t; \
-	    dict=; [ $$t = radix_index ] || dict=-dict=fixtures/fuzz/json.dict; \
+	    dict=; case $$t in safetensors|config|shard_index) dict=-dict=fixtures/fuzz/json.dict;; esac; \
 	    echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
 	    build/fuzz_$$t $(FUZZ_FLAGS) $$dict -max_total_time=$(FUZZ_SECONDS) build/corpus/$$t fixtures/fuzz/$$t \
 	        2>build/fuzz_$$t.log || { tail -40 build/fuzz_$$t.log; exit 1; }; \

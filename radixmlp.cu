@@ -1105,7 +1105,9 @@ typedef struct {
     float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
     float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
-    float *xp;           /* [R rounded up to 6, max(hidden, n_heads*head_dim, intermediate)] a matmul's x, packed   */
+    float *xp;           /* [n_x rounded up to 6, max(hidden, n_heads*head_dim, intermediate)] a matmul's x, packed:
+                          * n_x = the most rows any matmul packs, R, or S for the LM head with last_only (S > R
+                          * when sequences repeat: 13 copies of one 4-token sequence are S = 13, R = 4)           */
 } RefActs;
 
 static void acts_free(RefActs *a) {
@@ -1146,7 +1148,8 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
     a->x_last = floats(last_only ? (size_t)L->S * H : 0);
     a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
     a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
-    a->xp = floats(rx_packed_x_floats((int)R, (int)(H > QD ? (H > I ? H : I) : (QD > I ? QD : I))));
+    size_t n_x = last_only && (size_t)L->S > R ? (size_t)L->S : R;          /* rows packed: see xp */
+    a->xp = floats(rx_packed_x_floats((int)n_x, (int)(H > QD ? (H > I ? H : I) : (QD > I ? QD : I))));
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
         !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->xp) {
         acts_free(a);

@@ -60,6 +60,15 @@ static uint64_t rng_next(uint64_t *s) {     /* splitmix64 */
 }
 static int rng_int(uint64_t *s, int n) { return (int)(rng_next(s) % (uint64_t)n); }
 
+/* Bytes read one at a time, zeros past the end: a libFuzzer input, or random bytes of a seeded driver. */
+typedef struct { const uint8_t *p, *end; } FuzzIn;
+static int fuzz_byte(FuzzIn *in) { return in->p < in->end ? *in->p++ : 0; }
+static FuzzIn random_bytes(uint8_t *buf, size_t n, uint64_t *rng) {     /* buf [n] filled: the seeded drivers' input */
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)rng_next(rng);
+    FuzzIn in = {buf, buf + n};
+    return in;
+}
+
 static float *floats(size_t n) { return (float *)malloc(n * sizeof(float)); }
 
 static float *rand_floats(size_t n, float lo, float hi, uint64_t *rng) {
@@ -1415,6 +1424,300 @@ static void test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path(vo
     if (two < 2) note("built without OpenMP: only 1 thread to compare with");
     summary("%d patterns x 3 modes x paths {%s} with %d threads: logits bit-identical to the baseline with 1 "
             "thread", cases / (3 * n_paths), list, two);
+}
+
+/* ---- the forward fuzzed against its definition: a random model, a random batch, every mode, path and thread count */
+/* Qwen3's forward as transformers writes it, in double, from the weights alone: each sequence on its own rows, no
+ * trie, no tiles, nothing of radixmlp.cu but the random model's fp32 tensors. RoPE's inverse frequencies are
+ * rounded to fp32, as transformers keeps them (a float32 buffer); everything else is double.
+ *   logits [N, vocab] every token (NULL: none); embed [S, hidden] each sequence's last token after the final norm,
+ *   L2-normalised (NULL: none). */
+static const float *w32(const RxTensor *t) { return (const float *)t->data; }
+
+static void rmsnorm_double(double *out, const double *x, const float *w, int dim, double eps) {
+    double ss = 0;
+    for (int i = 0; i < dim; i++) ss += x[i] * x[i];
+    double inv = 1 / sqrt(ss / dim + eps);
+    for (int i = 0; i < dim; i++) out[i] = w[i] * (x[i] * inv);
+}
+
+static void linear_double(double *y, const double *x, const float *w, int rows, int in, int out) {
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < out; o++) {
+            double acc = 0;
+            for (int i = 0; i < in; i++) acc += x[(size_t)r * in + i] * w[(size_t)o * in + i];
+            y[(size_t)r * out + o] = acc;
+        }
+}
+
+/* In place on x [N, n_heads * head_dim]: each head q/k-normed, then rotated by its token's position. */
+static void qk_norm_rope_double(double *x, const float *w, const int32_t *pos, int N, int n_heads, int hd,
+                                const Qwen3Config *c) {
+    for (int t = 0; t < N; t++)
+        for (int h = 0; h < n_heads; h++) {
+            double *v = x + ((size_t)t * n_heads + h) * hd;
+            rmsnorm_double(v, v, w, hd, c->rms_norm_eps);
+            for (int i = 0; i < hd / 2; i++) {
+                double inv_freq = (float)(1.0 / pow(c->rope_theta, 2.0 * i / hd));
+                double a = v[i], b = v[i + hd / 2], angle = pos[t] * inv_freq;
+                v[i] = a * cos(angle) - b * sin(angle);
+                v[i + hd / 2] = b * cos(angle) + a * sin(angle);
+            }
+        }
+}
+
+static void attention_seq_double(const double *q, const double *k, const double *v, double *out, const RxBatch *b,
+                                 const Qwen3Config *c) {
+    int nh = c->n_heads, nkv = c->n_kv_heads, hd = c->head_dim;
+    double *p = (double *)malloc(sizeof(double) * (size_t)(b->n_tokens + 1));
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int g = b->cu_seqlens[s]; g < b->cu_seqlens[s + 1]; g++)
+            for (int h = 0; h < nh; h++) {
+                const double *qh = q + ((size_t)g * nh + h) * hd;
+                int t0 = b->cu_seqlens[s], kvh = h / (nh / nkv);
+                double mx = -INFINITY, z = 0;
+                for (int t = t0; t <= g; t++) {
+                    double dot = 0;
+                    for (int i = 0; i < hd; i++) dot += qh[i] * k[((size_t)t * nkv + kvh) * hd + i];
+                    p[t] = dot / sqrt((double)hd);
+                    mx = fmax(mx, p[t]);
+                }
+                for (int t = t0; t <= g; t++) z += (p[t] = exp(p[t] - mx));
+                for (int i = 0; i < hd; i++) {
+                    double o = 0;
+                    for (int t = t0; t <= g; t++) o += p[t] / z * v[((size_t)t * nkv + kvh) * hd + i];
+                    out[((size_t)g * nh + h) * hd + i] = o;
+                }
+            }
+    free(p);
+}
+
+static void forward_double(const Qwen3Model *m, const RxBatch *b, double *logits, double *embed) {
+    const Qwen3Config *c = &m->cfg;
+    int N = b->n_tokens, H = c->hidden_size, I = c->intermediate_size, V = c->vocab_size;
+    int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
+    double *h = (double *)malloc(sizeof(double) * ((size_t)N * H + 1));        /* [N, hidden] */
+    double *xn = (double *)malloc(sizeof(double) * ((size_t)N * H + 1));       /* [N, hidden] */
+    double *q = (double *)malloc(sizeof(double) * ((size_t)N * QD + 1));       /* [N, n_heads*head_dim] */
+    double *att = (double *)malloc(sizeof(double) * ((size_t)N * QD + 1));
+    double *k = (double *)malloc(sizeof(double) * ((size_t)N * KVD + 1));      /* [N, n_kv*head_dim] */
+    double *v = (double *)malloc(sizeof(double) * ((size_t)N * KVD + 1));
+    double *gate = (double *)malloc(sizeof(double) * ((size_t)N * I + 1));     /* [N, intermediate] */
+    double *up = (double *)malloc(sizeof(double) * ((size_t)N * I + 1));
+    for (int t = 0; t < N; t++)
+        for (int i = 0; i < H; i++) h[(size_t)t * H + i] = w32(m->embed)[(size_t)b->input_ids[t] * H + i];
+    for (int l = 0; l < c->n_layers; l++) {
+        const Qwen3Layer *W = &m->layers[l];
+        for (int t = 0; t < N; t++)
+            rmsnorm_double(xn + (size_t)t * H, h + (size_t)t * H, w32(W->input_norm), H, c->rms_norm_eps);
+        linear_double(q, xn, w32(W->q_proj), N, H, QD);
+        linear_double(k, xn, w32(W->k_proj), N, H, KVD);
+        linear_double(v, xn, w32(W->v_proj), N, H, KVD);
+        qk_norm_rope_double(q, w32(W->q_norm), b->position_ids, N, c->n_heads, c->head_dim, c);
+        qk_norm_rope_double(k, w32(W->k_norm), b->position_ids, N, c->n_kv_heads, c->head_dim, c);
+        attention_seq_double(q, k, v, att, b, c);
+        linear_double(xn, att, w32(W->o_proj), N, QD, H);
+        for (size_t i = 0; i < (size_t)N * H; i++) h[i] += xn[i];
+        for (int t = 0; t < N; t++)
+            rmsnorm_double(xn + (size_t)t * H, h + (size_t)t * H, w32(W->post_norm), H, c->rms_norm_eps);
+        linear_double(gate, xn, w32(W->gate_proj), N, H, I);
+        linear_double(up, xn, w32(W->up_proj), N, H, I);
+        for (size_t i = 0; i < (size_t)N * I; i++) gate[i] = gate[i] / (1 + exp(-gate[i])) * up[i];
+        linear_double(xn, gate, w32(W->down_proj), N, I, H);
+        for (size_t i = 0; i < (size_t)N * H; i++) h[i] += xn[i];
+    }
+    for (int t = 0; t < N; t++)
+        rmsnorm_double(xn + (size_t)t * H, h + (size_t)t * H, w32(m->final_norm), H, c->rms_norm_eps);
+    if (logits) linear_double(logits, xn, w32(m->lm_head), N, H, V);
+    for (int s = 0; embed && s < b->n_seqs; s++) {
+        const double *x = xn + (size_t)(b->cu_seqlens[s + 1] - 1) * H;
+        double ss = 0;
+        for (int i = 0; i < H; i++) ss += x[i] * x[i];
+        for (int i = 0; i < H; i++) embed[(size_t)s * H + i] = x[i] / fmax(sqrt(ss), 1e-12);
+    }
+    double *all[] = {h, xn, q, att, k, v, gate, up};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+}
+
+/* max|got - ref| / max|ref|, got fp32 against ref in double; a NaN or Inf in got: infinity (never passes). */
+static double rel_to_double(const float *got, const double *ref, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i])) return INFINITY;
+        d = fmax(d, fabs(got[i] - ref[i]));
+        r = fmax(r, fabs(ref[i]));
+    }
+    return r > 0 ? d / r : d;
+}
+
+/* A case drawn from bytes (libFuzzer's, or the seeded driver's random ones; zeros past the end): a tiny Qwen3 config
+ * (GQA ratio, head_dim off the 16-wide tiles, any vocabulary and width) and a batch biased toward what breaks tiling
+ * and compaction: copies of earlier sequences, prefixes of them, single tokens, shared starts with fresh tails,
+ * lengths off every tile, up to FWD_TOKENS in all. Styles: 0 and 3 any mix; 1 short sequences from an alphabet of
+ * 1 to 3 tokens (accidental sharing everywhere); 2 only copies and prefixes of the first sequence. Styles 1 and 2
+ * make more sequences than compact rows (S > N'), which no fixed shape had tested. */
+enum { FWD_SEQS = 48, FWD_TOKENS = 320 };
+typedef struct {
+    Qwen3Config cfg;
+    uint64_t seed;                      /* the random model's weights */
+    int n_seqs, lens[FWD_SEQS];
+    int32_t ids[FWD_TOKENS];            /* sequence by sequence */
+    int path, threads;                  /* the fast path's CPU path (an index into cpu_paths) and thread count */
+} FwdCase;
+
+static void fwd_case_draw(FuzzIn *in, FwdCase *fc, int n_paths) {
+    uint8_t d[8];                      /* read first: an initializer list's calls may run in any order */
+    for (int i = 0; i < 8; i++) d[i] = (uint8_t)fuzz_byte(in);
+    int n_kv = 1 + d[0] % 3, group = 1 + d[1] % 4, tie = d[2];
+    Qwen3Config c = {
+        .vocab_size = 2 + d[3] * 3,
+        .hidden_size = 1 + d[4] % 96,
+        .intermediate_size = 1 + d[5] % 160,
+        .n_layers = 1 + d[6] % 2,
+        .n_heads = n_kv * group,
+        .n_kv_heads = n_kv,
+        .head_dim = 2 + 2 * (d[7] % 24),
+        .max_position_embeddings = FWD_TOKENS,
+        .rope_theta = tie & 2 ? 1e4 : 1e6,
+        .rms_norm_eps = 1e-6,
+        .tie_word_embeddings = !(tie & 1),
+    };
+    memset(fc, 0, sizeof *fc);
+    fc->cfg = c;
+    fc->seed = (uint64_t)fuzz_byte(in);
+    fc->path = fuzz_byte(in) % n_paths;
+    fc->threads = 1 + fuzz_byte(in) % 2;
+    int want = 1 + fuzz_byte(in) % FWD_SEQS, style = fuzz_byte(in) % 4, at = 0;
+    int alpha = style == 1 ? 1 + fuzz_byte(in) % 3 : c.vocab_size;    /* style 1: short, from 1 to 3 tokens */
+    int start[FWD_SEQS];
+    for (int s = 0; s < want && at < FWD_TOKENS; s++) {
+        int kind = fuzz_byte(in) % (style == 2 ? 3 : 8), j = s ? fuzz_byte(in) % s : 0, len = 0, copy = 0;
+        int fresh = fuzz_byte(in), wide = fuzz_byte(in) % 8 == 0;        /* one in 8: up to 200 tokens */
+        fresh = 1 + fresh % (style == 1 ? 8 : wide ? 200 : 24);
+        if (s == 0 || kind >= 5) len = fresh;                            /* fresh */
+        else if (kind <= 1) len = copy = fc->lens[j];                    /* a copy of sequence j */
+        else if (kind == 2) len = copy = 1 + fresh % fc->lens[j];        /* a prefix of it */
+        else if (kind == 3) len = 1;                                     /* one token */
+        else {                                                           /* its start, then a fresh tail */
+            copy = fresh % fc->lens[j];
+            len = copy + fresh;
+        }
+        if (len > FWD_TOKENS - at) len = FWD_TOKENS - at;
+        start[s] = at;
+        for (int i = 0; i < len; i++)
+            fc->ids[at + i] = i < copy ? fc->ids[start[j] + i] : fuzz_byte(in) % alpha;
+        fc->lens[s] = len;
+        fc->n_seqs = s + 1;
+        at += len;
+    }
+}
+
+typedef struct { int cases, forwards, tokens_max, more_seqs_than_rows; double worst, worst_embed; } FwdStats;
+
+/* The oracle: the baseline (1 thread, the widest CPU path) within FWD_TOL of forward_double, logits and embeddings;
+ * then every mode, full and last-only (logits and embeddings), on that path and on the case's own path and thread
+ * count, bit for bit equal to the baseline's. FWD_TOL, as max|diff| / max|logit|: an fp32 sum of K terms is off by
+ * at most K u (u = 2^-24) of its terms' magnitudes, K <= 320 here (the widest is a long sequence's keys), so
+ * 1.9e-5 per sum at worst; about five sums follow one another on a logit's path (q or k, scores, outputs, o_proj or
+ * the MLP, the head): 1e-4. Typical errors are far below it (the driver prints its worst). */
+#define FWD_TOL 1e-4
+static void fwd_case_check(const FwdCase *fc, const char *const *paths, FwdStats *st) {
+    const Qwen3Config *c = &fc->cfg;
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    const int32_t *seqs[FWD_SEQS];
+    for (int s = 0, at = 0; s < fc->n_seqs; at += fc->lens[s++]) seqs[s] = fc->ids + at;
+    Qwen3Model m;
+    RxBatch b;
+    if (qwen3_random(&m, c, fc->seed)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    if (rx_batch_make(&b, seqs, fc->lens, fc->n_seqs)) {
+        expect(0, "rx_batch_make: %s", radix_error());
+        qwen3_free(&m);
+        return;
+    }
+    int N = b.n_tokens, S = b.n_seqs, V = c->vocab_size, H = c->hidden_size, threads0 = rx_threads(0), n_c = N;
+    const char *path0 = rx_cpu_path(NULL);
+    size_t nl = (size_t)N * V, sl = (size_t)S * V, se = (size_t)S * H;
+    float *ref = floats(nl), *ref_last = floats(sl), *ref_emb = floats(se);
+    float *got = floats(nl), *last = floats(sl), *emb = floats(se);
+    double *dl = (double *)malloc(sizeof(double) * nl), *de = (double *)malloc(sizeof(double) * se);
+    char what[160];
+    snprintf(what, sizeof what, "seed %llu: %d layers, %d:%d heads x %d, hidden %d, inter %d, vocab %d; %d seqs, "
+             "N = %d", (unsigned long long)fc->seed, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, H,
+             c->intermediate_size, V, S, N);
+    rx_threads(1);
+    rx_cpu_path("auto");
+    int ok = !qwen3_forward_ref(&m, &b, RX_BASELINE, ref) && !qwen3_forward_ref_last(&m, &b, RX_BASELINE, ref_last,
+                                                                                       ref_emb);
+    expect(ok, "%s: baseline: %s", what, radix_error());
+    if (ok) {
+        forward_double(&m, &b, dl, de);
+        double e = rel_to_double(ref, dl, nl), ee = rel_to_double(ref_emb, de, se);
+        expect(e <= FWD_TOL && ee <= FWD_TOL, "%s: baseline vs the forward in double: logits %.3g, embeddings %.3g "
+               "(max|diff| / max|ref|), tolerance %g", what, e, ee, FWD_TOL);
+        st->worst = fmax(st->worst, e);
+        st->worst_embed = fmax(st->worst_embed, ee);
+        for (int s = 0; s < S; s++)
+            memcpy(got + (size_t)s * V, ref + (size_t)(b.cu_seqlens[s + 1] - 1) * V, sizeof(float) * V);
+        expect_identical("baseline: last-only logits vs the full logits' last rows", ref_last, got, sl);
+    }
+    for (int run = 0; ok && run < 2 && !test_failed; run++) {           /* the widest path at 1 thread, then the case's */
+        rx_threads(run ? fc->threads : 1);
+        rx_cpu_path(run ? paths[fc->path] : "auto");
+        for (int k = run ? 0 : 1; k < 3 && !test_failed; k++) {
+            char mw[224];
+            snprintf(mw, sizeof mw, "%s: %s, %s, %d thread(s)", what, rx_mode_name(modes[k]), rx_cpu_path(NULL),
+                     rx_threads(0));
+            ok = !qwen3_forward_ref(&m, &b, modes[k], got) && !qwen3_forward_ref_last(&m, &b, modes[k], last, emb);
+            expect(ok, "%s: %s", mw, radix_error());
+            if (!ok) break;
+            expect_identical(mw, got, ref, nl);
+            expect_identical(mw, last, ref_last, sl);
+            expect_identical(mw, emb, ref_emb, se);
+            st->forwards += 2;
+        }
+    }
+    RadixIndex ix;
+    if (!radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, S)) {
+        n_c = ix.n_compact;
+        radix_index_free(&ix);
+    }
+    st->cases++;
+    st->more_seqs_than_rows += S > n_c;
+    if (N > st->tokens_max) st->tokens_max = N;
+    rx_threads(threads0);
+    rx_cpu_path(path0);
+    float *all[] = {ref, ref_last, ref_emb, got, last, emb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    free(dl);
+    free(de);
+    rx_batch_free(&b);
+    qwen3_free(&m);
+}
+
+/* The seeded driver of the forward's fuzzer: FWD_CASES cases from random bytes, each case's own path and thread
+ * count cycled so that every CPU path meets 1 and 2 threads. The libFuzzer target (RADIXMLP_FUZZ=5) runs the same
+ * fwd_case_check on its inputs. */
+#define FWD_CASES 36
+static void test_forward_fuzz_radix_compact_equal_baseline_equals_double(void) {
+    const char *paths[3];
+    char list[32];
+    int n_paths = cpu_paths(paths, list);
+    FwdStats st = {0};
+    uint64_t rng = 2026;
+    for (int k = 0; k < FWD_CASES && !test_failed; k++) {
+        uint8_t bytes[1024];
+        FuzzIn in = random_bytes(bytes, sizeof bytes, &rng);
+        FwdCase fc;
+        fwd_case_draw(&in, &fc, n_paths);
+        fc.path = k % n_paths;
+        fc.threads = 1 + k / n_paths % 2;
+        fwd_case_check(&fc, paths, &st);
+    }
+    summary("%d random models and batches (up to %d tokens; %d with more sequences than compact rows), %d forwards "
+            "on paths {%s} x 1 and 2 threads: radix and compact, full and last-only, logits and embeddings, equal the "
+            "baseline bit for bit; the baseline within %g of the forward in double (worst %.3g logits, %.3g "
+            "embeddings)", st.cases, st.tokens_max, st.more_seqs_than_rows, st.forwards, list, FWD_TOL, st.worst,
+            st.worst_embed);
 }
 
 /* Batches a C API caller could build by hand, each inconsistent in one field; both forwards must refuse each with its
@@ -2948,6 +3251,92 @@ static void test_cli_last_only_and_embed(void) {
     expect_one_line_error("logits of an embedding model", run_cmd(cmd, out, sizeof out), out, "has no LM head");
     remove_dir(d);
 }
+/* Batches of copies, as a reranking batch of duplicates: more sequences than compact rows (S > N'), where the LM
+ * head of --last-only packs S rows and the layers N'. Files of 13, 14, 15 and 16 lines of "5 6 7 8" and 64 lines of
+ * "5"; every mode, full and --last-only, 1 and 2 threads (OMP_NUM_THREADS): exit 0, and the dump equal to the
+ * baseline's with 1 thread, bit for bit. Then --requests: 16 copies at --batch 16 and 20000 at --batch 1024, each
+ * request's logits the --last-only logits of one copy alone. (A buffer sized for N' rows and filled with S was a heap
+ * overflow here: ASan's build of this test, make test-asan, names it.) */
+static void test_cli_copies_more_sequences_than_rows(void) {
+    if (!have_cli()) return;
+    static const struct { int lines; const char *line; } files[] = {
+        {13, "5 6 7 8"}, {14, "5 6 7 8"}, {15, "5 6 7 8"}, {16, "5 6 7 8"}, {64, "5"}};
+    char dir[] = "/tmp/radixmlp-copies-XXXXXX", cmd[2048], out[4096], p[512], base[512];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    int runs = 0;
+    for (size_t f = 0; f < sizeof files / sizeof files[0] && !test_failed; f++) {
+        snprintf(p, sizeof p, "%s/copies.txt", dir);
+        FILE *t = fopen(p, "w");
+        for (int i = 0; t && i < files[f].lines; i++) fprintf(t, "%s\n", files[f].line);
+        if (!t || fclose(t)) { expect(0, "%s: cannot write", p); break; }
+        for (int last = 0; last < 2; last++) {
+            float *want = NULL;
+            size_t n_want = 0;
+            for (int k = 0; k < 6 && !test_failed; k++) {             /* baseline, radix, compact x 1, 2 threads */
+                const char *mode = rx_mode_name((RxMode)(k % 3));
+                snprintf(base, sizeof base, "%s/%s-%d.f32", dir, mode, 1 + k / 3);
+                snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d %s --cpu --model %s/tiny-tied --tokens %s --mode %s%s "
+                         "--dump-logits %s", 1 + k / 3, cli(), fixtures(), p, mode, last ? " --last-only" : "", base);
+                int rc = run_cmd(cmd, out, sizeof out);
+                size_t n = 0;
+                float *got = (float *)read_file(base, &n);
+                unlink(base);
+                expect(rc == 0 && got && n > 0, "'%s': exit %d\n%s", cmd, rc, out);
+                if (k == 0) {
+                    want = got;
+                    n_want = n;
+                    continue;
+                }
+                char what[160];
+                snprintf(what, sizeof what, "%d x '%s'%s, %s, %d threads vs baseline, 1 thread", files[f].lines,
+                         files[f].line, last ? ", --last-only" : "", mode, 1 + k / 3);
+                expect(n == n_want, "%s: %zu bytes, want %zu", what, n, n_want);
+                if (got && want && n == n_want) expect_identical(what, got, want, n / sizeof(float));
+                free(got);
+                runs++;
+            }
+            free(want);
+        }
+    }
+    static const int serve[][2] = {{16, 16}, {20000, 1024}};        /* requests, --batch */
+    float *one = NULL;
+    size_t n_one = 0;
+    snprintf(p, sizeof p, "%s/one.txt", dir);
+    FILE *t = fopen(p, "w");
+    if (t) fprintf(t, "5 6 7 8\n");
+    if (!t || fclose(t)) expect(0, "%s: cannot write", p);
+    snprintf(base, sizeof base, "%s/one.f32", dir);
+    snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --tokens %s --last-only --dump-logits %s", cli(),
+             fixtures(), p, base);
+    expect(run_cmd(cmd, out, sizeof out) == 0 && (one = (float *)read_file(base, &n_one)) && n_one == 512 * 4,
+           "'%s'\n%s", cmd, out);
+    for (int s = 0; s < 2 && one && !test_failed; s++) {
+        snprintf(p, sizeof p, "%s/requests.txt", dir);
+        t = fopen(p, "w");
+        for (int i = 0; t && i < serve[s][0]; i++) fprintf(t, "5 6 7 8\n");
+        if (!t || fclose(t)) { expect(0, "%s: cannot write", p); break; }
+        snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s --batch %d --dump-logits %s/r.f32",
+                 cli(), fixtures(), p, serve[s][1], dir);
+        int rc = run_cmd(cmd, out, sizeof out);
+        snprintf(base, sizeof base, "%s/r.f32", dir);
+        size_t n = 0;
+        float *got = (float *)read_file(base, &n);
+        expect(rc == 0 && got && n == (size_t)serve[s][0] * 512 * 4, "'%s': exit %d, %zu bytes\n%s", cmd, rc, n, out);
+        int same = 0;
+        for (int r = 0; got && n == (size_t)serve[s][0] * 512 * 4 && r < serve[s][0]; r++)
+            same += !memcmp(got + (size_t)r * 512, one, 512 * sizeof(float)) && isfinite(one[0]);
+        expect(same == serve[s][0], "--requests %d copies at --batch %d: %d of them equal one copy's --last-only "
+               "logits", serve[s][0], serve[s][1], same);
+        free(got);
+        unlink(base);
+    }
+    free(one);
+    remove_dir(dir);
+    summary("copies (13 to 16 x 4 tokens, 64 x 1): %d runs of radix and compact, full and --last-only, 1 and 2 "
+            "threads, equal the baseline bit for bit; --requests 16 copies at --batch 16 and 20000 at --batch 1024: "
+            "every request's logits those of one copy alone", runs);
+}
+
 
 /* --show-index on the paper's toy example prints the index maps of Section 3.2, and needs no model. */
 /* rx_cpu_path and $RADIXMLP_CPU: "auto" is the widest path the CPU has; a name it does not know, or a path the CPU
@@ -4458,78 +4847,120 @@ static void test_prefill_rejects_bad_inputs(void) {
     qwen3_free(&m);
 }
 
-/* rx_serve on random request traces: a few prompts that share random prefixes, random page sizes, pools (some
- * under eviction pressure), batches, schedules, caches and modes. Every request's last-token logits must equal a
- * full recomputation of that request alone, bit for bit; no page may leak. */
-static void test_cache_serve_random_traces_equal_full_recomputation(void) {
+/* Serving fuzzed against recomputation without the cache: a trace drawn from bytes (libFuzzer's, or the seeded
+ * driver's), served by rx_serve, each request's last-token logits compared with its own baseline forward, no cache,
+ * bit for bit. Requests: copies of earlier ones (duplicates), a stem's first tokens then their own, single tokens;
+ * batches of 1 to 4, 1 to 1024, or 1024; a pool with room for the whole trace, or one just above the largest
+ * request, which forces eviction. Style 3 (byte 0): every request a copy of one short one, batch 1024, as a
+ * reranking batch of duplicates: more sequences than compact rows in one prefill. Every page comes back at the end. */
+enum { SRV_REQS = 64, SRV_LEN = 48 };
+typedef struct {
+    int n_req, lens[SRV_REQS];
+    int32_t toks[SRV_REQS][SRV_LEN];
+    RxServeOptions o;
+} SrvCase;
+typedef struct { int traces, requests, duplicates, batch_max; long cached, evicted; } SrvStats;
+
+static void srv_case_draw(FuzzIn *in, SrvCase *sc, int vocab) {
+    int32_t stems[3][SRV_LEN];
+    int style = fuzz_byte(in) % 4, tight = fuzz_byte(in) & 1, big = 1;
+    memset(sc, 0, sizeof *sc);
+    for (int g = 0; g < 3; g++)
+        for (int i = 0; i < SRV_LEN; i++) stems[g][i] = (int32_t)(1 + (fuzz_byte(in) * 7 + i) % (vocab - 1));
+    sc->n_req = 1 + fuzz_byte(in) % SRV_REQS;
+    for (int s = 0; s < sc->n_req; s++) {
+        int kind = fuzz_byte(in) % 4, g = fuzz_byte(in) % 3, shared = fuzz_byte(in) % SRV_LEN;
+        int len = kind == 3 ? 1 : 1 + fuzz_byte(in) % (style == 3 ? 8 : SRV_LEN);
+        if (style == 3) kind = 0;                                        /* copies of one short request */
+        if (kind == 0 && s > 0) {                                        /* a copy of an earlier request */
+            int j = style == 3 ? 0 : fuzz_byte(in) % s;
+            len = sc->lens[j];
+            memcpy(sc->toks[s], sc->toks[j], sizeof(int32_t) * (size_t)len);
+        } else {
+            for (int i = 0; i < len; i++) sc->toks[s][i] = i < shared ? stems[g][i] : 1 + fuzz_byte(in) % (vocab - 1);
+        }
+        sc->lens[s] = len;
+        if (len > big) big = len;
+    }
+    uint8_t d[6];                      /* read first: an initializer list's calls may run in any order */
+    for (int i = 0; i < 6; i++) d[i] = (uint8_t)fuzz_byte(in);
+    RxServeOptions o = {
+        .cache = (RxCacheKind)(d[0] % 3),
+        .page_size = 1 + d[1] % 8,
+        .n_pages = 0,
+        .batch = style == 0 ? 1 + d[2] % 4 : style == 1 ? 1 + (d[2] * 256 + d[3]) % 1024 : 1024,   /* 2, 3: 1024 */
+        .lpm = d[4] & 1,
+        .mode = (RxMode)(d[5] % 4),
+        .model_id = 42,
+        .trace = NULL,
+        .show_cache = NULL,
+        .gpu = NULL,
+    };
+    if (tight) o.n_pages = (big + o.page_size - 1) / o.page_size + fuzz_byte(in) % 4;   /* one request, and a bit */
+    sc->o = o;
+}
+
+static void srv_case_check(const Qwen3Model *m, const SrvCase *sc, SrvStats *st) {
+    int V = m->cfg.vocab_size, n = sc->n_req;
+    const int32_t *ptr[SRV_REQS];
+    int32_t cached_of[SRV_REQS];
+    float *got = floats((size_t)n * V), *all = floats((size_t)SRV_LEN * V);
+    RxServeStats ss;
+    for (int s = 0; s < n; s++) ptr[s] = sc->toks[s];
+    char what[160];
+    snprintf(what, sizeof what, "%d requests, %s, page %d, pool %d, batch %d, %s, %s", n,
+             rx_cache_kind_name(sc->o.cache), sc->o.page_size, sc->o.n_pages, sc->o.batch, sc->o.lpm ? "lpm" : "fcfs",
+             rx_mode_name(sc->o.mode));
+    int ok = !rx_serve(m, ptr, sc->lens, n, &sc->o, got, NULL, cached_of, &ss);
+    expect(ok, "%s: rx_serve: %s", what, radix_error());
+    for (int s = 0; ok && s < n && !test_failed; s++) {
+        RxBatch b;
+        if (rx_batch_make(&b, &ptr[s], &sc->lens[s], 1) || qwen3_forward_ref(m, &b, RX_BASELINE, all)) {
+            expect(0, "%s: the recomputation of request %d: %s", what, s, radix_error());
+            break;
+        }
+        char rw[224];
+        snprintf(rw, sizeof rw, "%s: request %d (%d tokens, %d cached) vs its own forward", what, s, sc->lens[s],
+                 cached_of[s]);
+        expect_identical(rw, got + (size_t)s * V, all + (size_t)(sc->lens[s] - 1) * V, (size_t)V);
+        for (int j = 0; j < s && !test_failed; j++)
+            if (sc->lens[j] == sc->lens[s] && !memcmp(sc->toks[j], sc->toks[s], sizeof(int32_t) * sc->lens[s])) {
+                st->duplicates++;
+                break;
+            }
+        rx_batch_free(&b);
+    }
+    expect(!ok || (ss.request_pages == 0 && ss.held_after_flush == 0), "%s: %d request pages, %d held after the flush",
+           what, ss.request_pages, ss.held_after_flush);
+    st->traces++;
+    st->requests += n;
+    st->cached += ok ? ss.cached_tokens : 0;
+    st->evicted += ok ? ss.evicted_pages : 0;
+    if (sc->o.batch > st->batch_max) st->batch_max = sc->o.batch;
+    free(got);
+    free(all);
+}
+
+#define SRV_TRACES 40
+static void test_cache_serve_fuzz_equals_recomputation_without_cache(void) {
     Qwen3Config cfg = tiny_config();
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 5)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    SrvStats st = {0};
     uint64_t rng = 77;
-    int V = cfg.vocab_size, traces = 0, requests = 0;
-    long cached = 0, evicted = 0;
-    double worst = 0;
-    float *all = (float *)malloc((size_t)64 * V * sizeof(float));
-    for (int t = 0; t < 12 && !test_failed; t++) {
-        enum { N = 10 };
-        int32_t seqs[N][48], stems[3][48];
-        const int32_t *ptr[N];
-        int lens[N], longest = 0;
-        for (int g = 0; g < 3; g++) for (int i = 0; i < 48; i++) stems[g][i] = 1 + rng_int(&rng, V - 1);
-        for (int s = 0; s < N; s++) {                      /* a random stem's first shared tokens, then its own */
-            int g = rng_int(&rng, 3), shared = rng_int(&rng, 33);
-            lens[s] = 1 + rng_int(&rng, 47);
-            for (int i = 0; i < lens[s]; i++) seqs[s][i] = i < shared ? stems[g][i] : 1 + rng_int(&rng, V - 1);
-            ptr[s] = seqs[s];
-            if (lens[s] > longest) longest = lens[s];
-        }
-        RxServeOptions o = {
-            .cache = (RxCacheKind)rng_int(&rng, 3),
-            .page_size = 1 + rng_int(&rng, 8),
-            .n_pages = 0,
-            .batch = 1 + rng_int(&rng, 4),
-            .lpm = rng_int(&rng, 2),
-            .mode = (RxMode)rng_int(&rng, 4),
-            .model_id = 42,
-            .trace = NULL,
-            .show_cache = NULL,
-            .gpu = NULL,
-        };
-        if (t % 2) o.n_pages = (longest + o.page_size - 1) / o.page_size * o.batch + rng_int(&rng, 4);  /* pressure */
-        float *got = (float *)malloc((size_t)N * V * sizeof(float));
-        int32_t cached_of[N];
-        RxServeStats st;
-        if (rx_serve(&m, ptr, lens, N, &o, got, NULL, cached_of, &st)) {
-            expect(0, "trace %d: rx_serve: %s", t, radix_error());
-            free(got);
-            break;
-        }
-        for (int s = 0; s < N; s++) {
-            RxBatch b;
-            if (rx_batch_make(&b, &ptr[s], &lens[s], 1)) { expect(0, "rx_batch_make: %s", radix_error()); break; }
-            if (qwen3_forward_ref(&m, &b, RX_BASELINE, all)) {
-                expect(0, "trace %d: the full recomputation of request %d: %s", t, s, radix_error());
-                rx_batch_free(&b);
-                break;
-            }
-            const float *want = all + (size_t)(lens[s] - 1) * V, *row = got + (size_t)s * V;
-            double d = max_abs_diff(row, want, (size_t)V);
-            for (int v = 0; v < V; v++) if (!isfinite(row[v])) d = INFINITY;
-            if (d > worst) worst = d;
-            expect(d == 0, "trace %d (%s, page %d, pool %d, batch %d, %s, %s): request %d (%d tokens, %d cached):"
-                   " max |diff| %g, tolerance 0", t, rx_cache_kind_name(o.cache), o.page_size, st.pool_pages, o.batch,
-                   o.lpm ? "lpm" : "fcfs", rx_mode_name(o.mode), s, lens[s], cached_of[s], d);
-            rx_batch_free(&b);
-        }
-        expect(st.request_pages == 0 && st.held_after_flush == 0, "trace %d: %d request pages, %d held after the flush",
-               t, st.request_pages, st.held_after_flush);
-        traces++; requests += N; cached += st.cached_tokens; evicted += st.evicted_pages;
-        free(got);
+    for (int t = 0; t < SRV_TRACES && !test_failed; t++) {
+        uint8_t bytes[4096];
+        FuzzIn in = random_bytes(bytes, sizeof bytes, &rng);
+        SrvCase sc;
+        srv_case_draw(&in, &sc, cfg.vocab_size);
+        srv_case_check(&m, &sc, &st);
     }
-    expect(cached > 0 && evicted > 0, "the traces must hit the cache and evict");
-    summary("%d random traces, %d requests (%ld tokens from the cache, %ld pages evicted): max |served - full "
-            "recomputation| = %g, tolerance 0 (bit for bit); no page leaked", traces, requests, cached, evicted, worst);
-    free(all);
+    expect(st.cached > 0 && st.evicted > 0 && st.duplicates > 0 && st.batch_max == 1024,
+           "the traces must hit the cache (%ld tokens), evict (%ld pages), repeat requests (%d) and reach batch 1024 "
+           "(%d)", st.cached, st.evicted, st.duplicates, st.batch_max);
+    summary("%d random traces, %d requests (%d duplicates; batches up to %d; %ld tokens from the cache, %ld pages "
+            "evicted): each request's logits equal its own forward without the cache, bit for bit; no page leaked",
+            st.traces, st.requests, st.duplicates, st.batch_max, st.cached, st.evicted);
     qwen3_free(&m);
 }
 
@@ -5366,6 +5797,8 @@ static const Test tests[] = {
     {"reference", "logits_identical_for_1_and_2_threads_every_mode_and_cpu_path",
      test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path},
     {"reference", "last_token_logits_and_embeddings", test_last_token_logits_and_embeddings},
+    {"reference", "forward_fuzz_radix_compact_equal_baseline_equals_double",
+     test_forward_fuzz_radix_compact_equal_baseline_equals_double},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
     {"reference", "auto_mode_compacts_only_below_threshold", test_auto_mode_compacts_only_below_threshold},
     {"reference", "tokens_file", test_tokens_file},
@@ -5402,6 +5835,7 @@ static const Test tests[] = {
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
     {"cli", "cpu_path_choice_and_RADIXMLP_CPU", test_cpu_path_choice_and_env},
     {"cli", "last_only_and_embed", test_cli_last_only_and_embed},
+    {"cli", "copies_more_sequences_than_rows", test_cli_copies_more_sequences_than_rows},
     {"cli", "rejects_flags_of_other_actions", test_cli_rejects_flags_of_other_actions},
     {"cli", "checks_output_paths_before_the_work", test_cli_checks_output_paths_first},
     {"cli", "fifo_inputs_are_refused_not_waited_on", test_cli_fifo_inputs_are_refused_not_waited_on},
@@ -5429,7 +5863,7 @@ static const Test tests[] = {
     {"prefill", "same_suffix_after_same_prefix_merges", test_same_suffix_after_same_prefix_merges},
     {"prefill", "same_suffix_after_different_prefix_not_merged", test_same_suffix_after_different_prefix_not_merged},
     {"prefill", "rejects_bad_inputs", test_prefill_rejects_bad_inputs},
-    {"cache", "serve_random_traces_equal_full_recomputation", test_cache_serve_random_traces_equal_full_recomputation},
+    {"cache", "serve_fuzz_equals_recomputation_without_cache", test_cache_serve_fuzz_equals_recomputation_without_cache},
     {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
     {"cache", "cli_show_cache_draws_splits_and_evictions", test_cli_show_cache_draws_splits_and_evictions},
@@ -5471,6 +5905,7 @@ int main(int argc, char **argv) {
 /* ---------------------------------------------------------------------------------------------------- fuzzing */
 /* libFuzzer entry points (`make fuzz`, docs/fuzzing.md): this file without its main(), RADIXMLP_FUZZ choosing one:
  *   1 rx_parse_safetensors   2 rx_parse_config   3 rx_parse_shard_index   4 radix_index_build
+ *   5 the C reference forward (every mode against the baseline and the forward in double)   6 rx_serve
  * Any input must be accepted or rejected cleanly (the sanitizers catch the rest); a rejection must say why; an
  * acceptance must keep its promises, checked with expect(). A failed expect() aborts: libFuzzer reports a crash
  * and saves the input. Seeds: fixtures/fuzz/<target>/. */
@@ -5572,8 +6007,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
  * kind: token ids from a vocabulary of 1..8 (bits 0-2; small, so prefixes are shared) or raw int32 (bit 3);
  * positions 0..L-1 (bits 4-5 = 0), shifted per sequence (1), random 0..3 (2) or raw int32 (3); bit 6: root keys
  * (Part II's cached-prefix keys, radix_index_build_keyed) from -1..2, one byte per sequence after the tokens. */
-typedef struct { const uint8_t *p, *end; } FuzzIn;
-static int fuzz_byte(FuzzIn *in) { return in->p < in->end ? *in->p++ : 0; }
+
 static int32_t fuzz_i32(FuzzIn *in) {
     uint32_t v = 0;
     for (int k = 0; k < 4; k++) v = v << 8 | (uint32_t)fuzz_byte(in);
@@ -5640,6 +6074,41 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     radix_index_free(&ix);
     free(ids); free(pos);
+    return fuzz_end();
+}
+
+#elif RADIXMLP_FUZZ == 5
+/* Bytes -> a random tiny model and batch (fwd_case_draw), checked as the seeded driver checks its cases
+ * (fwd_case_check): radix and compact equal the baseline bit for bit, the baseline near the forward in double. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static const char *paths[3];
+    static char list[32];
+    static int n_paths;
+    if (!n_paths) n_paths = cpu_paths(paths, list);
+    FuzzIn in = {data, data + size};
+    FwdCase fc;
+    FwdStats st = {0};
+    fwd_case_draw(&in, &fc, n_paths);
+    fwd_case_check(&fc, paths, &st);
+    return fuzz_end();
+}
+
+#elif RADIXMLP_FUZZ == 6
+/* Bytes -> a request trace (srv_case_draw), served and checked as the seeded driver checks its traces
+ * (srv_case_check): each request's logits equal its own forward without the cache, bit for bit; no page leaks. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static Qwen3Model m;
+    static int ready;
+    if (!ready) {
+        Qwen3Config cfg = tiny_config();
+        if (qwen3_random(&m, &cfg, 5)) { fprintf(stderr, "qwen3_random: %s\n", radix_error()); abort(); }
+        ready = 1;
+    }
+    FuzzIn in = {data, data + size};
+    SrvCase sc;
+    SrvStats st = {0};
+    srv_case_draw(&in, &sc, m.cfg.vocab_size);
+    srv_case_check(&m, &sc, &st);
     return fuzz_end();
 }
 #endif
