@@ -1663,7 +1663,7 @@ int main(int argc, char **argv)
         if (FLAGS[f].takes_value && !argv[i + 1][0]) return usage_error("this option needs a value, not \"\":", a);
         val[f] = FLAGS[f].takes_value ? argv[++i] : a;
     }
-    if (!rx_cpu_path(NULL)) return usage_error(radix_error(), NULL);             /* a bad $RADIXMLP_CPU */
+    if (rx_check_env()) return usage_error(radix_error(), NULL);          /* a bad $RADIXMLP_CPU or $OMP_NUM_THREADS */
     if (val[F_TABLE] && (strlen(val[F_TABLE]) != 1 || !strchr("2456", val[F_TABLE][0])))
         return usage_error("--table takes 2, 4, 5 or 6, not", val[F_TABLE]);
     if (val[F_WORKLOAD] && strcmp(val[F_WORKLOAD], "reranker"))

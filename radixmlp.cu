@@ -703,6 +703,28 @@ const char *rx_cpu_path(const char *want) {
     return CPU_PATHS[p];
 }
 
+/* The environment every program checks at start, before any work: $RADIXMLP_CPU (rx_cpu_path) and $OMP_NUM_THREADS.
+ * libgomp reads the latter in its constructor, before main: a value it cannot use ("", "abc", 0, -4) earns a warning
+ * and every core, and 2147483647 it takes as given, to fail later allocating a scratch row per thread. So here it
+ * must be a count from 1 to RX_MAX_THREADS, or a list of them: "4,2" sets libgomp's nested levels, and the C
+ * reference never nests, so it runs on the first. */
+enum { RX_MAX_THREADS = 1024 };
+int rx_check_env(void) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (!rx_cpu_path(NULL)) return -1;
+    for (const char *c = env; c;) {
+        char *end;
+        errno = 0;
+        long n = strtol(c, &end, 10);
+        while (isspace((unsigned char)*end)) end++;
+        if (end == c || errno || n < 1 || n > RX_MAX_THREADS || (*end && *end != ','))
+            return rx_fail("OMP_NUM_THREADS: '%s' is not a thread count from 1 to %d (or a list of them, like 4,2: "
+                           "the first counts)", env, RX_MAX_THREADS);
+        c = *end == ',' ? end + 1 : NULL;
+    }
+    return 0;
+}
+
 static void cpu_path_ready(void) {          /* first use: $RADIXMLP_CPU (the programs check it at start), else auto */
     if (cpu_path < 0 && !rx_cpu_path(NULL)) rx_cpu_path("auto");
 }
@@ -5125,7 +5147,7 @@ int main(int argc, char **argv) {
     }
     if (!!val[F_CHECK] + !!val[F_SHOW_INDEX] + !!val[F_REQUESTS] > 1)
         return usage_error("choose one of --check, --show-index and --requests");
-    if (!rx_cpu_path(NULL)) return usage_error("%s", radix_error());          /* a bad $RADIXMLP_CPU */
+    if (rx_check_env()) return usage_error("%s", radix_error());     /* a bad $RADIXMLP_CPU or $OMP_NUM_THREADS */
     int action = val[F_REQUESTS] ? SERVE : val[F_CHECK] ? CHECK : val[F_SHOW_INDEX] ? SHOW_INDEX
                : val[F_MODEL] || val[F_TOKENS] ? RUN : DEMO;
     for (int f = 0; f < N_FLAGS; f++) {

@@ -204,6 +204,9 @@ const char *rx_cpu_path(const char *want);
 /* Threads of the C reference (OpenMP; always 1 in a build without it): n > 0 sets the count, n <= 0 leaves it
  * (OMP_NUM_THREADS, or every core). Returns the count in effect. The results never depend on it. */
 int  rx_threads(int n);
+/* The environment the programs read, checked at start: $RADIXMLP_CPU as rx_cpu_path(NULL) does, and $OMP_NUM_THREADS,
+ * a count from 1 to 1024 or a list of them (4,2: the first counts). 0, or -1 with radix_error() saying which. */
+int  rx_check_env(void);
 /* In place on x [rows, n_heads*head_dim]: per-head RMSNorm with w [head_dim], then rotate-half RoPE at pos[rows]. */
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta);

@@ -5331,6 +5331,48 @@ static void test_gpu_device_memory_returns_to_where_it_started(void) {
     qwen3_free(&m);
 }
 
+/* ---- hostile inputs: values a plot cannot show, stdout as an output, $OMP_NUM_THREADS, NaN in served logits */
+/* $OMP_NUM_THREADS is checked at start by all three programs (rx_check_env): a count from 1 to 1024, or a list of
+ * them. libgomp reads it before main and only warns about "", "abc", 0 or -4 (and then runs on every core); it took
+ * 2147483647 and failed later for want of memory. Each is now the program's one line, exit 2, after libgomp's own
+ * warning where it gives one, and nothing else runs; "4,2" and " 2" are accepted. */
+static void test_cli_omp_num_threads_checked_at_start(void) {
+    if (!have_cli()) return;
+    char self[1024], dir[] = "/tmp/radixmlp-omp-XXXXXX";
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0 || !mkdtemp(dir)) { expect(0, "readlink /proc/self/exe or mkdtemp: %s", strerror(errno)); return; }
+    self[len] = 0;
+    const char *values[] = {"", "0", "abc", "-4", "2147483647", "1025", "4,0", "2x", "4,2", " 2"};
+    const char *name[3] = {"radixmlp", "bench", "test_radixmlp"};
+    char run[3][1024];
+    snprintf(run[0], sizeof run[0], "%s --show-index --tokens %s/batches/mixed.txt", cli(), fixtures());
+    snprintf(run[1], sizeof run[1], "./bench --replot %s/table4-paper.csv --svg %s/p.svg", fixtures(), dir);
+    snprintf(run[2], sizeof run[2], "%.1000s empty_batch", self);
+    int checked = 0;
+    for (int p = 0; p < 3; p++) {
+        if (p == 1 && access("./bench", X_OK) != 0) continue;
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+            char cmd[1200], out[8192], want[128];
+            int good = v >= 8, others = 0;
+            snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS='%s' %.1100s", values[v], run[p]);
+            int rc = run_cmd(cmd, out, sizeof out);
+            snprintf(want, sizeof want, "%s: OMP_NUM_THREADS: '%s' is not a thread count from 1 to 1024", name[p],
+                     values[v]);
+            const char *ours = strstr(out, want);
+            for (const char *l = out; *l; l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0))
+                others += l[0] != '\n' && strncmp(l, "libgomp: ", 9) && l != ours;
+            if (good) expect(rc == 0 && !ours, "%s with OMP_NUM_THREADS='%s': exit %d, want 0:\n%s", name[p],
+                             values[v], rc, out);
+            else expect(rc == 2 && ours && !others, "%s with OMP_NUM_THREADS='%s': exit %d, want 2 and only '%s' "
+                        "(after libgomp's warning, if any):\n%s", name[p], values[v], rc, want, out);
+            checked++;
+        }
+        note("%-14s OMP_NUM_THREADS '', 0, abc, -4, 2147483647, 1025, 4,0, 2x: exit 2; '4,2', ' 2': exit 0", name[p]);
+    }
+    summary("%d runs: a bad OMP_NUM_THREADS stops each program at start with one line of its own", checked);
+    remove_dir(dir);
+}
+
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
     {"trie", "toy_example_matches_paper", test_toy_example_matches_paper},
@@ -5436,6 +5478,7 @@ static const Test tests[] = {
     {"bench", "prefix_cache_csv_and_errors", test_bench_prefix_cache_csv},
     {"bench", "cpu_table4_quick_rows_and_plot", test_bench_cpu_table4_quick},
     {"bench", "cpu_table2_quick_amdahl_both_ways", test_bench_cpu_table2_quick},
+    {"cli", "omp_num_threads_checked_at_start", test_cli_omp_num_threads_checked_at_start},
 };
 
 #ifndef RADIXMLP_FUZZ
@@ -5445,7 +5488,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) printf("%s/%s\n", tests[i].group, tests[i].name);
         return 0;
     }
-    if (!rx_cpu_path(NULL)) { fprintf(stderr, "test_radixmlp: %s\n", radix_error()); return 2; }
+    if (rx_check_env()) { fprintf(stderr, "test_radixmlp: %s\n", radix_error()); return 2; }
     for (int i = 0; i < n; i++) {
         int selected = argc < 2;
         for (int a = 1; a < argc; a++) selected |= !strcmp(argv[a], tests[i].group) || !strcmp(argv[a], tests[i].name);
