@@ -5373,6 +5373,71 @@ static void test_cli_omp_num_threads_checked_at_start(void) {
     remove_dir(dir);
 }
 
+/* fmt with each '@' replaced by dir and each '^' by the fixtures folder: the command lines and messages of a test
+ * that writes into a temporary folder. */
+static void at_dir(char *out, size_t n, const char *fmt, const char *dir) {
+    size_t k = 0;
+    for (const char *c = fmt; *c && k + strlen(dir) + strlen(fixtures()) + 1 < n; c++)
+        if (*c == '@' || *c == '^') k += (size_t)snprintf(out + k, n - k, "%s", *c == '@' ? dir : fixtures());
+        else out[k++] = *c;
+    out[k] = 0;
+}
+
+static double wall_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* --replot checks every number against what the plot can show, so that any CSV plots in bounded time and size: a
+ * speedup above 0 and at most 1000 (1e6 wrote a 124 MB SVG, 1e308 1.7 GB: a grid line per 1.0), P and S whole
+ * token counts up to 2^20; anything else is one line naming the row, the column and the value, exit 1. A plot up to
+ * 1000x draws about ten y grid lines (a step of 100), and a UTF-8 byte order mark before the header is skipped. */
+static void test_bench_replot_bounds_values_and_reads_a_bom(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char dir[] = "/tmp/radixmlp-replot-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const struct { const char *what, *csv; int rc; const char *msg; } cases[] = {
+        {"radix_x 1e6", "P,S,radix_x\n16,256,1e6\n", 1,
+         "x.csv, data row 1: radix_x is '1e6'; a speedup must be a number above 0 and at most 1000"},
+        {"radix_x 1e308 on row 2", "P,S,radix_x\n16,256,1.5\n32,256,1e308\n", 1, "data row 2: radix_x is '1e308'"},
+        {"radix_x inf", "P,S,radix_x\n16,256,inf\n", 1, "data row 1: radix_x is 'inf'; a speedup must be"},
+        {"paper_x nan", "P,S,radix_x,paper_x\n16,256,1.5,nan\n", 1, "data row 1: paper_x is 'nan'"},
+        {"negative speedups", "P,S,radix_x,compact_x\n16,256,-2,-1\n", 1,
+         "data row 1: radix_x is '-2'; a speedup must be a number above 0"},
+        {"compact_x 0", "P,S,radix_x,compact_x\n16,256,2,0\n", 1, "data row 1: compact_x is '0'"},
+        {"P 1e308", "P,S,radix_x\n1e308,256,1.5\n", 1, "data row 1: P is '1e308'; it must be a whole number of tokens"},
+        {"S 2.5", "P,S,radix_x\n16,2.5,1.5\n", 1, "data row 1: S is '2.5'"},
+        {"radix_x 1.5x", "P,S,radix_x\n16,256,1.5x\n", 1, "data row 1: radix_x is '1.5x'"},
+        {"a UTF-8 byte order mark", "\xEF\xBB\xBFP,S,radix_x\n16,256,1.5\n", 0, "bench: wrote "},
+        {"radix_x 1000, the most", "P,S,radix_x\n16,256,1000\n32,256,2\n", 0, "bench: wrote "},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char cmd[1024], out[4096], svg[300];
+        size_t len = 0;
+        write_file(dir, "x.csv", cases[i].csv, strlen(cases[i].csv));
+        at_dir(cmd, sizeof cmd, "timeout 20 ./bench --replot @/x.csv --svg @/x.svg", dir);
+        at_dir(svg, sizeof svg, "@/x.svg", dir);
+        double t0 = wall_s();
+        int rc = run_cmd(cmd, out, sizeof out);
+        double s = wall_s() - t0;
+        uint8_t *b = (uint8_t *)read_file(svg, &len);
+        const char *nl = strchr(out, '\n');
+        expect(rc == cases[i].rc && !strncmp(out, "bench: ", 7) && nl && !nl[1] && strstr(out, cases[i].msg) &&
+               s < 5 && (rc ? !b : b && len < 16384),
+               "%s: exit %d in %.1f s, want %d within 5 s, one line with '%s', %s (here %zu bytes):\n%s",
+               cases[i].what, rc, s, cases[i].rc, cases[i].msg, cases[i].rc ? "no SVG" : "an SVG under 16 KB",
+               b ? len : 0, out);
+        note("%-24s exit %d, %.2f s, SVG %6zu bytes: %.*s", cases[i].what, rc, s, b ? len : 0, (int)strcspn(out, "\n"),
+             out);
+        free(b);
+        unlink(svg);
+    }
+    summary("%d replot CSVs: each refused in one line naming its row, or plotted in under 16 KB", n);
+    remove_dir(dir);
+}
+
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
     {"trie", "toy_example_matches_paper", test_toy_example_matches_paper},
@@ -5479,6 +5544,7 @@ static const Test tests[] = {
     {"bench", "cpu_table4_quick_rows_and_plot", test_bench_cpu_table4_quick},
     {"bench", "cpu_table2_quick_amdahl_both_ways", test_bench_cpu_table2_quick},
     {"cli", "omp_num_threads_checked_at_start", test_cli_omp_num_threads_checked_at_start},
+    {"bench", "replot_bounds_values_and_reads_a_bom", test_bench_replot_bounds_values_and_reads_a_bom},
 };
 
 #ifndef RADIXMLP_FUZZ
