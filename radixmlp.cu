@@ -3173,6 +3173,20 @@ static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_w
     return n;
 }
 
+/* A NaN or Inf in request i's last-token logits row [vocab] is an error, never a result (with or without a caller
+ * that keeps the logits): the first one, by request (source:line when the requests came from a file), row and
+ * column of the logits [n_requests, vocab]. */
+static int nonfinite_logits(const float *row, int V, int i, const char *source) {
+    size_t bad;
+    char who[300];
+    rx_max_abs_diff(row, NULL, (size_t)V, &bad);
+    if (bad == (size_t)V) return 0;
+    if (source) snprintf(who, sizeof who, "%s:%d", source, i + 1);
+    else snprintf(who, sizeof who, "request %d", i);
+    return rx_fail("%s: the last-token logits [n_requests, vocab] hold %g at row %d, column %zu (radixmlp --check "
+                   "looks for non-finite weights)", who, row[bad], i, bad);
+}
+
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
     int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1;
@@ -3241,6 +3255,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
         st->gpu_ms += gi.forward_ms;
         for (int s = 0; s < n; s++) {
             int i = (int)(adm[s] - req);
+            if (nonfinite_logits(blogits + (size_t)s * V, V, i, o->source)) goto done;
             if (last_logits) memcpy(last_logits + (size_t)i * V, blogits + (size_t)s * V, (size_t)V * sizeof(float));
             if (batch_of) batch_of[i] = st->n_batches;
             if (cached_of) cached_of[i] = adm[s]->cached_len;
@@ -5005,6 +5020,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         seqs[s] = file.input_ids + file.cu_seqlens[s];
         lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
     }
+    o->source = path;                       /* a message names request i by its line, path:i+1 */
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
     if (rx_batch_check(&file, &m.cfg, path)) goto done;
@@ -5035,7 +5051,6 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         if (rx_close_output(f, stats)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
-    if (dump && check_finite(logits, n, V, "last-token logits [n_requests, vocab]", dir)) goto done;
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
            "tokens)\n",
@@ -5180,6 +5195,7 @@ int main(int argc, char **argv) {
         .trace = NULL,
         .show_cache = NULL,
         .gpu = NULL,
+        .source = NULL,
     };
     if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
         (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))

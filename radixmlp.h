@@ -458,7 +458,7 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
  * to `batch` waiting requests, in arrival order (fcfs) or longest cached prefix first (lpm), runs one
  * qwen3_prefill_ref (gpu_prefill when o->gpu is set) on their unmatched suffixes, and finishes them. At the end it
  * audits the pool and flushes the cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL)
- * are in request order.                                                                                          */
+ * are in request order. A NaN or Inf in any request's last-token logits fails the run, naming the request.       */
 typedef struct {
     RxCacheKind cache;
     int page_size;
@@ -470,6 +470,7 @@ typedef struct {
     FILE *trace;                     /* each batch's rx_prefill_print line (N, N', cached, computed); NULL: none  */
     FILE *show_cache;                /* the cache after each batch: counts and rx_cache_draw; NULL: none          */
     GpuModel *gpu;                   /* non-NULL: prefill with gpu_prefill on this model (K/V in a GpuKvPool)     */
+    const char *source;              /* the requests' file: a message names request i "source:i+1"; NULL: "request i" */
 } RxServeOptions;
 typedef struct {
     int n_batches;

@@ -5438,6 +5438,38 @@ static void test_bench_replot_bounds_values_and_reads_a_bom(void) {
     remove_dir(dir);
 }
 
+/* Under --requests, a NaN or Inf in any request's last-token logits fails the run as it fails --tokens, with or
+ * without --dump-logits: one line naming the request by its line in the file, its row and the column; exit 1; no
+ * summary, no --stats file, no dump (here: token 5's embedding row holds a NaN, and request 2 is "4 5 6"). */
+static void test_cli_requests_nonfinite_logits_fail_naming_the_line(void) {
+    if (!have_cli()) return;
+    char *d = copy_fixture("tiny-untied");
+    write_file(d, "t.txt", "1 2 3\n4 5 6\n", 12);
+    plant_value(d, "model.embed_tokens.weight", 5 * 64 + 3, NAN);
+    const char *runs[] = {"--stats @/s.csv", "--stats @/s.csv --dump-logits @/l.f32 --batch 2",
+                          "--dump-logits @/l.f32 --schedule lpm"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char args[1024], cmd[1600], out[8192], want[600], p[600];
+        at_dir(args, sizeof args, runs[i], d);
+        snprintf(cmd, sizeof cmd, "%s --cpu --model %s --requests %s/t.txt %s", cli(), d, d, args);
+        int rc = run_cmd(cmd, out, sizeof out);
+        snprintf(want, sizeof want, "radixmlp: %s/t.txt:2: the last-token logits [n_requests, vocab] hold nan at row "
+                 "1, column 0", d);
+        const char *err = strstr(out, "radixmlp: "), *nl = err ? strchr(err, '\n') : NULL;
+        int written = 0;
+        for (int k = 0; k < 2; k++) {
+            snprintf(p, sizeof p, "%s/%s", d, k ? "l.f32" : "s.csv");
+            written |= access(p, F_OK) == 0;
+        }
+        expect(rc == 1 && err && !strncmp(err, want, strlen(want)) && nl && !nl[1] && !written &&
+               !strstr(out, "wrote ") && !strstr(out, "hit rate"),
+               "--requests %s: exit %d, want 1, a last line '%s...', no summary, nothing written:\n%s", runs[i], rc,
+               want, out);
+        note("%-48s exit %d, %.*s", runs[i], rc, err ? (int)strcspn(err, "\n") : 0, err ? err : "");
+    }
+    remove_dir(d);
+}
+
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
     {"trie", "toy_example_matches_paper", test_toy_example_matches_paper},
@@ -5545,6 +5577,7 @@ static const Test tests[] = {
     {"bench", "cpu_table2_quick_amdahl_both_ways", test_bench_cpu_table2_quick},
     {"cli", "omp_num_threads_checked_at_start", test_cli_omp_num_threads_checked_at_start},
     {"bench", "replot_bounds_values_and_reads_a_bom", test_bench_replot_bounds_values_and_reads_a_bom},
+    {"cli", "requests_nonfinite_logits_fail_naming_the_line", test_cli_requests_nonfinite_logits_fail_naming_the_line},
 };
 
 #ifndef RADIXMLP_FUZZ
