@@ -1645,9 +1645,11 @@ static const char *USAGE =
     "  --csv FILE            also write the table as CSV (one header row); not --replot\n"
     "  --svg FILE            --table 4 [--cpu] or --replot: plot the speedups as SVG\n"
     "  --help                this text\n"
-    "Times are printed with the number of CPU threads they ran on (OMP_NUM_THREADS; on a busy machine\n"
-    "OMP_WAIT_POLICY=passive keeps waiting threads off other processes' cores). Outputs never overwrite an input.\n"
-    "Results go to stdout as markdown, progress to stderr. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
+    "Times are printed with the number of CPU threads they ran on (OMP_NUM_THREADS, 1 to 1024; on a busy\n"
+    "machine OMP_WAIT_POLICY=passive keeps waiting threads off other processes' cores).\n"
+    "Results go to stdout as markdown, progress to stderr. Outputs never overwrite an input, nor stdout\n"
+    "(/dev/stdout, or the file stdout is sent to), but --replot, which prints nothing there, may plot to it.\n"
+    "Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
 
 static int usage_error(const char *msg, const char *arg)
 {
@@ -1725,6 +1727,9 @@ int main(int argc, char **argv)
         const char *csv = val[F_CSV], *svg = val[F_SVG], *in = val[F_REPLOT];
         if (svg && in && rx_same_file(svg, in)) return usage_error("--svg names the --replot input file", svg);
         if (svg && csv && rx_same_file(svg, csv)) return usage_error("--svg and --csv name the same file", svg);
+        if (csv && rx_is_stdout(csv)) return usage_error("--csv names stdout, where the tables go:", csv);
+        if (svg && run != R_REPLOT && rx_is_stdout(svg))   /* --replot prints nothing there: its plot may go */
+            return usage_error("--svg names stdout, where the tables go:", svg);
     }
     const int quick = !!val[F_QUICK], cpu = !!val[F_CPU], gpu = !!val[F_GPU];
     const char *csv = val[F_CSV], *svg = val[F_SVG];

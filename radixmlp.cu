@@ -4299,6 +4299,15 @@ int rx_same_file(const char *a, const char *b) {
     return !canonical_path(a, ca, sizeof ca) && !canonical_path(b, cb, sizeof cb) && !strcmp(ca, cb);
 }
 
+/* Opening /dev/stdout (or /dev/fd/1, or the file stdout was sent to) with "w" truncates that file under the text
+ * already written to it, and the text then overwrites the output. /dev/null is the one stream both may share. */
+int rx_is_stdout(const char *path) {
+    struct stat out, st, null;
+    if (fstat(STDOUT_FILENO, &out) || stat(path, &st)) return 0;
+    if (!stat("/dev/null", &null) && st.st_dev == null.st_dev && st.st_ino == null.st_ino) return 0;
+    return st.st_dev == out.st_dev && st.st_ino == out.st_ino;
+}
+
 /* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so. */
 int rx_close_output(FILE *f, const char *path) {
     int bad = fflush(f) != 0 || ferror(f), err = errno;
@@ -4725,7 +4734,9 @@ static const char *usage =
     "                --show-batches a line per forward: N tokens = cached + new, N' new histories, rows computed;\n"
     "                --show-cache the cache after each forward (the radix tree's edges and their pages).\n"
     "                On the GPU when there is one (gpu_prefill, K/V in device memory); --cpu: the C reference.\n"
-    "       A flag that does not apply to the chosen action is an error.\n";
+    "       A flag that does not apply to the chosen action is an error. The text goes to stdout: an output file may\n"
+    "       not be stdout (--dump-logits /dev/stdout, or the file stdout is sent to); /dev/null is fine.\n"
+    "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
 
 static double cpu_ms(void) {   /* CPU time of this process, in ms */
     struct timespec t;
@@ -5107,16 +5118,20 @@ static const char *model_file_at(const char *dir, const char *path) {
     return found ? file : NULL;
 }
 
-/* An output file is checked before the work starts, not after it: can it be written, and is it none of the inputs
- * (the tokens or requests file, a file of the model folder) and none of the outputs before it (outputs[0..k))? A
- * file this check creates is removed again (the run writes it at the end); an existing one is left as it is. */
+/* An output file is checked before the work starts, not after it: is it none of the inputs (the tokens or requests
+ * file, a file of the model folder), none of the outputs before it (outputs[0..k)) and not stdout, where the text
+ * goes (a command line mistake: 2 from main)? Can it be written (else -1)? A file this check creates is removed
+ * again (the run writes it at the end); an existing one is left as it is. */
 static int check_output(const char *flag, const char *path, const char *const outputs[][2], int k, const char *input,
                         const char *model) {
     const char *clash = input && rx_same_file(input, path) ? input : model_file_at(model, path);
-    if (clash) return rx_fail("%s %s: that is the input %s; write the output to another file", flag, path, clash);
+    if (clash) return usage_error("%s %s: that is the input %s; write the output to another file", flag, path, clash);
     for (int o = 0; o < k; o++)
         if (outputs[o][1] && rx_same_file(outputs[o][1], path))
-            return rx_fail("%s %s: %s writes that file too; give each output its own file", flag, path, outputs[o][0]);
+            return usage_error("%s %s: %s writes that file too; give each output its own file", flag, path,
+                               outputs[o][0]);
+    if (rx_is_stdout(path))
+        return usage_error("%s %s: that is stdout, where the text goes; write the output to a file", flag, path);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644), created = fd >= 0;
     if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_NONBLOCK);
     if (fd < 0) return rx_fail("%s %s: cannot write: %s", flag, path, strerror(errno));
@@ -5204,6 +5219,9 @@ int main(int argc, char **argv) {
         (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so.n_pages)) ||
         (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, 1024, &so.batch)))
         return 2;
+    if ((int64_t)so.n_pages * so.page_size > INT32_MAX)        /* the pool's token slots are indexed in 32 bits */
+        return usage_error("--cache-pages %d x --page-size %d is %lld token slots; a KV pool holds at most %d",
+                           so.n_pages, so.page_size, (long long)so.n_pages * so.page_size, INT32_MAX);
     if (val[F_SCHEDULE] && !(so.lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
         return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);
     so.mode = mode;
@@ -5214,6 +5232,7 @@ int main(int argc, char **argv) {
     const char *input = action == SERVE ? requests : tokens;
     for (int k = 0; k < 3 && !rc; k++)
         if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1], outputs, k, input, model);
+    if (rc == 2) return 2;
     if (!rc) {
         if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump, force_cpu);
         else if (action == CHECK) rc = check_model(model);

@@ -31,9 +31,12 @@ double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_b
  *   (a directory, a FIFO, /dev/zero) is refused at once. Free *text with free().
  * rx_same_file: 1 if two paths name one file however spelled (the same inode, or for a path not yet there, the same
  *   folder and name), so that an output never overwrites an input or another output.
+ * rx_is_stdout: 1 if path is the file or pipe stdout goes to however spelled (/dev/stdout, /dev/fd/1, its own name),
+ *   /dev/null excepted: an output file there would mix with the text the program prints.
  * rx_close_output: flushes and closes an output (stdout included), 0, or -1 with "PATH: cannot write: why". */
 int  rx_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
 int  rx_same_file(const char *a, const char *b);
+int  rx_is_stdout(const char *path);
 int  rx_close_output(FILE *f, const char *path);
 
 /* ---------------------------------------------------------------------------------------------------------------

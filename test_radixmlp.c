@@ -3531,7 +3531,7 @@ static void test_cli_outputs_never_clobber_inputs(void) {
             else msg[k++] = *p;
         msg[k] = 0;
         snprintf(cmd, sizeof cmd, "%s --cpu --model %s %s", cli(), model, args);
-        expect_one_line_error(cases[i].args, run_cmd(cmd, out, sizeof out), out, msg);
+        expect_one_line(cases[i].args, 2, run_cmd(cmd, out, sizeof out), out, msg);   /* the command line's mistake */
         size_t len;
         char p[600];
         snprintf(p, sizeof p, "%s/t.txt", dir);
@@ -5470,6 +5470,113 @@ static void test_cli_requests_nonfinite_logits_fail_naming_the_line(void) {
     remove_dir(d);
 }
 
+/* An output file that is stdout (/dev/stdout, /dev/fd/1, /proc/self/fd/1, or the file stdout is sent to) would be
+ * truncated under the text and overwritten by it: a mistake in the command line, one line, exit 2, nothing written.
+ * /dev/null is the one stream an output may share with the text. */
+static void test_cli_outputs_are_never_stdout(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "t.txt", "1 2 3\n1 2 4\n", 12);
+    const struct { const char *args, *out; int rc; const char *msg; } cases[] = {
+        {"--model ^/tiny-tied --tokens @/t.txt --dump-logits /dev/stdout", "@/out", 2,
+         "--dump-logits /dev/stdout: that is stdout, where the text goes; write the output to a file"},
+        {"--model ^/tiny-tied --tokens @/t.txt --dump-logits /dev/fd/1", "@/out", 2,
+         "--dump-logits /dev/fd/1: that is stdout"},
+        {"--model ^/tiny-tied --tokens @/t.txt --last-only --dump-logits /proc/self/fd/1", "@/out", 2,
+         "--dump-logits /proc/self/fd/1: that is stdout"},
+        {"--model ^/tiny-tied --tokens @/t.txt --dump-logits @/out", "@/out", 2, "--dump-logits @/out: that is stdout"},
+        {"--model ^/tiny-embedding --tokens @/t.txt --embed /dev/stdout", "@/out", 2, "--embed /dev/stdout: that is"},
+        {"--model ^/tiny-tied --requests @/t.txt --stats /dev/stdout", "@/out", 2, "--stats /dev/stdout: that is"},
+        {"--model ^/tiny-tied --requests @/t.txt --dump-logits /dev/stdout", "@/out", 2, "--dump-logits /dev/stdout"},
+        {"--model ^/tiny-tied --tokens @/t.txt --dump-logits /dev/null", "/dev/null", 0, ""},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char args[1024], msg[512], out_path[300], cmd[1600], out[8192];
+        at_dir(args, sizeof args, cases[i].args, dir);
+        at_dir(msg, sizeof msg, cases[i].msg, dir);
+        at_dir(out_path, sizeof out_path, cases[i].out, dir);
+        snprintf(cmd, sizeof cmd, "{ %s --cpu %s >%s; }", cli(), args, out_path);   /* stderr to the pipe */
+        int rc = run_cmd(cmd, out, sizeof out);
+        if (cases[i].rc) {
+            expect_one_line(cases[i].args, cases[i].rc, rc, out, msg);
+            struct stat st;
+            expect(stat(out_path, &st) == 0 && st.st_size == 0, "%s: %s is not empty", cases[i].args, out_path);
+        } else {
+            expect(rc == 0 && !out[0], "%s >/dev/null: exit %d, want 0 and nothing on stderr:\n%s", cases[i].args, rc,
+                   out);
+            note("%-28.28s exit %d", cases[i].args, rc);
+        }
+    }
+    remove_dir(dir);
+}
+
+/* bench: --csv or --svg on stdout would mix with the markdown tables (and truncate what is already there), so it is
+ * refused, exit 2, before any work; --replot prints nothing to stdout, so its plot may go there. */
+static void test_bench_outputs_are_never_stdout(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char dir[] = "/tmp/radixmlp-bench-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const struct { const char *args; int rc; const char *msg; } cases[] = {
+        {"--table 5 --quick --csv /dev/stdout", 2, "bench: --csv names stdout, where the tables go: '/dev/stdout'"},
+        {"--table 5 --quick --csv @/out", 2, "bench: --csv names stdout, where the tables go: '@/out'"},
+        {"--table 4 --cpu --quick --svg /dev/fd/1", 2, "bench: --svg names stdout, where the tables go: '/dev/fd/1'"},
+        {"--replot ^/table4-paper.csv --svg /dev/stdout", 0, "bench: wrote /dev/stdout"},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char args[1024], msg[512], cmd[1600], out[4096], path[300];
+        at_dir(args, sizeof args, cases[i].args, dir);
+        at_dir(msg, sizeof msg, cases[i].msg, dir);
+        snprintf(cmd, sizeof cmd, "{ timeout 20 ./bench %s >%s/out; }", args, dir);
+        int rc = run_cmd(cmd, out, sizeof out);
+        snprintf(path, sizeof path, "%s/out", dir);
+        size_t len = 0;
+        uint8_t *b = read_file(path, &len);
+        const char *nl = strchr(out, '\n');
+        expect(rc == cases[i].rc && nl && !nl[1] && strstr(out, msg) &&
+               (rc ? b && len == 0 : b && !strncmp((char *)b, "<svg", 4)),
+               "bench %s >out: exit %d, want %d, one line with '%s', and %s in out:\n%s", args, rc, cases[i].rc, msg,
+               cases[i].rc ? "nothing" : "the SVG", out);
+        note("%-44.44s exit %d, out %5zu bytes, %.*s", cases[i].args, rc, len, (int)strcspn(out, "\n"), out);
+        free(b);
+        unlink(path);
+    }
+    remove_dir(dir);
+}
+
+/* One rule for the exit status of both programs: 2 for a wrong command line, found before any file is read (an output
+ * that is an input, sizes out of range, a flag that does not apply); 1 for bad data or a failed run (a tokens file's
+ * contents, a request longer than the pool the flags made, an output that cannot be written). */
+static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "t.txt", "1 2 3\n1 2 4\n", 12);
+    write_file(dir, "bad.txt", "1 2 3\n1 999 4\n", 14);
+    const struct { const char *args; int rc; const char *msg; } cases[] = {
+        {"--tokens @/t.txt --dump-logits @/t.txt", 2, "--dump-logits @/t.txt: that is the input @/t.txt"},
+        {"--requests @/t.txt --cache-pages 16777216 --page-size 4096", 2,
+         "--cache-pages 16777216 x --page-size 4096 is 68719476736 token slots; a KV pool holds at most 2147483647"},
+        {"--requests @/t.txt --cache-pages 1048576 --page-size 4096", 2, "is 4294967296 token slots"},
+        {"--requests @/t.txt --batch 0", 2, "--batch takes an integer from 1 to 1024, not '0'"},
+        {"--tokens @/t.txt --stats @/s.csv", 2, "--stats does not apply to --model DIR --tokens FILE"},
+        {"--tokens @/bad.txt", 1, "bad.txt:2: token id 999 is outside the vocabulary [0, 512)"},
+        {"--requests @/t.txt --cache-pages 1 --page-size 2", 1,
+         "t.txt:1: a request of 3 tokens needs 2 pages of 2 tokens, but --cache-pages is 1"},
+        {"--tokens @/t.txt --dump-logits @/none/l.f32", 1, "@/none/l.f32: cannot write: No such file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1024], msg[600], cmd[1600], out[8192];
+        at_dir(args, sizeof args, cases[i].args, dir);
+        at_dir(msg, sizeof msg, cases[i].msg, dir);
+        snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied %s", cli(), fixtures(), args);
+        expect_one_line(cases[i].args, cases[i].rc, run_cmd(cmd, out, sizeof out), out, msg);
+    }
+    remove_dir(dir);
+}
+
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
     {"trie", "toy_example_matches_paper", test_toy_example_matches_paper},
@@ -5578,6 +5685,9 @@ static const Test tests[] = {
     {"cli", "omp_num_threads_checked_at_start", test_cli_omp_num_threads_checked_at_start},
     {"bench", "replot_bounds_values_and_reads_a_bom", test_bench_replot_bounds_values_and_reads_a_bom},
     {"cli", "requests_nonfinite_logits_fail_naming_the_line", test_cli_requests_nonfinite_logits_fail_naming_the_line},
+    {"cli", "outputs_are_never_stdout", test_cli_outputs_are_never_stdout},
+    {"bench", "outputs_are_never_stdout", test_bench_outputs_are_never_stdout},
+    {"cli", "exit_status_2_for_arguments_1_for_data", test_cli_exit_status_2_for_arguments_1_for_data},
 };
 
 #ifndef RADIXMLP_FUZZ
