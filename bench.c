@@ -446,6 +446,15 @@ static void marker(FILE *f, int kind, double x, double y, const char *color)   /
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\" fill=\"%s\"/>\n", x - 3.5, y - 3.5, color);
 }
 
+/* The y grid's step: the smallest 1, 2 or 5 x 10^k at or above `at_least` (and at least 1), so that a plot up to
+ * 10 x at_least draws about ten lines whatever its values. */
+static double grid_step(double at_least)
+{
+    double step = 1;
+    for (int k = 0; step < at_least; k++) step *= k % 3 == 1 ? 2.5 : 2;   /* 1, 2, 5, 10, 20, 50, 100, ... */
+    return step;
+}
+
 /* A line plot of speedup vs P (log2 axis): per suffix length S, radix (circles), compact (squares) and the
  * paper's radix speedups (dashed); a dotted line marks break-even (1x). A series with no values is left out. */
 static int write_svg(const char *path, Point *pt, int n, const char *title)
@@ -466,7 +475,7 @@ static int write_svg(const char *path, Point *pt, int n, const char *title)
         ymax = fmax(ymax, fmax(pt[i].radix, fmax(pt[i].compact, pt[i].paper)));
     }
     hi = hi > lo ? hi : lo + 1;
-    step = ymax <= 3 ? 0.5 : 1.0;
+    step = ymax <= 3 ? 0.5 : grid_step(ymax / 10);
     ymax = step * ceil(ymax * 1.05 / step);
 #define SX(P) (X0 + (log2(P) - lo) / (hi - lo) * (X1 - X0))
 #define SY(v) (Y1 - (v) / ymax * (Y1 - Y0))
@@ -522,7 +531,23 @@ static int write_svg(const char *path, Point *pt, int n, const char *title)
     return 0;
 }
 
-/* Reads the Table 4 CSV that --table 4 --csv wrote (columns found by name), for --replot. */
+/* Field `text` of data row `row`, column `col`, as a number in (0, hi] (a whole one if whole): -1 if it is empty,
+ * else 0, or 1 after one line that names the row, the column and the value, and says why (`rule`). */
+static int csv_number(const char *path, int row, const char *col, const char *text, double hi, int whole,
+                      const char *rule, double *v)
+{
+    char *end;
+    *v = -1;
+    if (!text[0]) return 0;
+    *v = strtod(text, &end);
+    if (end != text && !*end && *v > 0 && *v <= hi && (!whole || *v == floor(*v))) return 0;   /* NaN fails too */
+    fprintf(stderr, "bench: %s, data row %d: %s is '%s'; %s\n", path, row, col, text, rule);
+    return 1;
+}
+
+/* Reads the Table 4 CSV that --table 4 --csv wrote (columns found by name), for --replot. Every number is checked
+ * against what the plot can show: P and S from 1 to 2^20 tokens, a speedup above 0 and at most 1000 (Table 4's
+ * compression N/N' is at most B = 32; above 1000 is a typo or a broken run), else one line naming the row. */
 static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title, size_t title_size)
 {
     enum { MODEL, DEVICE, P, S, RADIX, COMPACT, PAPER, NCOL };
@@ -534,7 +559,8 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
         fprintf(stderr, "bench: %s\n", radix_error());
         return 1;
     }
-    for (*n = 0, line = text; line && *n < max; line = next) {
+    line = strncmp(text, "\xEF\xBB\xBF", 3) ? text : text + 3;   /* a UTF-8 byte order mark, as spreadsheets save */
+    for (*n = 0; line && *n < max; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = '\0';
         line[strcspn(line, "\r")] = '\0';
@@ -560,15 +586,19 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
             continue;
         }
 #define FIELD(k) (at[k] >= 0 && at[k] < nf ? field[at[k]] : "")
-#define NUM(k) (FIELD(k)[0] ? atof(FIELD(k)) : -1.0)
-        pt[*n] = (Point){(int)NUM(P), (int)NUM(S), NUM(RADIX), NUM(COMPACT), NUM(PAPER)};
-        if (pt[*n].P < 1 || (pt[*n].radix < 0 && pt[*n].paper < 0)) {   /* the paper's own Table 4 has no radix_x */
-            fprintf(stderr, "bench: %s, data row %d: no P, or neither radix_x nor paper_x\n", path, *n + 1);
+        double v[NCOL];
+        for (int k = P; k < NCOL; k++) {
+            const char *rule = k <= S ? "it must be a whole number of tokens from 1 to 1048576"
+                                      : "a speedup must be a number above 0 and at most 1000 (empty: none)";
+            if (csv_number(path, *n + 1, want[k], FIELD(k), k <= S ? 1 << 20 : 1000, k <= S, rule, &v[k])) goto done;
+        }
+        pt[*n] = (Point){(int)v[P], (int)v[S], v[RADIX], v[COMPACT], v[PAPER]};
+        if (pt[*n].P < 1 || pt[*n].S < 1 || (pt[*n].radix < 0 && pt[*n].paper < 0)) {   /* the paper's: no radix_x */
+            fprintf(stderr, "bench: %s, data row %d: no P or S, or neither radix_x nor paper_x\n", path, *n + 1);
             goto done;
         }
         if (*n == 0) snprintf(title, title_size, "RadixMLP speedup, %s, B = 32 (%s)", FIELD(MODEL), FIELD(DEVICE));
         (*n)++;
-#undef NUM
 #undef FIELD
     }
     rc = *n == 0;
@@ -1615,9 +1645,11 @@ static const char *USAGE =
     "  --csv FILE            also write the table as CSV (one header row); not --replot\n"
     "  --svg FILE            --table 4 [--cpu] or --replot: plot the speedups as SVG\n"
     "  --help                this text\n"
-    "Times are printed with the number of CPU threads they ran on (OMP_NUM_THREADS; on a busy machine\n"
-    "OMP_WAIT_POLICY=passive keeps waiting threads off other processes' cores). Outputs never overwrite an input.\n"
-    "Results go to stdout as markdown, progress to stderr. Exit status: 0 ok, 1 failure, 2 bad arguments.\n";
+    "Times are printed with the number of CPU threads they ran on (OMP_NUM_THREADS, 1 to 1024; on a busy\n"
+    "machine OMP_WAIT_POLICY=passive keeps waiting threads off other processes' cores).\n"
+    "Results go to stdout as markdown, progress to stderr. Outputs never overwrite an input, nor stdout\n"
+    "(/dev/stdout, or the file stdout is sent to), but --replot, which prints nothing there, may plot to it.\n"
+    "Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
 
 static int usage_error(const char *msg, const char *arg)
 {
@@ -1663,7 +1695,7 @@ int main(int argc, char **argv)
         if (FLAGS[f].takes_value && !argv[i + 1][0]) return usage_error("this option needs a value, not \"\":", a);
         val[f] = FLAGS[f].takes_value ? argv[++i] : a;
     }
-    if (!rx_cpu_path(NULL)) return usage_error(radix_error(), NULL);             /* a bad $RADIXMLP_CPU */
+    if (rx_check_env()) return usage_error(radix_error(), NULL);          /* a bad $RADIXMLP_CPU or $OMP_NUM_THREADS */
     if (val[F_TABLE] && (strlen(val[F_TABLE]) != 1 || !strchr("2456", val[F_TABLE][0])))
         return usage_error("--table takes 2, 4, 5 or 6, not", val[F_TABLE]);
     if (val[F_WORKLOAD] && strcmp(val[F_WORKLOAD], "reranker"))
@@ -1695,6 +1727,9 @@ int main(int argc, char **argv)
         const char *csv = val[F_CSV], *svg = val[F_SVG], *in = val[F_REPLOT];
         if (svg && in && rx_same_file(svg, in)) return usage_error("--svg names the --replot input file", svg);
         if (svg && csv && rx_same_file(svg, csv)) return usage_error("--svg and --csv name the same file", svg);
+        if (csv && rx_is_stdout(csv)) return usage_error("--csv names stdout, where the tables go:", csv);
+        if (svg && run != R_REPLOT && rx_is_stdout(svg))   /* --replot prints nothing there: its plot may go */
+            return usage_error("--svg names stdout, where the tables go:", svg);
     }
     const int quick = !!val[F_QUICK], cpu = !!val[F_CPU], gpu = !!val[F_GPU];
     const char *csv = val[F_CSV], *svg = val[F_SVG];

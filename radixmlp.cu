@@ -703,6 +703,28 @@ const char *rx_cpu_path(const char *want) {
     return CPU_PATHS[p];
 }
 
+/* The environment every program checks at start, before any work: $RADIXMLP_CPU (rx_cpu_path) and $OMP_NUM_THREADS.
+ * libgomp reads the latter in its constructor, before main: a value it cannot use ("", "abc", 0, -4) earns a warning
+ * and every core, and 2147483647 it takes as given, to fail later allocating a scratch row per thread. So here it
+ * must be a count from 1 to RX_MAX_THREADS, or a list of them: "4,2" sets libgomp's nested levels, and the C
+ * reference never nests, so it runs on the first. */
+enum { RX_MAX_THREADS = 1024 };
+int rx_check_env(void) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (!rx_cpu_path(NULL)) return -1;
+    for (const char *c = env; c;) {
+        char *end;
+        errno = 0;
+        long n = strtol(c, &end, 10);
+        while (isspace((unsigned char)*end)) end++;
+        if (end == c || errno || n < 1 || n > RX_MAX_THREADS || (*end && *end != ','))
+            return rx_fail("OMP_NUM_THREADS: '%s' is not a thread count from 1 to %d (or a list of them, like 4,2: "
+                           "the first counts)", env, RX_MAX_THREADS);
+        c = *end == ',' ? end + 1 : NULL;
+    }
+    return 0;
+}
+
 static void cpu_path_ready(void) {          /* first use: $RADIXMLP_CPU (the programs check it at start), else auto */
     if (cpu_path < 0 && !rx_cpu_path(NULL)) rx_cpu_path("auto");
 }
@@ -3154,6 +3176,20 @@ static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_w
     return n;
 }
 
+/* A NaN or Inf in request i's last-token logits row [vocab] is an error, never a result (with or without a caller
+ * that keeps the logits): the first one, by request (source:line when the requests came from a file), row and
+ * column of the logits [n_requests, vocab]. */
+static int nonfinite_logits(const float *row, int V, int i, const char *source) {
+    size_t bad;
+    char who[300];
+    rx_max_abs_diff(row, NULL, (size_t)V, &bad);
+    if (bad == (size_t)V) return 0;
+    if (source) snprintf(who, sizeof who, "%s:%d", source, i + 1);
+    else snprintf(who, sizeof who, "request %d", i);
+    return rx_fail("%s: the last-token logits [n_requests, vocab] hold %g at row %d, column %zu (radixmlp --check "
+                   "looks for non-finite weights)", who, row[bad], i, bad);
+}
+
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
     int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1;
@@ -3222,6 +3258,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
         st->gpu_ms += gi.forward_ms;
         for (int s = 0; s < n; s++) {
             int i = (int)(adm[s] - req);
+            if (nonfinite_logits(blogits + (size_t)s * V, V, i, o->source)) goto done;
             if (last_logits) memcpy(last_logits + (size_t)i * V, blogits + (size_t)s * V, (size_t)V * sizeof(float));
             if (batch_of) batch_of[i] = st->n_batches;
             if (cached_of) cached_of[i] = adm[s]->cached_len;
@@ -4265,6 +4302,15 @@ int rx_same_file(const char *a, const char *b) {
     return !canonical_path(a, ca, sizeof ca) && !canonical_path(b, cb, sizeof cb) && !strcmp(ca, cb);
 }
 
+/* Opening /dev/stdout (or /dev/fd/1, or the file stdout was sent to) with "w" truncates that file under the text
+ * already written to it, and the text then overwrites the output. /dev/null is the one stream both may share. */
+int rx_is_stdout(const char *path) {
+    struct stat out, st, null;
+    if (fstat(STDOUT_FILENO, &out) || stat(path, &st)) return 0;
+    if (!stat("/dev/null", &null) && st.st_dev == null.st_dev && st.st_ino == null.st_ino) return 0;
+    return st.st_dev == out.st_dev && st.st_ino == out.st_ino;
+}
+
 /* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so. */
 int rx_close_output(FILE *f, const char *path) {
     int bad = fflush(f) != 0 || ferror(f), err = errno;
@@ -4691,7 +4737,9 @@ static const char *usage =
     "                --show-batches a line per forward: N tokens = cached + new, N' new histories, rows computed;\n"
     "                --show-cache the cache after each forward (the radix tree's edges and their pages).\n"
     "                On the GPU when there is one (gpu_prefill, K/V in device memory); --cpu: the C reference.\n"
-    "       A flag that does not apply to the chosen action is an error.\n";
+    "       A flag that does not apply to the chosen action is an error. The text goes to stdout: an output file may\n"
+    "       not be stdout (--dump-logits /dev/stdout, or the file stdout is sent to); /dev/null is fine.\n"
+    "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
 
 static double cpu_ms(void) {   /* CPU time of this process, in ms */
     struct timespec t;
@@ -4986,6 +5034,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         seqs[s] = file.input_ids + file.cu_seqlens[s];
         lens[s] = file.cu_seqlens[s + 1] - file.cu_seqlens[s];
     }
+    o->source = path;                       /* a message names request i by its line, path:i+1 */
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
     if (rx_batch_check(&file, &m.cfg, path)) goto done;
@@ -5016,7 +5065,6 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         if (rx_close_output(f, stats)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
-    if (dump && check_finite(logits, n, V, "last-token logits [n_requests, vocab]", dir)) goto done;
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
            "tokens)\n",
@@ -5073,16 +5121,20 @@ static const char *model_file_at(const char *dir, const char *path) {
     return found ? file : NULL;
 }
 
-/* An output file is checked before the work starts, not after it: can it be written, and is it none of the inputs
- * (the tokens or requests file, a file of the model folder) and none of the outputs before it (outputs[0..k))? A
- * file this check creates is removed again (the run writes it at the end); an existing one is left as it is. */
+/* An output file is checked before the work starts, not after it: is it none of the inputs (the tokens or requests
+ * file, a file of the model folder), none of the outputs before it (outputs[0..k)) and not stdout, where the text
+ * goes (a command line mistake: 2 from main)? Can it be written (else -1)? A file this check creates is removed
+ * again (the run writes it at the end); an existing one is left as it is. */
 static int check_output(const char *flag, const char *path, const char *const outputs[][2], int k, const char *input,
                         const char *model) {
     const char *clash = input && rx_same_file(input, path) ? input : model_file_at(model, path);
-    if (clash) return rx_fail("%s %s: that is the input %s; write the output to another file", flag, path, clash);
+    if (clash) return usage_error("%s %s: that is the input %s; write the output to another file", flag, path, clash);
     for (int o = 0; o < k; o++)
         if (outputs[o][1] && rx_same_file(outputs[o][1], path))
-            return rx_fail("%s %s: %s writes that file too; give each output its own file", flag, path, outputs[o][0]);
+            return usage_error("%s %s: %s writes that file too; give each output its own file", flag, path,
+                               outputs[o][0]);
+    if (rx_is_stdout(path))
+        return usage_error("%s %s: that is stdout, where the text goes; write the output to a file", flag, path);
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644), created = fd >= 0;
     if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_NONBLOCK);
     if (fd < 0) return rx_fail("%s %s: cannot write: %s", flag, path, strerror(errno));
@@ -5128,7 +5180,7 @@ int main(int argc, char **argv) {
     }
     if (!!val[F_CHECK] + !!val[F_SHOW_INDEX] + !!val[F_REQUESTS] > 1)
         return usage_error("choose one of --check, --show-index and --requests");
-    if (!rx_cpu_path(NULL)) return usage_error("%s", radix_error());          /* a bad $RADIXMLP_CPU */
+    if (rx_check_env()) return usage_error("%s", radix_error());     /* a bad $RADIXMLP_CPU or $OMP_NUM_THREADS */
     int action = val[F_REQUESTS] ? SERVE : val[F_CHECK] ? CHECK : val[F_SHOW_INDEX] ? SHOW_INDEX
                : val[F_MODEL] || val[F_TOKENS] ? RUN : DEMO;
     for (int f = 0; f < N_FLAGS; f++) {
@@ -5161,6 +5213,7 @@ int main(int argc, char **argv) {
         .trace = NULL,
         .show_cache = NULL,
         .gpu = NULL,
+        .source = NULL,
     };
     if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
         (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))
@@ -5169,6 +5222,9 @@ int main(int argc, char **argv) {
         (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so.n_pages)) ||
         (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, 1024, &so.batch)))
         return 2;
+    if ((int64_t)so.n_pages * so.page_size > INT32_MAX)        /* the pool's token slots are indexed in 32 bits */
+        return usage_error("--cache-pages %d x --page-size %d is %lld token slots; a KV pool holds at most %d",
+                           so.n_pages, so.page_size, (long long)so.n_pages * so.page_size, INT32_MAX);
     if (val[F_SCHEDULE] && !(so.lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
         return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);
     so.mode = mode;
@@ -5179,6 +5235,7 @@ int main(int argc, char **argv) {
     const char *input = action == SERVE ? requests : tokens;
     for (int k = 0; k < 3 && !rc; k++)
         if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1], outputs, k, input, model);
+    if (rc == 2) return 2;
     if (!rc) {
         if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump, force_cpu);
         else if (action == CHECK) rc = check_model(model);

@@ -31,9 +31,12 @@ double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_b
  *   (a directory, a FIFO, /dev/zero) is refused at once. Free *text with free().
  * rx_same_file: 1 if two paths name one file however spelled (the same inode, or for a path not yet there, the same
  *   folder and name), so that an output never overwrites an input or another output.
+ * rx_is_stdout: 1 if path is the file or pipe stdout goes to however spelled (/dev/stdout, /dev/fd/1, its own name),
+ *   /dev/null excepted: an output file there would mix with the text the program prints.
  * rx_close_output: flushes and closes an output (stdout included), 0, or -1 with "PATH: cannot write: why". */
 int  rx_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
 int  rx_same_file(const char *a, const char *b);
+int  rx_is_stdout(const char *path);
 int  rx_close_output(FILE *f, const char *path);
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -204,6 +207,9 @@ const char *rx_cpu_path(const char *want);
 /* Threads of the C reference (OpenMP; always 1 in a build without it): n > 0 sets the count, n <= 0 leaves it
  * (OMP_NUM_THREADS, or every core). Returns the count in effect. The results never depend on it. */
 int  rx_threads(int n);
+/* The environment the programs read, checked at start: $RADIXMLP_CPU as rx_cpu_path(NULL) does, and $OMP_NUM_THREADS,
+ * a count from 1 to 1024 or a list of them (4,2: the first counts). 0, or -1 with radix_error() saying which. */
+int  rx_check_env(void);
 /* In place on x [rows, n_heads*head_dim]: per-head RMSNorm with w [head_dim], then rotate-half RoPE at pos[rows]. */
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta);
@@ -455,7 +461,7 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
  * to `batch` waiting requests, in arrival order (fcfs) or longest cached prefix first (lpm), runs one
  * qwen3_prefill_ref (gpu_prefill when o->gpu is set) on their unmatched suffixes, and finishes them. At the end it
  * audits the pool and flushes the cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL)
- * are in request order.                                                                                          */
+ * are in request order. A NaN or Inf in any request's last-token logits fails the run, naming the request.       */
 typedef struct {
     RxCacheKind cache;
     int page_size;
@@ -467,6 +473,7 @@ typedef struct {
     FILE *trace;                     /* each batch's rx_prefill_print line (N, N', cached, computed); NULL: none  */
     FILE *show_cache;                /* the cache after each batch: counts and rx_cache_draw; NULL: none          */
     GpuModel *gpu;                   /* non-NULL: prefill with gpu_prefill on this model (K/V in a GpuKvPool)     */
+    const char *source;              /* the requests' file: a message names request i "source:i+1"; NULL: "request i" */
 } RxServeOptions;
 typedef struct {
     int n_batches;

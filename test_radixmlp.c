@@ -3920,7 +3920,7 @@ static void test_cli_outputs_never_clobber_inputs(void) {
             else msg[k++] = *p;
         msg[k] = 0;
         snprintf(cmd, sizeof cmd, "%s --cpu --model %s %s", cli(), model, args);
-        expect_one_line_error(cases[i].args, run_cmd(cmd, out, sizeof out), out, msg);
+        expect_one_line(cases[i].args, 2, run_cmd(cmd, out, sizeof out), out, msg);   /* the command line's mistake */
         size_t len;
         char p[600];
         snprintf(p, sizeof p, "%s/t.txt", dir);
@@ -5762,6 +5762,252 @@ static void test_gpu_device_memory_returns_to_where_it_started(void) {
     qwen3_free(&m);
 }
 
+/* ---- hostile inputs: values a plot cannot show, stdout as an output, $OMP_NUM_THREADS, NaN in served logits */
+/* $OMP_NUM_THREADS is checked at start by all three programs (rx_check_env): a count from 1 to 1024, or a list of
+ * them. libgomp reads it before main and only warns about "", "abc", 0 or -4 (and then runs on every core); it took
+ * 2147483647 and failed later for want of memory. Each is now the program's one line, exit 2, after libgomp's own
+ * warning where it gives one, and nothing else runs; "4,2" and " 2" are accepted. */
+static void test_cli_omp_num_threads_checked_at_start(void) {
+    if (!have_cli()) return;
+    char self[1024], dir[] = "/tmp/radixmlp-omp-XXXXXX";
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0 || !mkdtemp(dir)) { expect(0, "readlink /proc/self/exe or mkdtemp: %s", strerror(errno)); return; }
+    self[len] = 0;
+    const char *values[] = {"", "0", "abc", "-4", "2147483647", "1025", "4,0", "2x", "4,2", " 2"};
+    const char *name[3] = {"radixmlp", "bench", "test_radixmlp"};
+    char run[3][1024];
+    snprintf(run[0], sizeof run[0], "%s --show-index --tokens %s/batches/mixed.txt", cli(), fixtures());
+    snprintf(run[1], sizeof run[1], "./bench --replot %s/table4-paper.csv --svg %s/p.svg", fixtures(), dir);
+    snprintf(run[2], sizeof run[2], "%.1000s empty_batch", self);
+    int checked = 0;
+    for (int p = 0; p < 3; p++) {
+        if (p == 1 && access("./bench", X_OK) != 0) continue;
+        for (size_t v = 0; v < sizeof values / sizeof values[0]; v++) {
+            char cmd[1200], out[8192], want[128];
+            int good = v >= 8, others = 0;
+            snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS='%s' %.1100s", values[v], run[p]);
+            int rc = run_cmd(cmd, out, sizeof out);
+            snprintf(want, sizeof want, "%s: OMP_NUM_THREADS: '%s' is not a thread count from 1 to 1024", name[p],
+                     values[v]);
+            const char *ours = strstr(out, want);
+            for (const char *l = out; *l; l += strcspn(l, "\n") + (l[strcspn(l, "\n")] != 0))
+                others += l[0] != '\n' && strncmp(l, "libgomp: ", 9) && l != ours;
+            if (good) expect(rc == 0 && !ours, "%s with OMP_NUM_THREADS='%s': exit %d, want 0:\n%s", name[p],
+                             values[v], rc, out);
+            else expect(rc == 2 && ours && !others, "%s with OMP_NUM_THREADS='%s': exit %d, want 2 and only '%s' "
+                        "(after libgomp's warning, if any):\n%s", name[p], values[v], rc, want, out);
+            checked++;
+        }
+        note("%-14s OMP_NUM_THREADS '', 0, abc, -4, 2147483647, 1025, 4,0, 2x: exit 2; '4,2', ' 2': exit 0", name[p]);
+    }
+    summary("%d runs: a bad OMP_NUM_THREADS stops each program at start with one line of its own", checked);
+    remove_dir(dir);
+}
+
+/* fmt with each '@' replaced by dir and each '^' by the fixtures folder: the command lines and messages of a test
+ * that writes into a temporary folder. */
+static void at_dir(char *out, size_t n, const char *fmt, const char *dir) {
+    size_t k = 0;
+    for (const char *c = fmt; *c && k + strlen(dir) + strlen(fixtures()) + 1 < n; c++)
+        if (*c == '@' || *c == '^') k += (size_t)snprintf(out + k, n - k, "%s", *c == '@' ? dir : fixtures());
+        else out[k++] = *c;
+    out[k] = 0;
+}
+
+static double wall_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* --replot checks every number against what the plot can show, so that any CSV plots in bounded time and size: a
+ * speedup above 0 and at most 1000 (1e6 wrote a 124 MB SVG, 1e308 1.7 GB: a grid line per 1.0), P and S whole
+ * token counts up to 2^20; anything else is one line naming the row, the column and the value, exit 1. A plot up to
+ * 1000x draws about ten y grid lines (a step of 100), and a UTF-8 byte order mark before the header is skipped. */
+static void test_bench_replot_bounds_values_and_reads_a_bom(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char dir[] = "/tmp/radixmlp-replot-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const struct { const char *what, *csv; int rc; const char *msg; } cases[] = {
+        {"radix_x 1e6", "P,S,radix_x\n16,256,1e6\n", 1,
+         "x.csv, data row 1: radix_x is '1e6'; a speedup must be a number above 0 and at most 1000"},
+        {"radix_x 1e308 on row 2", "P,S,radix_x\n16,256,1.5\n32,256,1e308\n", 1, "data row 2: radix_x is '1e308'"},
+        {"radix_x inf", "P,S,radix_x\n16,256,inf\n", 1, "data row 1: radix_x is 'inf'; a speedup must be"},
+        {"paper_x nan", "P,S,radix_x,paper_x\n16,256,1.5,nan\n", 1, "data row 1: paper_x is 'nan'"},
+        {"negative speedups", "P,S,radix_x,compact_x\n16,256,-2,-1\n", 1,
+         "data row 1: radix_x is '-2'; a speedup must be a number above 0"},
+        {"compact_x 0", "P,S,radix_x,compact_x\n16,256,2,0\n", 1, "data row 1: compact_x is '0'"},
+        {"P 1e308", "P,S,radix_x\n1e308,256,1.5\n", 1, "data row 1: P is '1e308'; it must be a whole number of tokens"},
+        {"S 2.5", "P,S,radix_x\n16,2.5,1.5\n", 1, "data row 1: S is '2.5'"},
+        {"radix_x 1.5x", "P,S,radix_x\n16,256,1.5x\n", 1, "data row 1: radix_x is '1.5x'"},
+        {"a UTF-8 byte order mark", "\xEF\xBB\xBFP,S,radix_x\n16,256,1.5\n", 0, "bench: wrote "},
+        {"radix_x 1000, the most", "P,S,radix_x\n16,256,1000\n32,256,2\n", 0, "bench: wrote "},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char cmd[1024], out[4096], svg[300];
+        size_t len = 0;
+        write_file(dir, "x.csv", cases[i].csv, strlen(cases[i].csv));
+        at_dir(cmd, sizeof cmd, "timeout 20 ./bench --replot @/x.csv --svg @/x.svg", dir);
+        at_dir(svg, sizeof svg, "@/x.svg", dir);
+        double t0 = wall_s();
+        int rc = run_cmd(cmd, out, sizeof out);
+        double s = wall_s() - t0;
+        uint8_t *b = (uint8_t *)read_file(svg, &len);
+        const char *nl = strchr(out, '\n');
+        expect(rc == cases[i].rc && !strncmp(out, "bench: ", 7) && nl && !nl[1] && strstr(out, cases[i].msg) &&
+               s < 5 && (rc ? !b : b && len < 16384),
+               "%s: exit %d in %.1f s, want %d within 5 s, one line with '%s', %s (here %zu bytes):\n%s",
+               cases[i].what, rc, s, cases[i].rc, cases[i].msg, cases[i].rc ? "no SVG" : "an SVG under 16 KB",
+               b ? len : 0, out);
+        note("%-24s exit %d, %.2f s, SVG %6zu bytes: %.*s", cases[i].what, rc, s, b ? len : 0, (int)strcspn(out, "\n"),
+             out);
+        free(b);
+        unlink(svg);
+    }
+    summary("%d replot CSVs: each refused in one line naming its row, or plotted in under 16 KB", n);
+    remove_dir(dir);
+}
+
+/* Under --requests, a NaN or Inf in any request's last-token logits fails the run as it fails --tokens, with or
+ * without --dump-logits: one line naming the request by its line in the file, its row and the column; exit 1; no
+ * summary, no --stats file, no dump (here: token 5's embedding row holds a NaN, and request 2 is "4 5 6"). */
+static void test_cli_requests_nonfinite_logits_fail_naming_the_line(void) {
+    if (!have_cli()) return;
+    char *d = copy_fixture("tiny-untied");
+    write_file(d, "t.txt", "1 2 3\n4 5 6\n", 12);
+    plant_value(d, "model.embed_tokens.weight", 5 * 64 + 3, NAN);
+    const char *runs[] = {"--stats @/s.csv", "--stats @/s.csv --dump-logits @/l.f32 --batch 2",
+                          "--dump-logits @/l.f32 --schedule lpm"};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        char args[1024], cmd[1600], out[8192], want[600], p[600];
+        at_dir(args, sizeof args, runs[i], d);
+        snprintf(cmd, sizeof cmd, "%s --cpu --model %s --requests %s/t.txt %s", cli(), d, d, args);
+        int rc = run_cmd(cmd, out, sizeof out);
+        snprintf(want, sizeof want, "radixmlp: %s/t.txt:2: the last-token logits [n_requests, vocab] hold nan at row "
+                 "1, column 0", d);
+        const char *err = strstr(out, "radixmlp: "), *nl = err ? strchr(err, '\n') : NULL;
+        int written = 0;
+        for (int k = 0; k < 2; k++) {
+            snprintf(p, sizeof p, "%s/%s", d, k ? "l.f32" : "s.csv");
+            written |= access(p, F_OK) == 0;
+        }
+        expect(rc == 1 && err && !strncmp(err, want, strlen(want)) && nl && !nl[1] && !written &&
+               !strstr(out, "wrote ") && !strstr(out, "hit rate"),
+               "--requests %s: exit %d, want 1, a last line '%s...', no summary, nothing written:\n%s", runs[i], rc,
+               want, out);
+        note("%-48s exit %d, %.*s", runs[i], rc, err ? (int)strcspn(err, "\n") : 0, err ? err : "");
+    }
+    remove_dir(d);
+}
+
+/* An output file that is stdout (/dev/stdout, /dev/fd/1, /proc/self/fd/1, or the file stdout is sent to) would be
+ * truncated under the text and overwritten by it: a mistake in the command line, one line, exit 2, nothing written.
+ * /dev/null is the one stream an output may share with the text. */
+static void test_cli_outputs_are_never_stdout(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "t.txt", "1 2 3\n1 2 4\n", 12);
+    const struct { const char *args, *out; int rc; const char *msg; } cases[] = {
+        {"--model ^/tiny-tied --tokens @/t.txt --dump-logits /dev/stdout", "@/out", 2,
+         "--dump-logits /dev/stdout: that is stdout, where the text goes; write the output to a file"},
+        {"--model ^/tiny-tied --tokens @/t.txt --dump-logits /dev/fd/1", "@/out", 2,
+         "--dump-logits /dev/fd/1: that is stdout"},
+        {"--model ^/tiny-tied --tokens @/t.txt --last-only --dump-logits /proc/self/fd/1", "@/out", 2,
+         "--dump-logits /proc/self/fd/1: that is stdout"},
+        {"--model ^/tiny-tied --tokens @/t.txt --dump-logits @/out", "@/out", 2, "--dump-logits @/out: that is stdout"},
+        {"--model ^/tiny-embedding --tokens @/t.txt --embed /dev/stdout", "@/out", 2, "--embed /dev/stdout: that is"},
+        {"--model ^/tiny-tied --requests @/t.txt --stats /dev/stdout", "@/out", 2, "--stats /dev/stdout: that is"},
+        {"--model ^/tiny-tied --requests @/t.txt --dump-logits /dev/stdout", "@/out", 2, "--dump-logits /dev/stdout"},
+        {"--model ^/tiny-tied --tokens @/t.txt --dump-logits /dev/null", "/dev/null", 0, ""},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char args[1024], msg[512], out_path[300], cmd[1600], out[8192];
+        at_dir(args, sizeof args, cases[i].args, dir);
+        at_dir(msg, sizeof msg, cases[i].msg, dir);
+        at_dir(out_path, sizeof out_path, cases[i].out, dir);
+        snprintf(cmd, sizeof cmd, "{ %s --cpu %s >%s; }", cli(), args, out_path);   /* stderr to the pipe */
+        int rc = run_cmd(cmd, out, sizeof out);
+        if (cases[i].rc) {
+            expect_one_line(cases[i].args, cases[i].rc, rc, out, msg);
+            struct stat st;
+            expect(stat(out_path, &st) == 0 && st.st_size == 0, "%s: %s is not empty", cases[i].args, out_path);
+        } else {
+            expect(rc == 0 && !out[0], "%s >/dev/null: exit %d, want 0 and nothing on stderr:\n%s", cases[i].args, rc,
+                   out);
+            note("%-28.28s exit %d", cases[i].args, rc);
+        }
+    }
+    remove_dir(dir);
+}
+
+/* bench: --csv or --svg on stdout would mix with the markdown tables (and truncate what is already there), so it is
+ * refused, exit 2, before any work; --replot prints nothing to stdout, so its plot may go there. */
+static void test_bench_outputs_are_never_stdout(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char dir[] = "/tmp/radixmlp-bench-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const struct { const char *args; int rc; const char *msg; } cases[] = {
+        {"--table 5 --quick --csv /dev/stdout", 2, "bench: --csv names stdout, where the tables go: '/dev/stdout'"},
+        {"--table 5 --quick --csv @/out", 2, "bench: --csv names stdout, where the tables go: '@/out'"},
+        {"--table 4 --cpu --quick --svg /dev/fd/1", 2, "bench: --svg names stdout, where the tables go: '/dev/fd/1'"},
+        {"--replot ^/table4-paper.csv --svg /dev/stdout", 0, "bench: wrote /dev/stdout"},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char args[1024], msg[512], cmd[1600], out[4096], path[300];
+        at_dir(args, sizeof args, cases[i].args, dir);
+        at_dir(msg, sizeof msg, cases[i].msg, dir);
+        snprintf(cmd, sizeof cmd, "{ timeout 20 ./bench %s >%s/out; }", args, dir);
+        int rc = run_cmd(cmd, out, sizeof out);
+        snprintf(path, sizeof path, "%s/out", dir);
+        size_t len = 0;
+        uint8_t *b = read_file(path, &len);
+        const char *nl = strchr(out, '\n');
+        expect(rc == cases[i].rc && nl && !nl[1] && strstr(out, msg) &&
+               (rc ? b && len == 0 : b && !strncmp((char *)b, "<svg", 4)),
+               "bench %s >out: exit %d, want %d, one line with '%s', and %s in out:\n%s", args, rc, cases[i].rc, msg,
+               cases[i].rc ? "nothing" : "the SVG", out);
+        note("%-44.44s exit %d, out %5zu bytes, %.*s", cases[i].args, rc, len, (int)strcspn(out, "\n"), out);
+        free(b);
+        unlink(path);
+    }
+    remove_dir(dir);
+}
+
+/* One rule for the exit status of both programs: 2 for a wrong command line, found before any file is read (an output
+ * that is an input, sizes out of range, a flag that does not apply); 1 for bad data or a failed run (a tokens file's
+ * contents, a request longer than the pool the flags made, an output that cannot be written). */
+static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "t.txt", "1 2 3\n1 2 4\n", 12);
+    write_file(dir, "bad.txt", "1 2 3\n1 999 4\n", 14);
+    const struct { const char *args; int rc; const char *msg; } cases[] = {
+        {"--tokens @/t.txt --dump-logits @/t.txt", 2, "--dump-logits @/t.txt: that is the input @/t.txt"},
+        {"--requests @/t.txt --cache-pages 16777216 --page-size 4096", 2,
+         "--cache-pages 16777216 x --page-size 4096 is 68719476736 token slots; a KV pool holds at most 2147483647"},
+        {"--requests @/t.txt --cache-pages 1048576 --page-size 4096", 2, "is 4294967296 token slots"},
+        {"--requests @/t.txt --batch 0", 2, "--batch takes an integer from 1 to 1024, not '0'"},
+        {"--tokens @/t.txt --stats @/s.csv", 2, "--stats does not apply to --model DIR --tokens FILE"},
+        {"--tokens @/bad.txt", 1, "bad.txt:2: token id 999 is outside the vocabulary [0, 512)"},
+        {"--requests @/t.txt --cache-pages 1 --page-size 2", 1,
+         "t.txt:1: a request of 3 tokens needs 2 pages of 2 tokens, but --cache-pages is 1"},
+        {"--tokens @/t.txt --dump-logits @/none/l.f32", 1, "@/none/l.f32: cannot write: No such file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1024], msg[600], cmd[1600], out[8192];
+        at_dir(args, sizeof args, cases[i].args, dir);
+        at_dir(msg, sizeof msg, cases[i].msg, dir);
+        snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied %s", cli(), fixtures(), args);
+        expect_one_line(cases[i].args, cases[i].rc, run_cmd(cmd, out, sizeof out), out, msg);
+    }
+    remove_dir(dir);
+}
+
 typedef struct { const char *group, *name; void (*fn)(void); } Test;
 static const Test tests[] = {
     {"trie", "toy_example_matches_paper", test_toy_example_matches_paper},
@@ -5870,6 +6116,12 @@ static const Test tests[] = {
     {"bench", "prefix_cache_csv_and_errors", test_bench_prefix_cache_csv},
     {"bench", "cpu_table4_quick_rows_and_plot", test_bench_cpu_table4_quick},
     {"bench", "cpu_table2_quick_amdahl_both_ways", test_bench_cpu_table2_quick},
+    {"cli", "omp_num_threads_checked_at_start", test_cli_omp_num_threads_checked_at_start},
+    {"bench", "replot_bounds_values_and_reads_a_bom", test_bench_replot_bounds_values_and_reads_a_bom},
+    {"cli", "requests_nonfinite_logits_fail_naming_the_line", test_cli_requests_nonfinite_logits_fail_naming_the_line},
+    {"cli", "outputs_are_never_stdout", test_cli_outputs_are_never_stdout},
+    {"bench", "outputs_are_never_stdout", test_bench_outputs_are_never_stdout},
+    {"cli", "exit_status_2_for_arguments_1_for_data", test_cli_exit_status_2_for_arguments_1_for_data},
 };
 
 #ifndef RADIXMLP_FUZZ
@@ -5879,7 +6131,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < n; i++) printf("%s/%s\n", tests[i].group, tests[i].name);
         return 0;
     }
-    if (!rx_cpu_path(NULL)) { fprintf(stderr, "test_radixmlp: %s\n", radix_error()); return 2; }
+    if (rx_check_env()) { fprintf(stderr, "test_radixmlp: %s\n", radix_error()); return 2; }
     for (int i = 0; i < n; i++) {
         int selected = argc < 2;
         for (int a = 1; a < argc; a++) selected |= !strcmp(argv[a], tests[i].group) || !strcmp(argv[a], tests[i].name);
