@@ -3875,11 +3875,112 @@ static int json_value(Json *j) {
 
 static void json_free(Json *j) { free(j->v); free(j->strs); memset(j, 0, sizeof *j); }
 
+static const char *jkey(const Json *j, int v) { return j->strs + j->v[v].key; }
+static const char *jstr(const Json *j, int v) { return j->strs + j->v[v].str; }
+
+static int json_key_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Refuses a key given twice in one object (the root, or the member value whose key is `name`; NULL: an element of
+ * an array). Python's json keeps the last value silently; for a checkpoint that would mean guessing which of two
+ * configs, or two tensors, was meant. Sorted, so that a header of a million names costs n log n. */
+static int json_object_unique(const Json *j, int obj, const char *name, const char **keys, const char *file) {
+    int n = 0;
+    for (int c = j->v[obj].child; c >= 0; c = j->v[c].next) keys[n++] = jkey(j, c);
+    qsort(keys, (size_t)n, sizeof *keys, json_key_cmp);
+    char where[120];
+    for (int i = 1; i < n; i++) {
+        if (strcmp(keys[i], keys[i - 1])) continue;
+        if (obj == 0) snprintf(where, sizeof where, "at the top level");
+        else if (name) snprintf(where, sizeof where, "in \"%.80s\"", name);
+        else snprintf(where, sizeof where, "in an object inside an array");
+        return rx_fail("%s: key \"%.200s\" appears twice %s; remove one (which value is meant is ambiguous)", file,
+                       keys[i], where);
+    }
+    return 0;
+}
+
+/* Every object of a parsed text: each is the root or one child of one container, so each is checked once. */
+static int json_keys_unique(const Json *j, const char *file) {
+    int most = 0;                                   /* members of the largest object: the sort's scratch */
+    for (int i = 0; i < j->n; i++)
+        if (j->v[i].type == J_OBJ && j->v[i].count > most) most = j->v[i].count;
+    const char **keys = (const char **)malloc((size_t)most * sizeof *keys + 1);
+    int rc = keys ? 0 : rx_fail("%s: out of host memory parsing JSON", file);
+    if (!rc && j->v[0].type == J_OBJ) rc = json_object_unique(j, 0, NULL, keys, file);
+    for (int i = 0; i < j->n && !rc; i++) {
+        if (j->v[i].type != J_OBJ && j->v[i].type != J_ARR) continue;
+        for (int c = j->v[i].child; c >= 0 && !rc; c = j->v[c].next)
+            if (j->v[c].type == J_OBJ)
+                rc = json_object_unique(j, c, j->v[i].type == J_OBJ ? jkey(j, c) : NULL, keys, file);
+    }
+    free(keys);
+    return rc;
+}
+
+/* Returns the offset of the first byte that breaks UTF-8 (an overlong, a surrogate, past U+10FFFF), or n. The
+ * safetensors reader checks its header so; Python reads config.json as UTF-8, and refuses it so. */
+static size_t utf8_invalid_at(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!len || i + (size_t)len > n) return i;
+        uint32_t cp = len == 1 ? c : len == 2 ? (c & 31u) : len == 3 ? (c & 15u) : (c & 7u);
+        for (int k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+            cp = (cp << 6) | (s[i + k] & 63u);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += (size_t)len;
+    }
+    return n;
+}
+
+/* JSON text is UTF-8 without a byte-order mark (RFC 8259). What else a file holds is named, so that "invalid JSON
+ * near byte 0" never stands for "saved by an editor as UTF-16". Python's json.loads refuses a UTF-8 BOM too
+ * ("Unexpected UTF-8 BOM"), and transformers reads config.json as plain utf-8: so do we. Without a BOM, UTF-16 and
+ * UTF-32 show as NUL bytes beside ASCII ones, in the patterns of RFC 4627's encoding detection. */
+static int json_text_check(const uint8_t *s, size_t n, const char *file) {
+    static const struct { const char *bytes, *shown, *encoding; size_t len; } boms[] = {
+        {"\xFF\xFE\x00\x00", "FF FE 00 00", "UTF-32 little-endian", 4},
+        {"\x00\x00\xFE\xFF", "00 00 FE FF", "UTF-32 big-endian", 4},
+        {"\xFF\xFE", "FF FE", "UTF-16 little-endian", 2},
+        {"\xFE\xFF", "FE FF", "UTF-16 big-endian", 2},
+        {"\xEF\xBB\xBF", "EF BB BF", NULL, 3},
+    };
+    for (size_t b = 0; b < sizeof boms / sizeof boms[0]; b++) {
+        if (n < boms[b].len || memcmp(s, boms[b].bytes, boms[b].len)) continue;
+        if (!boms[b].encoding)
+            return rx_fail("%s: starts with a UTF-8 byte-order mark (EF BB BF): save it as UTF-8 without one", file);
+        return rx_fail("%s: is %s, not UTF-8 (it starts with the byte-order mark %s); save it as UTF-8", file,
+                       boms[b].encoding, boms[b].shown);
+    }
+    const uint8_t *nul = (const uint8_t *)memchr(s, 0, n);
+    if (nul) {
+        const char *encoding = n < 4                        ? NULL
+                             : !s[0] && !s[1] && !s[2] && s[3] ? "UTF-32 big-endian"
+                             : s[0] && !s[1] && !s[2] && !s[3] ? "UTF-32 little-endian"
+                             : !s[0] && s[1]                   ? "UTF-16 big-endian"
+                             : s[0] && !s[1]                   ? "UTF-16 little-endian"
+                                                               : NULL;
+        if (encoding)
+            return rx_fail("%s: looks like %s without a byte-order mark (NUL bytes beside ASCII ones); save it as "
+                           "UTF-8", file, encoding);
+        return rx_fail("%s: its JSON holds a NUL byte (byte %zu of it), which JSON text never does: the file is "
+                       "damaged, or not JSON", file, (size_t)(nul - s));
+    }
+    size_t bad = utf8_invalid_at(s, n);
+    if (bad < n) return rx_fail("%s: its JSON is not valid UTF-8 (byte %zu of it); save it as UTF-8", file, bad);
+    return 0;
+}
+
 /* Parses text[0..len) into j; the root is value 0. On error, says where. */
 static int json_parse(Json *j, const char *text, size_t len, const char *file) {
     memset(j, 0, sizeof *j);
-    if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3))   /* what Windows editors write; JSON (RFC 8259) forbids it */
-        return rx_fail("%s: starts with a UTF-8 byte-order mark (EF BB BF): save it as UTF-8 without one", file);
+    if (json_text_check((const uint8_t *)text, len, file)) return -1;
     j->p = text; j->end = text + len;
     if (!(j->strs = (char *)malloc(len + 1))) return rx_fail("%s: out of host memory parsing JSON", file);
     int root = json_value(j);
@@ -3890,39 +3991,19 @@ static int json_parse(Json *j, const char *text, size_t len, const char *file) {
         if (too_deep) return rx_fail("%s: JSON nested deeper than %d levels", file, JSON_MAX_DEPTH);
         return rx_fail("%s: invalid JSON near byte %zu", file, at);
     }
+    if (json_keys_unique(j, file)) {
+        json_free(j);
+        return -1;
+    }
     return 0;
 }
 
-static const char *jkey(const Json *j, int v) { return j->strs + j->v[v].key; }
-static const char *jstr(const Json *j, int v) { return j->strs + j->v[v].str; }
-
-/* The member `key` of object `obj`, or -1. A key given twice means its last value, as Python's json (and so
- * transformers, reading config.json) takes it. */
+/* The member `key` of object `obj`, or -1 (json_parse has refused a key given twice). */
 static int jget(const Json *j, int obj, const char *key) {
-    int found = -1;
     if (obj < 0 || j->v[obj].type != J_OBJ) return -1;
     for (int c = j->v[obj].child; c >= 0; c = j->v[c].next)
-        if (!strcmp(jkey(j, c), key)) found = c;
-    return found;
-}
-
-/* Checks that text is UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), as the safetensors reader does. */
-static int utf8_valid(const uint8_t *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        uint8_t c = s[i];
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!len || i + (size_t)len > n) return 0;
-        uint32_t cp = len == 1 ? c : len == 2 ? (c & 31u) : len == 3 ? (c & 15u) : (c & 7u);
-        for (int k = 1; k < len; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 63u);
-        }
-        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += (size_t)len;
-    }
-    return 1;
+        if (!strcmp(jkey(j, c), key)) return c;
+    return -1;
 }
 
 /* ---------------------------------------------------------------------------------------------------- safetensors */
@@ -4005,7 +4086,7 @@ static int st_entries(const Json *j, const char *file, RxTensor *t, StSpan *span
 }
 
 /* The tensors, sorted by offset, must tile the byte buffer exactly: no gap, no overlap, nothing after. Then each
- * tensor gets its data pointer, and the table is sorted by name (duplicates rejected). */
+ * tensor gets its data pointer, and the table is sorted by name (json_parse has refused a name given twice). */
 static int st_tile(const uint8_t *buf, uint64_t buf_len, const char *file, RxTensor *t, StSpan *spans, int n) {
     qsort(spans, (size_t)n, sizeof *spans, span_cmp);
     uint64_t at = 0;
@@ -4023,8 +4104,6 @@ static int st_tile(const uint8_t *buf, uint64_t buf_len, const char *file, RxTen
                        (unsigned long long)at, (unsigned long long)buf_len,
                        at < buf_len ? "trailing bytes" : "truncated file");
     qsort(t, (size_t)n, sizeof *t, tensor_name_cmp);
-    for (int i = 1; i < n; i++)
-        if (!strcmp(t[i].name, t[i - 1].name)) return rx_fail("%s: duplicate tensor '%s'", file, t[i].name);
     return 0;
 }
 
@@ -4040,8 +4119,10 @@ int rx_parse_safetensors(const uint8_t *bytes, size_t len, const char *file, RxT
     if (hlen > len - 8)
         return rx_fail("%s: header length %llu points beyond the end of the %zu-byte file",
                        file, (unsigned long long)hlen, len);
+    if (hlen == 0)             /* else "invalid JSON near byte 0", of a header that is not there */
+        return rx_fail("%s: header length is 0, but a safetensors file starts with an 8-byte little-endian header "
+                       "length and then that many bytes of JSON: the file is damaged or not safetensors", file);
     const char *text = (const char *)bytes + 8;
-    if (!utf8_valid((const uint8_t *)text, hlen)) return rx_fail("%s: header is not valid UTF-8", file);
     Json j;
     if (json_parse(&j, text, hlen, file)) return -1;
     int n = 0, count = j.v[0].count;
@@ -4128,8 +4209,35 @@ static int config_full_attention(const Json *j, const Qwen3Config *c, const char
     return 0;
 }
 
+/* Which model this is, before any size is read: a Llama config would otherwise fail later, on a tensor it lacks.
+ * transformers' AutoConfig picks the class by "model_type" and refuses a config without one; "architectures" names
+ * the class that wrote the checkpoint: Qwen3ForCausalLM (with an LM head) or Qwen3Model (Qwen3-Embedding). */
+static int config_model(const Json *j, const char *file) {
+    static const char *const archs[] = {"Qwen3ForCausalLM", "Qwen3Model"};
+    char shown[80];
+    int type = jget(j, 0, "model_type"), ar = jget(j, 0, "architectures");
+    if (type < 0)
+        return rx_fail("%s: no \"model_type\"; add \"model_type\": \"qwen3\" if this is a Qwen3 checkpoint "
+                       "(transformers refuses a config without one too)", file);
+    if (j->v[type].type != J_STR || strcmp(jstr(j, type), "qwen3"))
+        return rx_fail("%s: \"model_type\" is %s; this code computes Qwen3 only (\"qwen3\")", file,
+                       cfg_show(j, type, shown, sizeof shown));
+    if (ar < 0 || j->v[ar].type == J_NULL) return 0;
+    if (j->v[ar].type != J_ARR) return rx_fail("%s: \"architectures\" must be an array of class names", file);
+    for (int e = j->v[ar].child; e >= 0; e = j->v[e].next) {
+        int known = 0;
+        for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+            known |= j->v[e].type == J_STR && !strcmp(jstr(j, e), archs[a]);
+        if (!known)
+            return rx_fail("%s: \"architectures\" names %s; this code computes \"Qwen3ForCausalLM\" and \"Qwen3Model\" "
+                           "only", file, cfg_show(j, e, shown, sizeof shown));
+    }
+    return 0;
+}
+
 static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     if (j->v[0].type != J_OBJ) return rx_fail("%s: not a JSON object", file);
+    if (config_model(j, file)) return -1;
     /* Limits far above any real Qwen3 but low enough that sizes computed from them cannot overflow. */
     if (cfg_int(j, "vocab_size", -1, 1, 1 << 22, &c->vocab_size, file) ||
         cfg_int(j, "hidden_size", -1, 1, 1 << 16, &c->hidden_size, file) ||
@@ -4161,10 +4269,6 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     /* What this forward does not compute is refused, never approximated: other activations, projection biases. */
     int act = jget(j, 0, "hidden_act"), bias;
     char shown[80];
-    int type = jget(j, 0, "model_type");      /* absent: as transformers' Qwen3Config, which writes "qwen3" */
-    if (type >= 0 && (j->v[type].type != J_STR || strcmp(jstr(j, type), "qwen3")))
-        return rx_fail("%s: \"model_type\" is %s; this code computes Qwen3 only (\"qwen3\")", file,
-                       cfg_show(j, type, shown, sizeof shown));
     if (act >= 0 && (j->v[act].type != J_STR || strcmp(jstr(j, act), "silu")))
         return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file,
                        cfg_show(j, act, shown, sizeof shown));
@@ -4185,42 +4289,52 @@ int rx_parse_config(Qwen3Config *c, const char *json, size_t len, const char *fi
     return rc;
 }
 
-/* model.safetensors.index.json: {"weight_map": {"tensor name": "shard file", ...}}. Returns the distinct shard
- * names, each checked to be a plain file name in the model folder (no "../x", no "/abs"). */
+/* model.safetensors.index.json: {"weight_map": {"tensor name": "shard file", ...}}. Parses it into j and returns the
+ * weight_map's value, each shard name checked to be a plain file name in the model folder (no "../x", no "/abs");
+ * or -1, j freed. */
+static int shard_index_map(Json *j, const char *json, size_t len, const char *file) {
+    if (json_parse(j, json, len, file)) return -1;
+    int wm = jget(j, 0, "weight_map");
+    if (wm < 0 || j->v[wm].type != J_OBJ || j->v[wm].count == 0) {
+        json_free(j);
+        return rx_fail("%s: needs a non-empty \"weight_map\" object", file);
+    }
+    for (int m = j->v[wm].child; m >= 0; m = j->v[m].next) {
+        const char *s = jstr(j, m);
+        int is_str = j->v[m].type == J_STR;
+        if (is_str && s[0] && !strchr(s, '/') && !strchr(s, '\\') && strcmp(s, ".") && strcmp(s, "..") &&
+            strlen(s) == j->v[m].str_len)
+            continue;
+        if (!is_str) rx_fail("%s: weight_map entry '%s' is not a file name", file, jkey(j, m));
+        else rx_fail("%s: shard name \"%s\" for tensor '%s' is not a plain file name in the model folder", file, s,
+                     jkey(j, m));
+        json_free(j);
+        return -1;
+    }
+    return wm;
+}
+
+/* The distinct shard names of an index, in the order the weight_map first names them. */
 int rx_parse_shard_index(const char *json, size_t len, const char *file, char ***shards, int *n_shards) {
     Json j;
     *shards = NULL; *n_shards = 0;
-    if (json_parse(&j, json, len, file)) return -1;
-    int wm = jget(&j, 0, "weight_map"), n = 0, rc = -1;
-    char **out = NULL;
-    if (wm < 0 || j.v[wm].type != J_OBJ || j.v[wm].count == 0) {
-        rx_fail("%s: needs a non-empty \"weight_map\" object", file); goto done;
-    }
-    if (!(out = (char **)calloc((size_t)j.v[wm].count, sizeof *out))) {
-        rx_fail("%s: out of host memory", file);
-        goto done;
-    }
-    for (int m = j.v[wm].child; m >= 0; m = j.v[m].next) {
-        if (j.v[m].type != J_STR) {
-            rx_fail("%s: weight_map entry '%s' is not a file name", file, jkey(&j, m));
-            goto done;
-        }
-        const char *s = jstr(&j, m);
-        if (!s[0] || strchr(s, '/') || strchr(s, '\\') || !strcmp(s, ".") || !strcmp(s, "..") ||
-            strlen(s) != j.v[m].str_len) {
-            rx_fail("%s: shard name \"%s\" for tensor '%s' is not a plain file name in the model folder", file, s,
-                    jkey(&j, m)); goto done;
-        }
+    int wm = shard_index_map(&j, json, len, file), n = 0;
+    if (wm < 0) return -1;
+    char **out = (char **)calloc((size_t)j.v[wm].count, sizeof *out);
+    int rc = out ? 0 : rx_fail("%s: out of host memory", file);
+    for (int m = j.v[wm].child; m >= 0 && !rc; m = j.v[m].next) {
         int seen = 0;
-        for (int i = 0; i < n && !seen; i++) seen = !strcmp(out[i], s);
-        if (!seen && !(out[n++] = strdup(s))) { rx_fail("%s: out of host memory", file); goto done; }
+        for (int i = 0; i < n && !seen; i++) seen = !strcmp(out[i], jstr(&j, m));
+        if (!seen && !(out[n++] = strdup(jstr(&j, m)))) rc = rx_fail("%s: out of host memory", file);
     }
-    *shards = out; *n_shards = n; out = NULL;
-    rc = 0;
-done:
-    if (out) { for (int i = 0; i < n; i++) free(out[i]); free(out); }
     json_free(&j);
-    return rc;
+    if (rc) {
+        for (int i = 0; out && i < n; i++) free(out[i]);
+        free(out);
+        return -1;
+    }
+    *shards = out; *n_shards = n;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------------------------------ loading a model */
@@ -4433,45 +4547,124 @@ static int add_shard(Qwen3Model *m, const char *path) {
     return 0;
 }
 
+/* Sorts the table of a model read from several files by name, and refuses a name that two of them hold. */
+static int sort_tensors(Qwen3Model *m) {
+    qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
+    for (int i = 1; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, m->tensors[i - 1].name))
+            return rx_fail("tensor '%s' appears in both %s and %s", m->tensors[i].name, m->tensors[i - 1].file,
+                           m->tensors[i].file);
+    return 0;
+}
+
+/* transformers reads each tensor from the shard the weight_map names, and only the tensors it names: a map that
+ * names the wrong shard, or leaves a tensor out, describes another checkpoint than the files hold. */
+static int check_weight_map(const Qwen3Model *m, const Json *j, int wm, const char *index) {
+    const char **keys = (const char **)malloc((size_t)j->v[wm].count * sizeof *keys);
+    if (!keys) return rx_fail("%s: out of host memory", index);
+    int n = 0, rc = 0;
+    for (int e = j->v[wm].child; e >= 0 && !rc; e = j->v[e].next) {
+        const RxTensor *t = find_tensor(m, jkey(j, e));
+        const char *in = t ? strrchr(t->file, '/') + 1 : NULL;    /* t->file is dir + "/" + its shard's name */
+        keys[n++] = jkey(j, e);
+        if (!t)
+            rc = rx_fail("%s: weight_map puts tensor '%s' in %s, which does not hold it; fix the index", index,
+                         jkey(j, e), jstr(j, e));
+        else if (strcmp(in, jstr(j, e)))
+            rc = rx_fail("%s: weight_map puts tensor '%s' in %s, but it is in %s; fix the index", index, jkey(j, e),
+                         jstr(j, e), in);
+    }
+    qsort(keys, (size_t)n, sizeof *keys, json_key_cmp);
+    for (int i = 0; i < m->n_tensors && !rc; i++) {
+        const char *name = m->tensors[i].name;
+        if (!bsearch(&name, keys, (size_t)n, sizeof *keys, json_key_cmp))
+            rc = rx_fail("%s: weight_map leaves out tensor '%s', which %s holds (transformers reads only the "
+                         "tensors the map names); add it to the index", index, name,
+                         strrchr(m->tensors[i].file, '/') + 1);
+    }
+    free(keys);
+    return rc;
+}
+/* Every shard that the index at `path` names, once each, in the order the weight_map first names them. */
+static int load_shards(Qwen3Model *m, const char *dir, const char *path) {
+    ModelPriv *p = (ModelPriv *)m->priv;
+    MappedFile text;
+    Json j;
+    if (map_file(&text, path, 64u << 20, 1)) return -1;
+    int wm = shard_index_map(&j, (const char *)text.map, text.len, path), rc = 0;
+    unmap_file(&text);                               /* j holds its own copy of every string */
+    if (wm < 0) return -1;
+    for (int e = j.v[wm].child; e >= 0 && !rc; e = j.v[e].next) {
+        char sp[4096];
+        int seen = 0;
+        snprintf(sp, sizeof sp, "%s/%s", dir, jstr(&j, e));
+        for (int f = 0; f < p->n_files && !seen; f++) seen = !strcmp(p->files[f].path, sp);
+        if (!seen) rc = add_shard(m, sp);
+    }
+    if (!rc) rc = sort_tensors(m);
+    if (!rc) rc = check_weight_map(m, &j, wm, path);
+    json_free(&j);
+    return rc;
+}
+
+/* The tensors bind_model left unbound. One that adds a bias to a weight the forward uses would change what it
+ * computes (Qwen3 has no biases: "attention_bias" is false, or config_fields has refused it): refused. Any other
+ * (an unknown name, a layer past num_hidden_layers) transformers loads, reports as unused and ignores: so do we,
+ * with one line on stderr. */
+static int unused_tensors(const Qwen3Model *m, const char *dir) {
+    char *used = (char *)calloc((size_t)m->n_tensors + 1, 1);    /* [n_tensors] 1: bound by bind_model */
+    char names[256] = "";
+    if (!used) return rx_fail("out of host memory");
+    /* A stored lm_head.weight is used even when, equal to the embedding, the tied head points at the embedding. */
+    const RxTensor *const model[3] = {m->embed, m->final_norm, find_tensor(m, "lm_head.weight")};
+    for (int i = 0; i < 3; i++) if (model[i]) used[model[i] - m->tensors] = 1;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const Qwen3Layer *L = &m->layers[l];
+        const RxTensor *const w[] = {L->input_norm, L->q_proj, L->k_proj, L->v_proj, L->o_proj, L->q_norm, L->k_norm,
+                                     L->post_norm, L->gate_proj, L->up_proj, L->down_proj};
+        for (size_t k = 0; k < sizeof w / sizeof w[0]; k++) used[w[k] - m->tensors] = 1;
+    }
+    int n_unused = 0, rc = 0;
+    for (int i = 0; i < m->n_tensors && !rc; i++) {
+        const char *name = m->tensors[i].name;
+        size_t len = strlen(name);
+        char weight[300];
+        if (used[i]) continue;
+        snprintf(weight, sizeof weight, "%.*s.weight", (int)(len > 5 ? len - 5 : 0), name);
+        const RxTensor *w = len > 5 && !strcmp(name + len - 5, ".bias") ? find_tensor(m, weight) : NULL;
+        if (w && used[w - m->tensors])
+            rc = rx_fail("%s: tensor '%s' adds a bias to '%s', but Qwen3 has none there (\"attention_bias\" is "
+                         "false; its MLP and norms never have one), so this checkpoint computes something else; "
+                         "remove the tensor only if it is all zeros", m->tensors[i].file, name, weight);
+        else if (n_unused++ < 3)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%.60s'", n_unused > 1 ? ", " : "", name);
+    }
+    free(used);
+    if (!rc && n_unused)
+        fprintf(stderr, "radixmlp: warning: %s: %d tensor%s that config.json does not use, ignored as transformers "
+                "ignores them: %s%s\n", dir, n_unused, n_unused > 1 ? "s" : "", names,
+                n_unused > 3 ? ", ..." : "");
+    return rc;
+}
+
 int qwen3_load(Qwen3Model *m, const char *dir) {
     memset(m, 0, sizeof *m);
     if (!(m->priv = calloc(1, sizeof(ModelPriv)))) return rx_fail("out of host memory");
-    char path[4096];
+    char path[4096], index[4096];
     MappedFile text;
+    struct stat st;
     int rc;
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (map_file(&text, path, 1 << 20, 1)) goto fail;
     rc = rx_parse_config(&m->cfg, (const char *)text.map, text.len, path);
     unmap_file(&text);
     if (rc) goto fail;
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (access(path, F_OK) == 0) {                    /* sharded: every shard the index names */
-        char **shards;
-        int n_shards;
-        if (map_file(&text, path, 64u << 20, 1)) goto fail;
-        rc = rx_parse_shard_index((const char *)text.map, text.len, path, &shards, &n_shards);
-        unmap_file(&text);
-        if (rc) goto fail;
-        for (int i = 0; i < n_shards; i++) {
-            char sp[4096];
-            snprintf(sp, sizeof sp, "%s/%s", dir, shards[i]);
-            if (!rc) rc = add_shard(m, sp);
-            free(shards[i]);
-        }
-        free(shards);
-        if (rc) goto fail;
-    } else {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        if (add_shard(m, path)) goto fail;
-    }
-    qsort(m->tensors, (size_t)m->n_tensors, sizeof *m->tensors, tensor_name_cmp);
-    for (int i = 1; i < m->n_tensors; i++)
-        if (!strcmp(m->tensors[i].name, m->tensors[i - 1].name)) {
-            rx_fail("tensor '%s' appears in both %s and %s", m->tensors[i].name, m->tensors[i - 1].file,
-                    m->tensors[i].file);
-            goto fail;
-        }
-    if (bind_model(m, dir)) goto fail;
+    /* transformers looks for model.safetensors first, and reads the index only when there is no such file. */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
+    if ((stat(path, &st) == 0 && S_ISREG(st.st_mode)) || access(index, F_OK) != 0) rc = add_shard(m, path);
+    else rc = load_shards(m, dir, index);
+    if (rc || bind_model(m, dir) || unused_tensors(m, dir)) goto fail;
     return 0;
 fail:
     qwen3_free(m);

@@ -446,7 +446,10 @@ static void test_safetensors_rejections(void) {
         {"negative shape", "{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "non-negative"},
         {"duplicate names", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-         8, "duplicate tensor 'a'"},
+         8, "key \"a\" appears twice at the top level"},
+        {"a tensor's dtype given twice", "{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F16\",\"shape\":[1],"
+                                         "\"data_offsets\":[0,4]}}", 4, "key \"dtype\" appears twice in \"a\""},
+        {"header length 0", "", 0, "header length is 0, but a safetensors file starts with an 8-byte"},
         {"gap between tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "a gap"},
         {"overlapping tensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
@@ -532,7 +535,7 @@ static void test_config_parsing(void) {
                        "\"num_attention_heads\":16,\"num_key_value_heads\":8,\"head_dim\":128,\"rms_norm_eps\":1e-06,"
                        "\"max_position_embeddings\":40960,\"tie_word_embeddings\":true,\"rope_scaling\":null,"
                        "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1000000.0},"
-                       "\"architectures\":[\"Qwen3ForCausalLM\"]}";
+                       "\"model_type\":\"qwen3\",\"architectures\":[\"Qwen3ForCausalLM\"]}";
     expect(rx_parse_config(&c, good, strlen(good), "config.json") == 0,
            "Qwen3-0.6B config rejected: %s", radix_error());
     expect(c.head_dim == 128 && c.n_kv_heads == 8 && c.rope_theta == 1e6 && c.tie_word_embeddings &&
@@ -558,6 +561,16 @@ static void test_config_parsing(void) {
         {"attention_bias true", "\"rope_scaling\":null", "\"attention_bias\":true", "\"attention_bias\" is true"},
         {"theta zero", "\"rope_theta\":1000000.0", "\"rope_theta\":0", "rope_theta"},
         {"tie not a bool", "\"tie_word_embeddings\":true", "\"tie_word_embeddings\":\"yes\"", "true or false"},
+        {"vocab_size twice, same value", "\"vocab_size\":151936", "\"vocab_size\":151936,\"vocab_size\":151936",
+         "key \"vocab_size\" appears twice at the top level"},
+        {"rope_theta twice in rope_parameters", "\"rope_theta\":1000000.0", "\"rope_theta\":1000000.0,\"rope_theta\":1",
+         "key \"rope_theta\" appears twice in \"rope_parameters\""},
+        {"no model_type", "\"model_type\":\"qwen3\",", "", "no \"model_type\"; add \"model_type\": \"qwen3\""},
+        {"model_type llama", "\"model_type\":\"qwen3\"", "\"model_type\":\"llama\"", "\"model_type\" is \"llama\""},
+        {"architectures Llama", "\"Qwen3ForCausalLM\"", "\"LlamaForCausalLM\"",
+         "\"architectures\" names \"LlamaForCausalLM\"; this code computes \"Qwen3ForCausalLM\" and \"Qwen3Model\""},
+        {"architectures a string", "[\"Qwen3ForCausalLM\"]", "\"Qwen3ForCausalLM\"",
+         "\"architectures\" must be an array"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char buf[1024];
@@ -570,13 +583,15 @@ static void test_config_parsing(void) {
     }
     /* Qwen3Config's defaults for missing keys: head_dim 128 (not hidden/heads), num_key_value_heads 32 (heads when
      * the key is present as null), use_sliding_window false, max_window_layers 28, silu, no bias, untied */
-    const char *top = "{\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+    const char *top = "{\"model_type\":\"qwen3\","
+                      "\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
                       "\"num_attention_heads\":64,\"rope_theta\":500000}";
     int rc = rx_parse_config(&c, top, strlen(top), "config.json");
     expect(rc == 0 && c.rope_theta == 5e5 && c.head_dim == 128 && c.n_kv_heads == 32 && !c.tie_word_embeddings,
            "top-level rope_theta and Qwen3Config's defaults: rc %d '%s', head_dim %d (want 128), kv %d (want 32)", rc,
            radix_error(), c.head_dim, c.n_kv_heads);
-    const char *kv_null = "{\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+    const char *kv_null = "{\"model_type\":\"qwen3\","
+                          "\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
                           "\"num_attention_heads\":4,\"num_key_value_heads\":null}";
     rc = rx_parse_config(&c, kv_null, strlen(kv_null), "config.json");
     expect(rc == 0 && c.n_kv_heads == 4, "num_key_value_heads null: rc %d, kv %d (want num_attention_heads 4)", rc,
@@ -591,14 +606,46 @@ static void test_config_parsing(void) {
         snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, full[i], at + strlen("\"rope_scaling\":null"));
         expect(rx_parse_config(&c, buf, strlen(buf), "config.json") == 0, "%s: rejected: %s", full[i], radix_error());
     }
-    /* a key given twice: Python's json keeps the last value, and so does transformers' Qwen3Config */
-    const char *twice = "{\"vocab_size\":8,\"hidden_size\":32,\"intermediate_size\":8,\"num_hidden_layers\":1,"
-                        "\"num_attention_heads\":4,\"num_key_value_heads\":4,\"hidden_size\":64}";
-    rc = rx_parse_config(&c, twice, strlen(twice), "config.json");
-    expect(rc == 0 && c.hidden_size == 64, "hidden_size 32, then 64: rc %d, hidden_size %d (want the last, 64)", rc,
-           c.hidden_size);
     summary("missing head_dim -> 128, num_key_value_heads -> 32 (null -> heads); sliding configs where no layer "
-            "slides accepted; a key given twice takes its last value");
+            "slides accepted");
+}
+
+/* A JSON file in another encoding than UTF-8 is named, never "invalid JSON near byte 0": a byte-order mark, the NUL
+ * bytes of UTF-16 or UTF-32 without one, a stray NUL, a byte that breaks UTF-8. Lengths are given: the texts hold
+ * NULs. Python's json.loads refuses a UTF-8 BOM too, so it is refused, named. */
+static void test_json_encodings_named(void) {
+    static const struct { const char *what, *text; size_t len; const char *msg; } cases[] = {
+        {"UTF-16 LE, BOM", "\xFF\xFE{\0}\0", 6, "is UTF-16 little-endian, not UTF-8 (it starts with the byte-order "
+                                             "mark FF FE); save it as UTF-8"},
+        {"UTF-16 BE, BOM", "\xFE\xFF\0{\0}", 6, "is UTF-16 big-endian, not UTF-8 (it starts with the byte-order mark "
+                                             "FE FF)"},
+        {"UTF-32 LE, BOM", "\xFF\xFE\0\0{\0\0\0", 8, "is UTF-32 little-endian, not UTF-8 (it starts with the "
+                                                    "byte-order mark FF FE 00 00)"},
+        {"UTF-32 BE, BOM", "\0\0\xFE\xFF\0\0\0{", 8, "is UTF-32 big-endian"},
+        {"UTF-8, BOM", "\xEF\xBB\xBF{}", 5, "starts with a UTF-8 byte-order mark (EF BB BF): save it as UTF-8 without "
+                                          "one"},
+        {"UTF-16 LE, no BOM", "{\0\"\0a\0", 6, "looks like UTF-16 little-endian without a byte-order mark"},
+        {"UTF-16 BE, no BOM", "\0{\0\"\0a", 6, "looks like UTF-16 big-endian without a byte-order mark"},
+        {"UTF-32 LE, no BOM", "{\0\0\0}\0\0\0", 8, "looks like UTF-32 little-endian"},
+        {"UTF-32 BE, no BOM", "\0\0\0{\0\0\0}", 8, "looks like UTF-32 big-endian"},
+        {"NUL after the JSON", "{\"a\": 1}\0", 9, "its JSON holds a NUL byte (byte 8 of it)"},
+        {"Latin-1 byte in a string", "{\"model_type\": \"q\xE9\"}", 20, "its JSON is not valid UTF-8 (byte 17 of it)"},
+    };
+    Qwen3Config c;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = rx_parse_config(&c, cases[i].text, cases[i].len, "config.json");
+        expect(rc != 0 && strstr(radix_error(), cases[i].msg) && !strstr(radix_error(), "invalid JSON"),
+               "%s: rc %d, message '%s', want '%s'", cases[i].what, rc, radix_error(), cases[i].msg);
+        note_rejected(rc, 26, cases[i].what);
+    }
+    /* the shard index goes through the same reader */
+    char **shards;
+    int n;
+    int rc = rx_parse_shard_index("\xFF\xFE{\0}\0", 6, "model.safetensors.index.json", &shards, &n);
+    expect(rc != 0 && strstr(radix_error(), "model.safetensors.index.json: is UTF-16 little-endian"),
+           "UTF-16 index: rc %d, '%s'", rc, radix_error());
+    summary("%zu encodings other than UTF-8 each named in the message, in config.json and the shard index",
+            sizeof cases / sizeof cases[0]);
 }
 
 static void test_shard_index_names(void) {
@@ -822,6 +869,36 @@ static void test_checkpoint_variants_accepted(void) {
         qwen3_free(&m);
     }
     remove_dir(d);
+}
+
+/* transformers looks for model.safetensors first and reads model.safetensors.index.json only without it: with both,
+ * the single file is loaded, and an index naming shards that are not there changes nothing. A model.safetensors that
+ * is not a file (here a folder) does not count, as for transformers' os.path.isfile: then the shards load. */
+static void test_single_file_preferred_over_shard_index(void) {
+    if (!have_fixtures()) return;
+    char *d = copy_fixture("tiny-tied"), p[512];
+    const char *index = "{\"weight_map\": {\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\"}}";
+    write_file(d, "model.safetensors.index.json", index, strlen(index));
+    Qwen3Model m;
+    int rc = qwen3_load(&m, d), from_single = 1;
+    expect(rc == 0, "model.safetensors beside an index of missing shards: %s", radix_error());
+    if (rc == 0) {
+        for (int i = 0; i < m.n_tensors; i++) from_single &= strstr(m.tensors[i].file, "/model.safetensors") != NULL;
+        expect(from_single && m.n_tensors == 24, "%d tensors, all from model.safetensors: %d (want 24, 1)",
+               m.n_tensors, from_single);
+        qwen3_free(&m);
+    }
+    remove_dir(d);
+    d = copy_fixture("tiny-untied");
+    snprintf(p, sizeof p, "%s/model.safetensors", d);
+    mkdir(p, 0700);
+    rc = qwen3_load(&m, d);
+    expect(rc == 0 && m.n_tensors == 25, "a folder named model.safetensors beside the index: rc %d, '%s'", rc,
+           rc ? radix_error() : "");
+    if (rc == 0) qwen3_free(&m);
+    remove_dir(d);
+    summary("model.safetensors and an index of missing shards: the single file loads (24 tensors); a folder named "
+            "model.safetensors beside an index: the 4 shards load");
 }
 
 /* The configs transformers reads otherwise than a guess would: each a committed checkpoint made by
@@ -2869,7 +2946,8 @@ static void test_config_default_head_dim_checked(void) {
     /* Found by fuzzing (make fuzz, target config): without "head_dim", a default of hidden/heads could be 0 (hidden 1,
      * 2 heads), a model of zero-width heads. Qwen3Config's default is 128 whatever hidden/heads; here 2 heads and
      * the default 32 kv heads do not divide, which is refused. */
-    const char *c0 = "{\"vocab_size\":8,\"hidden_size\":1,\"intermediate_size\":8,\"num_hidden_layers\":1,"
+    const char *c0 = "{\"model_type\":\"qwen3\","
+                     "\"vocab_size\":8,\"hidden_size\":1,\"intermediate_size\":8,\"num_hidden_layers\":1,"
                      "\"num_attention_heads\":2}";
     Qwen3Config c;
     int rc = rx_parse_config(&c, c0, strlen(c0), "config.json");
@@ -2879,12 +2957,13 @@ static void test_config_default_head_dim_checked(void) {
 }
 
 /* ---- a corpus of broken checkpoints: each a copy of a fixture with one corruption, written here, never committed */
-typedef enum { EDIT, WRITE, RESIZE, HEADER_LEN, REMOVE, DIRECTORY, NO_READ } Corruption;
+typedef enum { EDIT, WRITE, RESIZE, HEADER_LEN, REMOVE, DIRECTORY, NO_READ, APPEND } Corruption;
 typedef struct {
     const char *what, *fixture, *file;
     Corruption how;
     const char *from, *to;  /* EDIT: the first `from` becomes `to` (in a .safetensors file, inside its header);
-                               WRITE: the file's new content is `to` */
+                               WRITE: the file's new content is `to`; APPEND: a tensor `from` ("dtype" and "shape" as
+                               `to`) holding a copy of the data's first n bytes */
     long n;                 /* RESIZE: bytes added at the end (negative: cut); HEADER_LEN: added to the header length */
     const char *msg;        /* what qwen3_load's message must contain */
 } Broken;
@@ -2913,6 +2992,7 @@ static int corrupt(const char *dir, const Broken *b) {
         write_file(dir, b->file, bytes, len);
         free(bytes);
         break;
+    case APPEND: append_tensor_copy(dir, b->from, b->to, 0, (size_t)b->n); break;
     case REMOVE: unlink(p); break;
     case DIRECTORY: unlink(p); mkdir(p, 0700); break;
     case NO_READ:                   /* root reads a mode-000 file all the same: DIRECTORY stands in for it */
@@ -2938,7 +3018,7 @@ static void test_broken_checkpoint_corpus(void) {
          "exceeds the 100000000-byte limit"},
         {"header length beyond the file", T, ST, HEADER_LEN, NULL, NULL, 1000000, "points beyond the end"},
         {"header length into the JSON", T, ST, HEADER_LEN, NULL, NULL, -1000, "invalid JSON near byte 1472"},
-        {"header not UTF-8 (overlong '/')", T, ST, EDIT, "\"pt\"", "\"p\xc0\xaf\"", 0, "header is not valid UTF-8"},
+        {"header not UTF-8 (overlong '/')", T, ST, EDIT, "\"pt\"", "\"p\xc0\xaf\"", 0, "its JSON is not valid UTF-8"},
         {"header not JSON", T, ST, EDIT, "\"F32\",\"shape\"", "\"F32\" \"shape\"", 0, "invalid JSON near byte"},
         {"shape not an array", T, ST, EDIT, "[512,64]", "\"512x64\"", 0, "needs \"dtype\", \"shape\" and two"},
         {"three data_offsets", T, ST, EDIT, "[0,131072]", "[0,131072,0]", 0, "needs \"dtype\", \"shape\" and two"},
@@ -2958,7 +3038,10 @@ static void test_broken_checkpoint_corpus(void) {
         {"truncated data", T, ST, RESIZE, NULL, NULL, -4, "(truncated file)"},
         {"trailing bytes", T, ST, RESIZE, NULL, NULL, 4, "(trailing bytes)"},
         {"duplicate tensor name", T, ST, EDIT, "\"model.norm.weight\"", "\"model.layers.0.input_layernorm.weight\"", 0,
-         "duplicate tensor 'model.layers.0.input_layernorm.weight'"},
+         "key \"model.layers.0.input_layernorm.weight\" appears twice at the top level"},
+        {"q_proj.bias, attention_bias false", T, ST, APPEND, "model.layers.0.self_attn.q_proj.bias",
+         "\"dtype\":\"F32\",\"shape\":[128]", 512, "tensor 'model.layers.0.self_attn.q_proj.bias' adds a bias to "
+         "'model.layers.0.self_attn.q_proj.weight', but Qwen3 has none there (\"attention_bias\" is false"},
         {"dtype I32 (unsupported)", T, ST, EDIT, "\"model.norm.weight\":{\"dtype\":\"F32\"",
          "\"model.norm.weight\":{\"dtype\":\"I32\"", 0, "dtype I32; only F32, F16 and BF16"},
         {"missing tensor", T, ST, EDIT, "\"model.norm.weight\"", "\"model.norx.weight\"", 0,
@@ -2969,6 +3052,14 @@ static void test_broken_checkpoint_corpus(void) {
         {"config.json over 1 MiB", T, CFG, WRITE, NULL, huge, 0, "more than the 1 MiB such a file may have"},
         {"config.json nested 1000 deep", T, CFG, WRITE, NULL, deep_json(), 0, "JSON nested deeper than 64 levels"},
         {"config.json cut short", T, CFG, WRITE, NULL, "{\"vocab_size\": 512,", 0, "invalid JSON near byte 19"},
+        {"config.json saved as UTF-16", T, CFG, WRITE, NULL, "\xFF\xFE{", 0,
+         "config.json: is UTF-16 little-endian, not UTF-8 (it starts with the byte-order mark FF FE); save it as "
+         "UTF-8"},
+        {"vocab_size given twice", T, CFG, EDIT, "\"vocab_size\": 512", "\"vocab_size\": 512, \"vocab_size\": 600", 0,
+         "config.json: key \"vocab_size\" appears twice at the top level"},
+        {"no model_type", T, CFG, EDIT, "\"model_type\": \"qwen3\",", "", 0, "config.json: no \"model_type\"; add"},
+        {"architectures LlamaForCausalLM", T, CFG, EDIT, "\"Qwen3ForCausalLM\"", "\"LlamaForCausalLM\"", 0,
+         "config.json: \"architectures\" names \"LlamaForCausalLM\""},
         {"hidden_size zero", T, CFG, EDIT, "\"hidden_size\": 64", "\"hidden_size\": 0", 0,
          "\"hidden_size\" must be an integer in [1, 65536]"},
         {"layers negative", T, CFG, EDIT, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2", 0,
@@ -3014,6 +3105,14 @@ static void test_broken_checkpoint_corpus(void) {
         {"shard unreadable (mode 000)", U, SHARD, NO_READ, NULL, NULL, 0, "cannot open: Permission denied"},
         {"tensor in two shards", U, SHARD, EDIT, "\"lm_head.weight\"", "\"model.norm.weight\"", 0,
          "tensor 'model.norm.weight' appears in both"},
+        {"weight_map names the wrong shard", U, IDX, EDIT, "\"model.norm.weight\": \"model-00003",
+         "\"model.norm.weight\": \"model-00002", 0, "weight_map puts tensor 'model.norm.weight' in "
+         "model-00002-of-00004.safetensors, but it is in model-00003-of-00004.safetensors"},
+        {"weight_map leaves a tensor out", U, IDX, EDIT,
+         "\"model.embed_tokens.weight\": \"model-00001-of-00004.safetensors\",", "", 0,
+         "weight_map leaves out tensor 'model.embed_tokens.weight', which model-00001-of-00004.safetensors holds"},
+        {"weight_map names a tensor no shard has", U, IDX, EDIT, "\"model.norm.weight\"", "\"model.norx.weight\"", 0,
+         "weight_map puts tensor 'model.norx.weight' in model-00003-of-00004.safetensors, which does not hold it"},
     };
     int n = (int)(sizeof corpus / sizeof corpus[0]), made = 0;
     for (int i = 0; i < n; i++) {
@@ -3068,6 +3167,38 @@ static void expect_one_line(const char *what, int want_rc, int rc, const char *o
 }
 static void expect_one_line_error(const char *what, int rc, const char *out, const char *msg) {
     expect_one_line(what, 1, rc, out, msg);
+}
+
+/* A loader test, here because it reads what qwen3_load prints on stderr through the CLI. Tensors that config.json
+ * does not use and that change nothing it computes (an unknown name; a third layer's weights, and a bias of one, in
+ * a 2-layer config) load, as transformers loads them, with one warning line: the count and the first three names. */
+static void test_unused_tensors_load_with_one_warning(void) {
+    if (!have_cli()) return;
+    static const struct { const char *name, *dtype_shape; size_t bytes; } extra[] = {
+        {"foo.bar", "\"dtype\":\"F32\",\"shape\":[4]", 16},
+        {"model.layers.2.input_layernorm.weight", "\"dtype\":\"F32\",\"shape\":[64]", 256},
+        {"model.layers.2.mlp.up_proj.weight", "\"dtype\":\"F32\",\"shape\":[128,64]", 32768},
+        {"model.layers.2.self_attn.q_norm.weight", "\"dtype\":\"F32\",\"shape\":[32]", 128},
+        {"model.layers.2.self_attn.q_proj.bias", "\"dtype\":\"F32\",\"shape\":[128]", 512},
+    };
+    char *d = copy_fixture("tiny-tied"), cmd[1024], out[8192];
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        append_tensor_copy(d, extra[i].name, extra[i].dtype_shape, 0, extra[i].bytes);
+    Qwen3Model m;
+    int rc = qwen3_load(&m, d);
+    expect(rc == 0 && m.n_tensors == 29, "tiny-tied + 5 unused tensors: rc %d, '%s'", rc, rc ? radix_error() : "");
+    if (rc == 0) qwen3_free(&m);
+    snprintf(cmd, sizeof cmd, "%s --check --model %s", cli(), d);
+    rc = run_cmd(cmd, out, sizeof out);
+    int warnings = 0;
+    for (const char *at = out; (at = strstr(at, "warning")); at++) warnings++;
+    const char *line = strstr(out, "radixmlp: warning: ");
+    const char *want = "5 tensors that config.json does not use, ignored as transformers ignores them: 'foo.bar', "
+                       "'model.layers.2.input_layernorm.weight', 'model.layers.2.mlp.up_proj.weight', ...\n";
+    expect(rc == 0 && warnings == 1 && line && strstr(line, want),
+           "--check: exit %d, %d warnings, want one with '%s':\n%s", rc, warnings, want, out);
+    note("exit %d, %.*s", rc, line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+    remove_dir(d);
 }
 
 static void test_cli(void) {
@@ -6027,12 +6158,15 @@ static const Test tests[] = {
     {"loader", "safetensors_edge_cases_accepted", test_safetensors_edge_cases_accepted},
     {"loader", "half_formats_decode_exactly", test_half_formats_decode_exactly},
     {"loader", "config_parsing", test_config_parsing},
+    {"loader", "json_encodings_named", test_json_encodings_named},
     {"loader", "shard_index_names", test_shard_index_names},
     {"loader", "fixture_checkpoints_load", test_fixture_checkpoints_load},
     {"loader", "checkpoint_variants_accepted", test_checkpoint_variants_accepted},
     {"loader", "config_default_head_dim_checked", test_config_default_head_dim_checked},
     {"loader", "config_variants_load_as_transformers_reads_them", test_config_variants_load_as_transformers_reads_them},
     {"loader", "broken_checkpoint_corpus", test_broken_checkpoint_corpus},
+    {"loader", "unused_tensors_load_with_one_warning", test_unused_tensors_load_with_one_warning},
+    {"loader", "single_file_preferred_over_shard_index", test_single_file_preferred_over_shard_index},
     {"reference", "comparisons_fail_on_nan_and_inf", test_comparisons_fail_on_nan_and_inf},
     {"reference", "reference_matches_transformers", test_reference_matches_transformers},
     {"reference", "radix_and_compact_equal_baseline_table7a", test_reference_radix_equals_baseline_table7a},
