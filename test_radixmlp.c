@@ -1737,7 +1737,7 @@ static void fwd_case_check(const FwdCase *fc, const char *const *paths, FwdStats
             memcpy(got + (size_t)s * V, ref + (size_t)(b.cu_seqlens[s + 1] - 1) * V, sizeof(float) * V);
         expect_identical("baseline: last-only logits vs the full logits' last rows", ref_last, got, sl);
     }
-    for (int run = 0; ok && run < 2 && !test_failed; run++) {           /* the widest path at 1 thread, then the case's */
+    for (int run = 0; ok && run < 2 && !test_failed; run++) {        /* the widest path at 1 thread, then the case's */
         rx_threads(run ? fc->threads : 1);
         rx_cpu_path(run ? paths[fc->path] : "auto");
         for (int k = run ? 0 : 1; k < 3 && !test_failed; k++) {
@@ -6243,7 +6243,8 @@ static const Test tests[] = {
     {"prefill", "same_suffix_after_same_prefix_merges", test_same_suffix_after_same_prefix_merges},
     {"prefill", "same_suffix_after_different_prefix_not_merged", test_same_suffix_after_different_prefix_not_merged},
     {"prefill", "rejects_bad_inputs", test_prefill_rejects_bad_inputs},
-    {"cache", "serve_fuzz_equals_recomputation_without_cache", test_cache_serve_fuzz_equals_recomputation_without_cache},
+    {"cache", "serve_fuzz_equals_recomputation_without_cache",
+     test_cache_serve_fuzz_equals_recomputation_without_cache},
     {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
     {"cache", "cli_show_cache_draws_splits_and_evictions", test_cli_show_cache_draws_splits_and_evictions},
