@@ -458,6 +458,22 @@ int rx_threads(int n) {
 #define RX_SIMD_MAX(v)
 #endif
 
+/* Part III's fast versions of the ops below (OpenMP, packed weights, SIMD tiles), each equal to its definition here
+ * bit for bit. A definition reaches its fast version in one line, `if (rx_fast()) return ..._fast(...)`: skip those
+ * lines and the rest is the definition, which RADIXMLP_CPU=definition runs, on one thread. */
+static int rx_fast(void);                              /* 0 on the definition path, else 1 (rx_cpu_path) */
+static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps);
+static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp);
+static void exp_fast(float *y, const float *x, float a, float b, size_t n);
+static void qk_norm_rope_fast(float *x, const float *w, const float *cos_t, const float *sin_t, int rows, int n_heads,
+                              int head_dim, float eps);
+static void silu_mul_fast(float *out, const float *gate, const float *up, size_t n);
+typedef struct KvView KvView;
+static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
+                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim);
+static int model_pack_ref(const Qwen3Model *m);
+static size_t fast_x_floats(const Qwen3Config *c, int rows);
+
 static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
     float ss = 0.0f;
     for (int i = 0; i < dim; i++) ss += x[i] * x[i];
@@ -466,6 +482,11 @@ static void rmsnorm_row(float *out, const float *x, const float *w, int dim, flo
 }
 
 void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
+    if (rx_fast()) return rmsnorm_fast(out, x, w, rows, dim, eps);
+    for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
+}
+
+static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps) {
     RX_OMP(omp parallel for schedule(static) if((size_t)rows * dim >= RX_GRAIN))
     for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
@@ -657,14 +678,16 @@ static void exp_row_avx2(float *y, const float *x, float a, float b, size_t n) {
 
 typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in);
 typedef void (*ExpRow)(float *y, const float *x, float a, float b, size_t n);
-/* The paths, narrowest first; the exponential (1% of a forward) stays on AVX2 in the AVX-512 path. */
-static const char *const CPU_PATHS[] = {"portable", "avx2", "avx512"};
+/* The paths, narrowest first: "definition" runs Part I's definitions on one thread (its tables' entries serve only
+ * the public packed matmul and exp, called on their own); the exponential (1% of a forward) stays on AVX2 in the
+ * AVX-512 path. */
+static const char *const CPU_PATHS[] = {"definition", "portable", "avx2", "avx512"};
 #ifdef RX_X86
-static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_avx2, mm_tile_avx512};
-static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_avx2, exp_row_avx2};
+static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_portable, mm_tile_avx2, mm_tile_avx512};
+static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_portable, exp_row_avx2, exp_row_avx2};
 #else
-static const MmTile MM_TILES[] = {mm_tile_portable};
-static const ExpRow EXP_ROWS[] = {exp_row_portable};
+static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_portable};
+static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_portable};
 #endif
 static int cpu_path = -1;                   /* the path in effect, an index into those; -1 until rx_cpu_path picks */
 static MmTile mm_tile;
@@ -673,8 +696,8 @@ static ExpRow exp_row;
 static int cpu_can(int p) {                 /* can this CPU run path p? */
     if (p >= (int)(sizeof MM_TILES / sizeof MM_TILES[0])) return 0;
 #ifdef RX_X86
-    if (p >= 1 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
-    if (p >= 2 && !__builtin_cpu_supports("avx512f")) return 0;
+    if (p >= 2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
+    if (p >= 3 && !__builtin_cpu_supports("avx512f")) return 0;
 #endif
     return 1;
 }
@@ -683,13 +706,13 @@ const char *rx_cpu_path(const char *want) {
     const char *env = getenv("RADIXMLP_CPU"), *who = want ? "rx_cpu_path" : "RADIXMLP_CPU";
     if (!want && cpu_path >= 0) return CPU_PATHS[cpu_path];
     if (!want) want = env && *env ? env : "auto";
-    int p = 2;
-    if (!strcmp(want, "auto"))
+    int p = 3;
+    if (!strcmp(want, "auto"))                          /* the widest: never the definition, always slower */
         while (!cpu_can(p)) p--;
     else {
         while (p >= 0 && strcmp(want, CPU_PATHS[p])) p--;
         if (p < 0) {
-            rx_fail("%s: no CPU path \"%s\" (auto, portable, avx2 or avx512)", who, want);
+            rx_fail("%s: no CPU path \"%s\" (auto, definition, portable, avx2 or avx512)", who, want);
             return NULL;
         }
         if (!cpu_can(p)) {
@@ -729,8 +752,17 @@ static void cpu_path_ready(void) {          /* first use: $RADIXMLP_CPU (the pro
     if (cpu_path < 0 && !rx_cpu_path(NULL)) rx_cpu_path("auto");
 }
 
-void rx_exp_ref(float *y, const float *x, float a, float b, size_t n) {
+static int rx_fast(void) {
     cpu_path_ready();
+    return cpu_path > 0;
+}
+
+void rx_exp_ref(float *y, const float *x, float a, float b, size_t n) {
+    if (rx_fast()) return exp_fast(y, x, a, b, n);
+    for (size_t i = 0; i < n; i++) y[i] = exp_one(fmaf(a, x[i], b));
+}
+
+static void exp_fast(float *y, const float *x, float a, float b, size_t n) {
     exp_row(y, x, a, b, n);
 }
 
@@ -758,30 +790,79 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
     }
 }
 
-void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
-                         float eps, double rope_theta) {
-    int half = head_dim / 2;
-    RX_OMP(omp parallel for schedule(static) if((size_t)rows * n_heads * head_dim >= RX_GRAIN))
-    for (int r = 0; r < rows; r++) {
-        float *xr = x + (size_t)r * n_heads * head_dim;                 /* [n_heads, head_dim] of row r */
-        for (int h = 0; h < n_heads; h++)                               /* q_norm / k_norm: before RoPE */
-            rmsnorm_row(xr + (size_t)h * head_dim, xr + (size_t)h * head_dim, w, head_dim, eps);
-        for (int i = 0; i < half; i++) {                                /* rotate-half: i pairs with i + d/2 */
-            float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
-            float angle = (float)pos[r] * inv_freq;            /* once per row, for all its heads */
-            float c = cosf(angle);                              /* Algorithm 1 line 11: cos = C_cos[p~] */
-            float s = sinf(angle);                              /* line 12:             sin = C_sin[p~] */
-            for (int h = 0; h < n_heads; h++) {
-                float *v = xr + (size_t)h * head_dim, a = v[i], b = v[i + half];
-                v[i] = a * c - b * s;
-                v[i + half] = b * c + a * s;
-            }
+/* Algorithm 1 lines 11-12: RoPE's cos and sin at each row's position p~, cos_t and sin_t [rows, head_dim/2], once
+ * per forward. Qwen3 turns dims i and i + head_dim/2 together by the angle pos * theta^(-2i/head_dim). */
+static void rope_angles(float *cos_t, float *sin_t, const int32_t *pos, int rows, int head_dim, double rope_theta) {
+    const int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
+        for (int r = 0; r < rows; r++) {
+            float angle = (float)pos[r] * inv_freq;
+            cos_t[(size_t)r * half + i] = cosf(angle);                /* line 11: cos = C_cos[p~] */
+            sin_t[(size_t)r * half + i] = sinf(angle);                /* line 12: sin = C_sin[p~] */
         }
     }
 }
 
+/* One row's heads xr [n_heads, head_dim] in place: q_norm or k_norm (an RMSNorm of each head), then RoPE (line 18),
+ * rotate-half: dim i turns with dim i + head_dim/2 by the row's angle i (c, s [head_dim/2]). */
+static void qk_norm_rope_row(float *xr, const float *w, const float *c, const float *s, int n_heads, int head_dim,
+                             float eps) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = xr + (size_t)h * head_dim;
+        rmsnorm_row(v, v, w, head_dim, eps);
+        for (int i = 0; i < half; i++) {
+            float a = v[i];
+            float b = v[i + half];
+            v[i] = a * c[i] - b * s[i];
+            v[i + half] = b * c[i] + a * s[i];
+        }
+    }
+}
+
+/* x [rows, n_heads*head_dim] in place, row r at the angles cos_t, sin_t [rows, head_dim/2] (rope_angles). */
+static void qk_norm_rope_ref(float *x, const float *w, const float *cos_t, const float *sin_t, int rows, int n_heads,
+                             int head_dim, float eps) {
+    if (rx_fast()) return qk_norm_rope_fast(x, w, cos_t, sin_t, rows, n_heads, head_dim, eps);
+    const size_t half = (size_t)head_dim / 2;
+    for (int r = 0; r < rows; r++)
+        qk_norm_rope_row(x + (size_t)r * n_heads * head_dim, w, cos_t + r * half, sin_t + r * half, n_heads, head_dim,
+                         eps);
+}
+
+static void qk_norm_rope_fast(float *x, const float *w, const float *cos_t, const float *sin_t, int rows, int n_heads,
+                              int head_dim, float eps) {
+    const size_t half = (size_t)head_dim / 2;
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * n_heads * head_dim >= RX_GRAIN))
+    for (int r = 0; r < rows; r++)
+        qk_norm_rope_row(x + (size_t)r * n_heads * head_dim, w, cos_t + r * half, sin_t + r * half, n_heads, head_dim,
+                         eps);
+}
+
+void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
+                         float eps, double rope_theta) {
+    const size_t n = (size_t)rows * (head_dim / 2) + 1;
+    float *cos_t = (float *)malloc(sizeof(float) * n);               /* [rows, head_dim/2] */
+    float *sin_t = (float *)malloc(sizeof(float) * n);
+    if (!cos_t || !sin_t) {
+        rx_fail("out of host memory for RoPE's angles (%d rows)", rows);
+    } else {
+        rope_angles(cos_t, sin_t, pos, rows, head_dim, rope_theta);
+        qk_norm_rope_ref(x, w, cos_t, sin_t, rows, n_heads, head_dim, eps);
+    }
+    free(cos_t);
+    free(sin_t);
+}
+
+/* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)), with the exponential every path shares (exp_one). */
 void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
-    cpu_path_ready();
+    if (rx_fast()) return silu_mul_fast(out, gate, up, n);
+    for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + exp_one(-gate[i])) * up[i];
+}
+
+/* rx_silu_mul_ref, 256 at a time through the vector exp: exp(-g) = exp_one(fmaf(-1, g, 0)), the same number. */
+static void silu_mul_fast(float *out, const float *gate, const float *up, size_t n) {
     RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
     for (size_t i0 = 0; i0 < n; i0 += 256) {
         float e[256];                                           /* exp(-gate), 256 at a time */
@@ -801,7 +882,62 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
  * and their histories map position by position onto the same compact rows, so the keys and values read through
  * I_scatter are the very vectors the scattered N-row layout would hold. Same inputs, same order of operations: the
  * result is bit-identical to scatter -> attention -> gather, without the copies. */
-typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
+struct KvView {
+    const float *k, *v;         /* [*, row_stride] key and value rows                                     */
+    size_t row_stride;
+    const int32_t *kv_row;      /* [T] token t's row (NULL: row t)                                        */
+};
+
+/* Where token t's key (and value) row starts, in floats from kv->k (kv->v). */
+static size_t kv_at(const KvView *kv, int t) {
+    return (size_t)(kv->kv_row ? kv->kv_row[t] : t) * kv->row_stride;
+}
+
+/* Causal GQA attention, q and out [n_q, n_heads*head_dim]: query row r is token g = q_orig ? q_orig[r] : r of
+ * attention's token space (seq_start [T]) and attends to its sequence's tokens t0 = seq_start[g] .. g, keys and
+ * values read through kv; query head h reads kv head h / (n_heads / n_kv_heads). softmax(q k / sqrt(d)) v, one query
+ * row and head at a time, in the order of operations of Part III's tiled version, so both give the same bits: each
+ * score a chain of fmaf over the head's dims, then scaled; exp(s - max) with exp_one; the sum in key order; each
+ * output a chain of fmaf over the keys in order. */
+static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
+                         const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
+    if (rx_fast()) return attention_fast(q, kv, out, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
+    int n_t = 0;                                               /* the keys anyone reads: tokens 0 .. n_t-1 */
+    for (int r = 0; r < n_q; r++)
+        if ((q_orig ? q_orig[r] : r) + 1 > n_t) n_t = (q_orig ? q_orig[r] : r) + 1;
+    float *p = (float *)malloc(sizeof(float) * ((size_t)n_t + 1));     /* [keys] a query's scores, then weights */
+    if (!p) return rx_fail("out of host memory for attention (%d keys)", n_t);
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    for (int r = 0; r < n_q; r++) {
+        const int g = q_orig ? q_orig[r] : r;
+        const int t0 = seq_start[g];
+        const int len = g - t0 + 1;
+        for (int h = 0; h < n_heads; h++) {
+            const float *qh = q + ((size_t)r * n_heads + h) * head_dim;        /* [head_dim] */
+            const size_t kvh = (size_t)(h / (n_heads / n_kv_heads)) * head_dim; /* its kv head, in a key row */
+            float *o = out + ((size_t)r * n_heads + h) * head_dim;              /* [head_dim] */
+            float mx = -INFINITY;
+            float z = 0.0f;
+            for (int j = 0; j < len; j++) {                          /* the scores, q . k / sqrt(d) */
+                const float *k = kv->k + kv_at(kv, t0 + j) + kvh;
+                float s = 0.0f;
+                for (int i = 0; i < head_dim; i++) s = fmaf(qh[i], k[i], s);
+                p[j] = s * scale;
+                mx = p[j] > mx ? p[j] : mx;
+            }
+            for (int j = 0; j < len; j++) p[j] = exp_one(p[j] - mx);
+            for (int j = 0; j < len; j++) z += p[j];
+            for (int j = 0; j < len; j++) p[j] /= z;
+            for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
+            for (int j = 0; j < len; j++) {                          /* out = p v, a chain over the keys */
+                const float *v = kv->v + kv_at(kv, t0 + j) + kvh;
+                for (int i = 0; i < head_dim; i++) o[i] = fmaf(p[j], v[i], o[i]);
+            }
+        }
+    }
+    free(p);
+    return 0;
+}
 
 /* Attention for one sequence and one kv head is two matmuls, so it runs on the matmul's micro-kernel (mm_tile):
  *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T  K [len, head_dim]: weight [out = keys, in = head_dim]
@@ -828,8 +964,8 @@ static int attention_free(int n_t, int32_t *base, int32_t *len16, int32_t *chunk
     return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
 }
 
-static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
-                         const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
+static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
+                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
     int hd16 = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
     if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
@@ -875,7 +1011,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
             float *ks = kp + ((size_t)h * T16 + base[t0] + j) * head_dim;      /* [head_dim][MM_COLS] */
             float *vs = vp + ((size_t)h * T16 + base[t0]) * hd16 + (size_t)j * MM_COLS;
             for (int c = 0; c < n; c++) {
-                size_t row = (size_t)(kv->kv_row ? kv->kv_row[t + c] : t + c) * kv->row_stride + (size_t)h * head_dim;
+                size_t row = kv_at(kv, t + c) + (size_t)h * head_dim;
                 for (int i = 0; i < head_dim; i++) ks[(size_t)i * MM_COLS + c] = kv->k[row + i];
                 for (int i0 = 0; i0 < head_dim; i0 += MM_COLS)                 /* panel i0 / MM_COLS, row j + c */
                     memcpy(vs + (size_t)i0 * len16[t0] + (size_t)c * MM_COLS, kv->v + row + i0,
@@ -944,7 +1080,7 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
 int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
                      const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
                      int n_heads, int n_kv_heads, int head_dim) {
-    KvView kv = {.k = k, .v = v, .row_stride = (size_t)n_kv_heads * head_dim, .kv_row = kv_row};
+    KvView kv = {.k = k, .v = v, .row_stride = (size_t)n_kv_heads * head_dim, .kv_row = kv_row};  /* [*, n_kv*hd] */
     return attention_ref(q, &kv, out, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
 }
 
@@ -983,11 +1119,33 @@ static int model_pack_ref(const Qwen3Model *m) {
     return 0;
 }
 
-/* y [rows, out] = x [rows, in] @ W^T, W [out, in], from its panels (model_pack_ref); x packed into xp on the way,
- * or x NULL: the previous call's x, still packed in xp (k and v after q, up after gate). */
+/* y [rows, out] = x [rows, in] @ W^T, W [out, in] (nn.Linear's layout, any dtype): rx_matmul_ref's chains, each
+ * weight read as fp32. xp: Part III's scratch for x, packed (fast_x_floats). */
 static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
+    if (rx_fast()) return linear_fast(y, x, m, W, rows, xp);
+    const int in = (int)W->shape[1];
+    const int out = (int)W->shape[0];
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < out; o++) {
+            float acc = 0.0f;
+            for (int i = 0; i < in; i++) acc = fmaf(x[(size_t)r * in + i], rx_tensor_at(W, (int64_t)o * in + i), acc);
+            y[(size_t)r * out + o] = acc;
+        }
+}
+
+/* linear_ref on W's panels (model_pack_ref), x packed into xp on the way. */
+static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
     const float *wp = model_panels(m)[W - m->tensors];
     rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0], xp);
+}
+
+/* The floats a forward's packed x needs (RefActs.xp): rows of the widest matmul input, hidden, n_heads*head_dim or
+ * intermediate, in tiles of MM_ROWS. */
+static size_t fast_x_floats(const Qwen3Config *c, int rows) {
+    int in = c->hidden_size;
+    if (c->n_heads * c->head_dim > in) in = c->n_heads * c->head_dim;
+    if (c->intermediate_size > in) in = c->intermediate_size;
+    return rx_packed_x_floats(rows, in);
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -1127,9 +1285,11 @@ typedef struct {
     float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
     float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
-    float *xp;           /* [n_x rounded up to 6, max(hidden, n_heads*head_dim, intermediate)] a matmul's x, packed:
-                          * n_x = the most rows any matmul packs, R, or S for the LM head with last_only (S > R
-                          * when sequences repeat: 13 copies of one 4-token sequence are S = 13, R = 4)           */
+    float *rope_cos;     /* [R, head_dim/2]         Algorithm 1 line 11: RoPE's cos at each row's position p~       */
+    float *rope_sin;     /* [R, head_dim/2]         line 12: its sin                                                */
+    float *xp;           /* Part III's scratch, the fast paths only: a matmul's x, packed (fast_x_floats) for the
+                          * most rows any matmul takes, R, or S for the LM head with last_only (S > R when
+                          * sequences repeat: 13 copies of one 4-token sequence are S = 13, R = 4)                */
 } RefActs;
 
 static void acts_free(RefActs *a) {
@@ -1148,6 +1308,8 @@ static void acts_free(RefActs *a) {
     free(a->x_last);
     free(a->logits_R);
     free(a->norm_w);
+    free(a->rope_cos);
+    free(a->rope_sin);
     free(a->xp);
     memset(a, 0, sizeof *a);
 }
@@ -1170,10 +1332,12 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
     a->x_last = floats(last_only ? (size_t)L->S * H : 0);
     a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
     a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
-    size_t n_x = last_only && (size_t)L->S > R ? (size_t)L->S : R;          /* rows packed: see xp */
-    a->xp = floats(rx_packed_x_floats((int)n_x, (int)(H > QD ? (H > I ? H : I) : (QD > I ? QD : I))));
+    a->rope_cos = floats(R * (c->head_dim / 2));
+    a->rope_sin = floats(R * (c->head_dim / 2));
+    int n_x = last_only && L->S > L->R ? L->S : L->R;                      /* rows packed: see xp */
+    a->xp = floats(rx_fast() ? fast_x_floats(c, n_x) : 0);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->xp) {
+        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->rope_cos || !a->rope_sin || !a->xp) {
         acts_free(a);
         return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
@@ -1183,14 +1347,12 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
 /* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], a row gather from the table by each row's token (lines 6-8). */
 static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
     const int64_t H = m->cfg.hidden_size;           /* only the R rows asked for become fp32, never the table */
-    RX_OMP(omp parallel for schedule(static) if((size_t)L->R * H >= RX_GRAIN))
     for (int r = 0; r < L->R; r++)
         for (int64_t i = 0; i < H; i++) a->h[r * H + i] = rx_tensor_at(m->embed, L->tok[r] * H + i);
 }
 
 /* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
- * head q/k-normed and rotated by RoPE at its row's position p~ (lines 11-12: rx_qk_norm_rope_ref takes the
- * angles from p~ there, row by row). */
+ * head q/k-normed and rotated by RoPE at its row's angles (lines 11-12, rope_angles). */
 static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *W = &m->layers[l];
@@ -1199,12 +1361,12 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     rx_tensor_to_f32(W->input_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, c->hidden_size, eps);  /* xn = input_layernorm(h)  [R, hidden] */
     linear_ref(a->q, a->xn, m, W->q_proj, R, a->xp);    /* q = xn @ Wq^T               [R, n_heads*head_dim] */
-    linear_ref(a->k, NULL, m, W->k_proj, R, a->xp);     /* k = xn @ Wk^T               [R, n_kv*head_dim] */
-    linear_ref(a->v, NULL, m, W->v_proj, R, a->xp);     /* v = xn @ Wv^T               [R, n_kv*head_dim] */
+    linear_ref(a->k, a->xn, m, W->k_proj, R, a->xp);    /* k = xn @ Wk^T               [R, n_kv*head_dim] */
+    linear_ref(a->v, a->xn, m, W->v_proj, R, a->xp);    /* v = xn @ Wv^T               [R, n_kv*head_dim] */
     rx_tensor_to_f32(W->q_norm, a->norm_w);
-    rx_qk_norm_rope_ref(a->q, a->norm_w, L->pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
+    qk_norm_rope_ref(a->q, a->norm_w, a->rope_cos, a->rope_sin, R, c->n_heads, c->head_dim, eps);     /* line 18 */
     rx_tensor_to_f32(W->k_norm, a->norm_w);
-    rx_qk_norm_rope_ref(a->k, a->norm_w, L->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
+    qk_norm_rope_ref(a->k, a->norm_w, a->rope_cos, a->rope_sin, R, c->n_kv_heads, c->head_dim, eps);
 }
 
 /* Line 20, the paper's scatter before attention: radix mode moves q, k and v to original space [N, .]. Returns where
@@ -1239,7 +1401,7 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefAc
     rx_tensor_to_f32(W->post_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, H, eps);  /* xn = post_attention_layernorm(h) */
     linear_ref(a->gate, a->xn, m, W->gate_proj, R, a->xp);  /* gate = xn @ Wg^T        [R, intermediate] */
-    linear_ref(a->up, NULL, m, W->up_proj, R, a->xp);       /* up   = xn @ Wu^T        [R, intermediate] */
+    linear_ref(a->up, a->xn, m, W->up_proj, R, a->xp);      /* up   = xn @ Wu^T        [R, intermediate] */
     rx_silu_mul_ref(a->gate, a->gate, a->up, (size_t)R * I);
     linear_ref(a->xn, a->gate, m, W->down_proj, R, a->xp);  /* mlp = (silu(gate)*up) @ Wd^T  [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
@@ -1293,10 +1455,10 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (model_pack_ref(m) || layout_build(&L, b, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, last_only, logits != NULL))
-        goto done;
+    if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, c, &L, last_only, logits != NULL)) goto done;
+    if (rx_fast() && model_pack_ref(m)) goto done;                      /* Part III: the weights in panels, once */
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
+    rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);            /* lines 11-12 */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
         layer_qkv_ref(m, l, &L, &a);                                     /* lines 15-18: q, k, v  [R, .] */
         KvView kv = scatter_qkv_ref(&L, &a, QD, KVD);                    /* line 20 */
@@ -3101,10 +3263,10 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (model_pack_ref(m) || layout_build_prefill(&L, &kv_dst, b, pf, mode) ||
-        acts_alloc(&a, c, &L, 1, last_logits != NULL))
-        goto done;
+    if (layout_build_prefill(&L, &kv_dst, b, pf, mode) || acts_alloc(&a, c, &L, 1, last_logits != NULL)) goto done;
+    if (rx_fast() && model_pack_ref(m)) goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
+    rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
         layer_qkv_ref(m, l, &L, &a);
         scatter_qkv_ref(&L, &a, QD, KVD);                /* radix mode's q; its keys are read from the pool instead */
