@@ -16,18 +16,23 @@
  *   Sec. 3.2 eq. 5-7 gather/scatter -> rows_by_index() (C) and the rows_by_index kernel (CUDA)
  *   Algorithm 1 (B.1)               -> forward_ref() (C) and gpu_forward(), mode RX_RADIX
  *   Algorithm 2 (B.4)               -> radix_index_build(): trie_find() (found?) and trie_add() (not found)
- *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref(), the attention kernel, flash_attention (tensor cores)
+ *   Sec. 3.4 attention, cu_seqlens  -> attention_ref() (C: the definition, 40 lines), the attention kernel (CUDA)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
  *                                      from the pool's slots (layout_build_prefill(), kv_store_ref()), and
  *                                      radix_index_build_keyed(): a trie root per cached prefix
+ *   Part III, speed                 -> what exists only to be fast, each equal to a Part I definition: OpenMP,
+ *                                      packed weights and SIMD tiles (rx_matmul_packed_ref), the vector exp, the
+ *                                      tiled attention (attention_fast), flash_attention (tensor cores); the path
+ *                                      is RADIXMLP_CPU's (rx_cpu_path), and "definition" runs Part I alone
  *
- * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1) ->
- * the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV pool, the prefix
- * caches, prefill and serving -> the plumbing (GPU entry points, errors, JSON, safetensors, config, loading, token
- * files) -> main().
+ * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1, from
+ * the definitions) -> the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV
+ * pool, the prefix caches, prefill and serving -> GPU entry points for the tests and benchmarks -> Part III: speed
+ * (threads, packed panels and SIMD tiles, the CPU paths, the tiled attention) -> the plumbing (errors, JSON,
+ * safetensors, config, loading, token files) -> main().
  *
  * Non-obvious things:
  *   - Every buffer says which token space it lives in: N (the batch), N' (the trie's nodes), R and T (see Layout).
@@ -411,52 +416,17 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 }
 
 /* ---------------------------------------------------------------------------------- the plain-c reference forward */
-/* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
- * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
- * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first,
- * then Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs them.
+/* Algorithm 1 in plain C, from the definitions: fp32 throughout, one row at a time, every sum in a fixed order, one
+ * thread. Because each row is computed with the same arithmetic whatever rows surround it, a compact row equals the
+ * original rows it stands for bit for bit, and the radix and compact modes reproduce the baseline's logits exactly
+ * (the paper's Table 7a zeros). The ops come first (rmsnorm, the matmul, exp, RoPE, SiLU, attention), then
+ * Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs them.
  *
- * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
- * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
- * the compiler vectorizes them without reordering any sum (no -ffast-math). The rule for the bits: a matmul output
- * is a chain of fused multiply-adds (fmaf, one rounding each) in a fixed order, on every path and instruction set
- * (rx_matmul_ref states it); everywhere else a mul and an add round separately, and -ffp-contract=off (Makefile)
- * keeps any compiler from fusing them in one place and not in another. Without -fopenmp (the emulator's build) the
- * pragmas vanish and one thread runs the same code.
- *
- * Threads must never slow a forward. A parallel loop costs a wake-up and a join, and the join waits for the slowest
- * thread: on a busy machine, one that is not running, while the others spin on their cores (libgomp spins about
- * 300000 rounds before it sleeps), so a join can cost a scheduler time slice, milliseconds. A loop therefore runs in
- * parallel only when its work pays for that: if(work >= RX_GRAIN), as PyTorch's parallel_for grain, with work in
- * multiply-adds (or elements); 2^20 of them take about 0.3 ms on one core. Below it no thread waits at all.
- * (The spinning itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its own
- * constructor, before any setenv of this program, even one from a .preinit_array function.) */
-enum { RX_GRAIN = 1 << 20 };
-#ifdef _OPENMP
-#define RX_OMP(directive) _Pragma(#directive)
-static int rx_thread(void) { return omp_get_thread_num(); }
-int rx_threads(int n) {
-    if (n > 0) omp_set_num_threads(n);
-    return omp_get_max_threads();
-}
-#else
-#define RX_OMP(directive)
-static int rx_thread(void) { return 0; }
-int rx_threads(int n) {
-    (void)n;
-    return 1;
-}
-#endif
-/* Loops whose lanes are independent (or a max, the same in any order): gcc at -O2 vectorizes them only when told;
- * clang does at -O2 on its own, and at -O1 (the sanitizer builds) would warn that it cannot. */
-#if defined(_OPENMP) && !defined(__clang__)
-#define RX_SIMD _Pragma("omp simd")
-#define RX_SIMD_MAX(v) _Pragma(RX_STR(omp simd reduction(max : v)))
-#define RX_STR(x) #x
-#else
-#define RX_SIMD
-#define RX_SIMD_MAX(v)
-#endif
+ * The rule for the bits: a matmul output, and each attention score and output, is a chain of fused multiply-adds
+ * (fmaf, one rounding each) in a fixed order (rx_matmul_ref states it); everywhere else a mul and an add round
+ * separately, and -ffp-contract=off (Makefile) keeps any compiler from fusing them in one place and not in another.
+ * Part III's fast code (threads, packed weights, SIMD tiles, the tiled attention) keeps that order, so it computes
+ * these very bits; RADIXMLP_CPU=definition runs this section's code instead, and the tests compare the two. */
 
 /* Part III's fast versions of the ops below (OpenMP, packed weights, SIMD tiles), each equal to its definition here
  * bit for bit. A definition reaches its fast version in one line, `if (rx_fast()) return ..._fast(...)`: skip those
@@ -486,11 +456,6 @@ void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int di
     for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
 
-static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps) {
-    RX_OMP(omp parallel for schedule(static) if((size_t)rows * dim >= RX_GRAIN))
-    for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
-}
-
 /* The definition: y [rows, out] = x [rows, in] @ w^T, w [out, in]; each y[r][o] is a chain of fused multiply-adds
  * over i = 0, 1, ..., in-1 in that order: acc = 0, acc = fmaf(x[r][i], w[o][i], acc). An FMA rounds once and is
  * correctly rounded on every IEEE machine (the x86 instruction, libm's fmaf, a GPU's fma), so every path below
@@ -504,118 +469,6 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
             y[(size_t)r * out + o] = acc;
         }
 }
-
-/* The same chains, fast: a register-blocked micro-kernel over packed panels, as BLIS and llm.c's CPU matmul do it.
- * The weight is packed once per model (weight_panels) into panels of MM_COLS outputs, zero-padded past out:
- * wp [ceil(out / MM_COLS)][in][MM_COLS], so the MM_COLS weights that step i needs lie side by side, and one panel
- * is one contiguous block that stays in cache (a plain W^T [in][out] would put its rows out * 4 bytes apart: at
- * out = 3072 a multiple of 4 KiB, every row of a strip in the same cache set). Memory: 4 bytes per weight (fp32,
- * whatever the checkpoint's dtype), plus the padding of the last panel.
- *
- * x is packed too, per call, into tiles of MM_ROWS rows: xp [ceil(rows / MM_ROWS)][in][MM_ROWS], so that step i
- * reads its MM_ROWS inputs side by side as well (one stream instead of MM_ROWS rows 4*in bytes apart).
- *
- * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
- * weight once for MM_ROWS rows and each x once for MM_COLS outputs:
- *
- *            o0 ... o0+15              every lane of every row of the tile does the same thing:
- *     r0   [ acc acc ... acc ]            acc = fma(x[r][i], W[o][i], acc)   (one rounding, i = 0, 1, ...)
- *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the panel)
- *     r5   [ acc acc ... acc ]
- *
- * With AVX2 that is 12 accumulators of 8 lanes, two weight vectors and one broadcast x: 15 of the 16 registers.
- * With AVX-512 a whole row of the tile fits one register: 6 accumulators of 16 lanes and one weight vector.
- * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
- * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
- * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is
- * picked at run time (rx_cpu_path): the widest the CPU has; RADIXMLP_CPU=portable|avx2|avx512, or rx_cpu_path(),
- * forces one, and every one gives the same bits. */
-enum { MM_ROWS = 6, MM_COLS = 16 };
-
-size_t rx_packed_floats(int out, int in) {
-    return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
-}
-
-size_t rx_packed_x_floats(int rows, int in) {
-    return (size_t)(rows + MM_ROWS - 1) / MM_ROWS * MM_ROWS * (size_t)in;
-}
-
-/* One tile's inputs side by side: xp [in][MM_ROWS], xp[i][j] = xr[j][i]. */
-static void pack_tile(float *xp, const float *const xr[MM_ROWS], int in) {
-    for (int i = 0; i < in; i++)
-        for (int j = 0; j < MM_ROWS; j++) xp[(size_t)i * MM_ROWS + j] = xr[j][i];
-}
-
-void rx_pack_weight(float *wp, const RxTensor *W) {
-    int out = (int)W->shape[0], in = (int)W->shape[1], n_panels = (out + MM_COLS - 1) / MM_COLS;
-    const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
-    RX_OMP(omp parallel for schedule(static) if((size_t)out * in >= RX_GRAIN))
-    for (int p = 0; p < n_panels; p++) {
-        float *panel = wp + (size_t)p * in * MM_COLS;                         /* [in][MM_COLS] */
-        for (int i0 = 0; i0 < in; i0 += 16)            /* 16 inputs at a time: each read of W is one cache line */
-            for (int c = 0; c < MM_COLS; c++)
-                for (int i = i0; i < i0 + 16 && i < in; i++) {
-                    int o = p * MM_COLS + c;
-                    size_t at = (size_t)o * in + i;
-                    panel[(size_t)i * MM_COLS + c] = o >= out ? 0.0f : wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
-                }
-    }
-}
-
-/* One tile, portable C: acc[j][c] = fmaf(xp[i][j], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
- * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]. */
-static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    for (int i = 0; i < in; i++)
-        for (int j = 0; j < MM_ROWS; j++)
-            for (int c = 0; c < MM_COLS; c++)
-                acc[j][c] = fmaf(xp[(size_t)i * MM_ROWS + j], panel[(size_t)i * MM_COLS + c], acc[j][c]);
-}
-
-/* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them. */
-#ifdef RX_X86
-__attribute__((target("avx2,fma")))
-static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    __m256 a[MM_ROWS][2];
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) {
-        a[j][0] = _mm256_loadu_ps(acc[j]);
-        a[j][1] = _mm256_loadu_ps(acc[j] + 8);
-    }
-    for (int i = 0; i < in; i++) {
-        __m256 w0 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS);         /* W[o0 .. o0+7][i]  */
-        __m256 w1 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8);     /* W[o0+8 .. o0+15][i] */
-#pragma GCC unroll 6
-        for (int j = 0; j < MM_ROWS; j++) {
-            __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j);
-            a[j][0] = _mm256_fmadd_ps(xv, w0, a[j][0]);
-            a[j][1] = _mm256_fmadd_ps(xv, w1, a[j][1]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) {
-        _mm256_storeu_ps(acc[j], a[j][0]);
-        _mm256_storeu_ps(acc[j] + 8, a[j][1]);
-    }
-}
-
-/* And with AVX-512: a step is one weight load, 6 broadcasts and 6 FMAs (AVX2: 2, 6 and 12). By latency arithmetic
- * (an FMA's result is ready 4 cycles later; not measured here, see docs/results.md): 6 independent chains keep a
- * core that issues one 16-lane FMA a cycle busy (AMD Zen 4); a core with two 512-bit FMA units (Intel Xeon) would
- * want 8, and gets 1.5 FMAs a cycle from 6, still 1.5x its AVX2 rate. */
-__attribute__((target("avx512f")))
-static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    __m512 a[MM_ROWS];
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_loadu_ps(acc[j]);
-    for (int i = 0; i < in; i++) {
-        __m512 w = _mm512_loadu_ps(panel + (size_t)i * MM_COLS);          /* W[o0 .. o0+15][i] */
-#pragma GCC unroll 6
-        for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(size_t)i * MM_ROWS + j]), w, a[j]);
-    }
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) _mm512_storeu_ps(acc[j], a[j]);
-}
-#endif
 
 /* The softmax's and SiLU's exponential, y[i] = exp(a * x[i] + b) (a = 1, b = -max: a softmax row; a = -1, b = 0:
  * SiLU's exp(-g)), vectorized, and the same bits on every path: only fmaf, *, + and exact steps, in one order.
@@ -646,148 +499,9 @@ static float exp_one(float x) {
     return y * s1 * s2;
 }
 
-static void exp_row_portable(float *y, const float *x, float a, float b, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] = exp_one(fmaf(a, x[i], b));
-}
-
-#ifdef RX_X86
-__attribute__((target("avx2,fma")))
-static void exp_row_avx2(float *y, const float *x, float a, float b, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(x + i), _mm256_set1_ps(b));
-        __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
-        __m256 nf = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-0.693359375f), c);
-        r = _mm256_fmadd_ps(nf, _mm256_set1_ps(2.12194440e-4f), r);
-        __m256 p = _mm256_set1_ps(EXP_P[0]);
-        for (int k = 1; k < 6; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P[k]));
-        __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-        __m256i ni = _mm256_cvtps_epi32(nf), h = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
-        __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
-        __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), 23));
-        e = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
-        e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(v, _mm256_set1_ps(EXP_HI), _CMP_GT_OQ));
-        e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ));
-        _mm256_storeu_ps(y + i, _mm256_blendv_ps(e, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-    }
-    exp_row_portable(y + i, x + i, a, b, n - i);
-}
-#endif
-
-typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in);
-typedef void (*ExpRow)(float *y, const float *x, float a, float b, size_t n);
-/* The paths, narrowest first: "definition" runs Part I's definitions on one thread (its tables' entries serve only
- * the public packed matmul and exp, called on their own); the exponential (1% of a forward) stays on AVX2 in the
- * AVX-512 path. */
-static const char *const CPU_PATHS[] = {"definition", "portable", "avx2", "avx512"};
-#ifdef RX_X86
-static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_portable, mm_tile_avx2, mm_tile_avx512};
-static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_portable, exp_row_avx2, exp_row_avx2};
-#else
-static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_portable};
-static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_portable};
-#endif
-static int cpu_path = -1;                   /* the path in effect, an index into those; -1 until rx_cpu_path picks */
-static MmTile mm_tile;
-static ExpRow exp_row;
-
-static int cpu_can(int p) {                 /* can this CPU run path p? */
-    if (p >= (int)(sizeof MM_TILES / sizeof MM_TILES[0])) return 0;
-#ifdef RX_X86
-    if (p >= 2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
-    if (p >= 3 && !__builtin_cpu_supports("avx512f")) return 0;
-#endif
-    return 1;
-}
-
-const char *rx_cpu_path(const char *want) {
-    const char *env = getenv("RADIXMLP_CPU"), *who = want ? "rx_cpu_path" : "RADIXMLP_CPU";
-    if (!want && cpu_path >= 0) return CPU_PATHS[cpu_path];
-    if (!want) want = env && *env ? env : "auto";
-    int p = 3;
-    if (!strcmp(want, "auto"))                          /* the widest: never the definition, always slower */
-        while (!cpu_can(p)) p--;
-    else {
-        while (p >= 0 && strcmp(want, CPU_PATHS[p])) p--;
-        if (p < 0) {
-            rx_fail("%s: no CPU path \"%s\" (auto, definition, portable, avx2 or avx512)", who, want);
-            return NULL;
-        }
-        if (!cpu_can(p)) {
-            rx_fail("%s: this CPU cannot run the %s path", who, want);
-            return NULL;
-        }
-    }
-    cpu_path = p;
-    mm_tile = MM_TILES[p];
-    exp_row = EXP_ROWS[p];
-    return CPU_PATHS[p];
-}
-
-/* The environment every program checks at start, before any work: $RADIXMLP_CPU (rx_cpu_path) and $OMP_NUM_THREADS.
- * libgomp reads the latter in its constructor, before main: a value it cannot use ("", "abc", 0, -4) earns a warning
- * and every core, and 2147483647 it takes as given, to fail later allocating a scratch row per thread. So here it
- * must be a count from 1 to RX_MAX_THREADS, or a list of them: "4,2" sets libgomp's nested levels, and the C
- * reference never nests, so it runs on the first. */
-enum { RX_MAX_THREADS = 1024 };
-int rx_check_env(void) {
-    const char *env = getenv("OMP_NUM_THREADS");
-    if (!rx_cpu_path(NULL)) return -1;
-    for (const char *c = env; c;) {
-        char *end;
-        errno = 0;
-        long n = strtol(c, &end, 10);
-        while (isspace((unsigned char)*end)) end++;
-        if (end == c || errno || n < 1 || n > RX_MAX_THREADS || (*end && *end != ','))
-            return rx_fail("OMP_NUM_THREADS: '%s' is not a thread count from 1 to %d (or a list of them, like 4,2: "
-                           "the first counts)", env, RX_MAX_THREADS);
-        c = *end == ',' ? end + 1 : NULL;
-    }
-    return 0;
-}
-
-static void cpu_path_ready(void) {          /* first use: $RADIXMLP_CPU (the programs check it at start), else auto */
-    if (cpu_path < 0 && !rx_cpu_path(NULL)) rx_cpu_path("auto");
-}
-
-static int rx_fast(void) {
-    cpu_path_ready();
-    return cpu_path > 0;
-}
-
 void rx_exp_ref(float *y, const float *x, float a, float b, size_t n) {
     if (rx_fast()) return exp_fast(y, x, a, b, n);
     for (size_t i = 0; i < n; i++) y[i] = exp_one(fmaf(a, x[i], b));
-}
-
-static void exp_fast(float *y, const float *x, float a, float b, size_t n) {
-    exp_row(y, x, a, b, n);
-}
-
-void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp) {
-    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS, n_pack = x ? n_rt : 0;
-    cpu_path_ready();
-    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
-    for (int t = 0; t < n_pack; t++) {                               /* x -> xp, a tile of MM_ROWS rows at a time */
-        const float *xr[MM_ROWS];
-        for (int j = 0; j < MM_ROWS; j++) {
-            int r = t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1;        /* past the last row: repeat it */
-            xr[j] = x + (size_t)r * in;
-        }
-        pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
-    }
-    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
-    for (long t = 0; t < (long)n_rt * n_panels; t++) {
-        int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
-        int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
-        float acc[MM_ROWS][MM_COLS];
-        memset(acc, 0, sizeof acc);
-        mm_tile(acc, xp + (size_t)r0 * in, wp + (size_t)o0 * in, in);
-        for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
-            memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
-    }
 }
 
 /* Algorithm 1 lines 11-12: RoPE's cos and sin at each row's position p~, cos_t and sin_t [rows, head_dim/2], once
@@ -831,15 +545,6 @@ static void qk_norm_rope_ref(float *x, const float *w, const float *cos_t, const
                          eps);
 }
 
-static void qk_norm_rope_fast(float *x, const float *w, const float *cos_t, const float *sin_t, int rows, int n_heads,
-                              int head_dim, float eps) {
-    const size_t half = (size_t)head_dim / 2;
-    RX_OMP(omp parallel for schedule(static) if((size_t)rows * n_heads * head_dim >= RX_GRAIN))
-    for (int r = 0; r < rows; r++)
-        qk_norm_rope_row(x + (size_t)r * n_heads * head_dim, w, cos_t + r * half, sin_t + r * half, n_heads, head_dim,
-                         eps);
-}
-
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta) {
     const size_t n = (size_t)rows * (head_dim / 2) + 1;
@@ -859,17 +564,6 @@ void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows,
 void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
     if (rx_fast()) return silu_mul_fast(out, gate, up, n);
     for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + exp_one(-gate[i])) * up[i];
-}
-
-/* rx_silu_mul_ref, 256 at a time through the vector exp: exp(-g) = exp_one(fmaf(-1, g, 0)), the same number. */
-static void silu_mul_fast(float *out, const float *gate, const float *up, size_t n) {
-    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
-    for (size_t i0 = 0; i0 < n; i0 += 256) {
-        float e[256];                                           /* exp(-gate), 256 at a time */
-        size_t m = n - i0 < 256 ? n - i0 : 256;
-        exp_row(e, gate + i0, -1.0f, 0.0f, m);
-        for (size_t i = i0; i < i0 + m; i++) out[i] = gate[i] / (1.0f + e[i - i0]) * up[i];
-    }
 }
 
 /* Attention reads its keys through an index: the key row of token t of attention's token space is
@@ -939,144 +633,6 @@ static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, 
     return 0;
 }
 
-/* Attention for one sequence and one kv head is two matmuls, so it runs on the matmul's micro-kernel (mm_tile):
- *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T  K [len, head_dim]: weight [out = keys, in = head_dim]
- *   outputs  O [queries, head_dim] = P [queries, len] @ V         V^T [head_dim, len]: weight [out = dims, in = keys]
- * where P = softmax(S * scale) row by row. Each score is therefore rx_matmul_ref's chain of fmaf over i = 0 ..
- * head_dim-1, and each output its chain over keys j = 0 .. len-1, on every CPU path; and MM_ROWS queries (a row's
- * GQA heads, then the next rows of the same sequence) share every key and value the kernel loads, as FlashAttention
- * shares them across a block of queries. Queries of one tile may see different lengths (row g sees g - t0 + 1 keys):
- * a score past a query's own length is computed and dropped, and the value sums run in segments, each query's
- * output stored when its chain reaches its own length, so no later key (a NaN, say) ever reaches an earlier row.
- *
- * Keys and values are first packed per kv head and sequence as rx_pack_weight packs a weight, read through kv_row:
- *   kp [n_kv][T16][head_dim]: sequence s's keys in panels of MM_COLS keys, [head_dim][MM_COLS] each
- *   vp [n_kv][T16][hd16]:     its values in panels of MM_COLS dims, [len16][MM_COLS] each
- * with len16 its length rounded up to MM_COLS, T16 the sum of the len16, hd16 head_dim rounded up, zeros in the
- * padding. Memory: a copy of every key and value each sequence reads (a shared prefix's once per sequence). */
-static int attention_free(int n_t, int32_t *base, int32_t *len16, int32_t *chunk, float *kp, float *vp, float *s) {
-    free(base);
-    free(len16);
-    free(chunk);
-    free(kp);
-    free(vp);
-    free(s);
-    return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
-}
-
-static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
-                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
-    int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
-    int hd16 = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
-    if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
-    for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
-        int g = q_orig ? q_orig[r] : r;
-        if (g + 1 > n_t) n_t = g + 1;
-    }
-    int32_t *base = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));     /* [n_t]: at a sequence's start t0, */
-    int32_t *len16 = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));    /* its offset in T16 and its len16 */
-    int32_t *chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));   /* query tiles, below */
-    float *kp = NULL, *vp = NULL, *s_all = NULL;
-    size_t T16 = 0;
-    if (!base || !len16 || !chunk) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
-    for (int t0 = 0, t = 1; t0 < n_t; t0 = t++) {
-        while (t < n_t && seq_start[t] == t0) t++;                         /* positions t0 .. t-1: one sequence */
-        base[t0] = (int32_t)T16;
-        len16[t0] = (t - t0 + MM_COLS - 1) / MM_COLS * MM_COLS;
-        T16 += (size_t)len16[t0];
-        if (t - t0 > longest) longest = t - t0;
-    }
-    /* The queries of kv head kvh, numbered qi = r * group + (h - kvh * group), cut into tiles of at most MM_ROWS
-     * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for each kv head). */
-    for (int qi = 0; qi < n_q * group; n_chunks++) {
-        int first = qi, t0 = seq_start[q_orig ? q_orig[qi / group] : qi / group];
-        chunk[n_chunks] = first;
-        while (qi < n_q * group && qi - first < MM_ROWS && seq_start[q_orig ? q_orig[qi / group] : qi / group] == t0)
-            qi++;
-    }
-    chunk[n_chunks] = n_q * group;
-    int n_threads = rx_threads(0), long16 = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
-    size_t scratch = (size_t)MM_ROWS * (long16 + (head_dim > long16 ? head_dim : long16));  /* per thread: below */
-    kp = (float *)calloc((size_t)n_kv_heads * T16 * head_dim, sizeof(float));
-    vp = (float *)calloc((size_t)n_kv_heads * T16 * hd16, sizeof(float));
-    s_all = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
-    if (!kp || !vp || !s_all) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
-    cpu_path_ready();
-    RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
-    for (int t = 0; t < n_t; t++) {                 /* a panel at a time: keys t .. t+n-1, keys j .. j+n-1 of their */
-        int t0 = seq_start[t], j = t - t0, n = 0;   /* sequence, written into a panel that stays in the L1 cache */
-        if (j % MM_COLS) continue;
-        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;
-        for (int h = 0; h < n_kv_heads; h++) {
-            float *ks = kp + ((size_t)h * T16 + base[t0] + j) * head_dim;      /* [head_dim][MM_COLS] */
-            float *vs = vp + ((size_t)h * T16 + base[t0]) * hd16 + (size_t)j * MM_COLS;
-            for (int c = 0; c < n; c++) {
-                size_t row = kv_at(kv, t + c) + (size_t)h * head_dim;
-                for (int i = 0; i < head_dim; i++) ks[(size_t)i * MM_COLS + c] = kv->k[row + i];
-                for (int i0 = 0; i0 < head_dim; i0 += MM_COLS)                 /* panel i0 / MM_COLS, row j + c */
-                    memcpy(vs + (size_t)i0 * len16[t0] + (size_t)c * MM_COLS, kv->v + row + i0,
-                           sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
-            }
-        }
-    }
-    float scale = 1.0f / sqrtf((float)head_dim);
-    RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
-    for (long task = 0; task < (long)n_kv_heads * n_chunks; task++) {
-        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = chunk[c + 1] - chunk[c], width = 0;
-        int len[MM_ROWS], r_of[MM_ROWS], h_of[MM_ROWS];
-        const float *xr[MM_ROWS];
-        float *s = s_all + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];    /* S, then P [MM_ROWS][long16] */
-        float *xp = s + (size_t)MM_ROWS * long16;              /* the tile's Q, then its P, side by side for mm_tile */
-        for (int j = 0; j < MM_ROWS; j++) {           /* a tile of fewer than MM_ROWS repeats its last query */
-            int qi = chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
-            r_of[j] = r;
-            h_of[j] = kvh * group + qi % group;
-            len[j] = g - seq_start[g] + 1;
-            if (len[j] > width) width = len[j];
-            xr[j] = q + (size_t)r * qd + (size_t)h_of[j] * head_dim;
-        }
-        int t0 = seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]];
-        const float *ks = kp + ((size_t)kvh * T16 + base[t0]) * head_dim;     /* this sequence's keys, values */
-        const float *vs = vp + ((size_t)kvh * T16 + base[t0]) * hd16;
-        pack_tile(xp, xr, head_dim);                                       /* [head_dim][MM_ROWS] */
-        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a panel of keys at a time */
-            memset(acc, 0, sizeof acc);
-            mm_tile(acc, xp, ks + (size_t)j0 * head_dim, head_dim);
-            for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long16 + j0, acc[j], sizeof acc[j]);
-        }
-        for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
-            float *p = s + (size_t)j * long16, mx = -INFINITY, z = 0.0f;
-            RX_SIMD
-            for (int k = 0; k < len[j]; k++) p[k] *= scale;
-            RX_SIMD_MAX(mx)
-            for (int k = 0; k < len[j]; k++) mx = p[k] > mx ? p[k] : mx;
-            exp_row(p, p, 1.0f, -mx, (size_t)len[j]);                          /* p = exp(p - mx) */
-            for (int k = 0; k < len[j]; k++) z += p[k];                        /* in order: a chain */
-            RX_SIMD
-            for (int k = 0; k < len[j]; k++) p[k] /= z;
-            for (int k = len[j]; k < width; k++) p[k] = 0.0f;              /* read, never stored (below) */
-        }
-        for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long16;
-        pack_tile(xp, xr, width);                                          /* [width][MM_ROWS] */
-        for (int i0 = 0; i0 < head_dim; i0 += MM_COLS) {                   /* O = P V, a panel of dims at a time, */
-            memset(acc, 0, sizeof acc);                                    /* keys done .. next-1 at a time */
-            for (int done = 0, next; done < width; done = next) {
-                next = width;                              /* the next length a query of the tile stops at */
-                for (int j = 0; j < n; j++)
-                    if (len[j] > done && len[j] < next) next = len[j];
-                mm_tile(acc, xp + (size_t)done * MM_ROWS, vs + (size_t)i0 * len16[t0] + (size_t)done * MM_COLS,
-                        next - done);
-                for (int j = 0; j < n; j++)
-                    if (len[j] == next)
-                        memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],
-                               sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
-            }
-        }
-    }
-    attention_free(0, base, len16, chunk, kp, vp, s_all);
-    return 0;
-}
-
 int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
                      const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
                      int n_heads, int n_kv_heads, int head_dim) {
@@ -1091,34 +647,6 @@ static void rows_by_index(float *out, const float *in, const int32_t *idx, int n
     for (int r = 0; r < n_rows; r++) memcpy(out + (size_t)r * dim, in + (size_t)idx[r] * dim, dim * sizeof(float));
 }
 
-/* The model's weights as the matmul reads them: every linear weight (each layer's seven, and the LM head) packed
- * into fp32 panels by the first C reference forward that runs on the model, kept with it and freed by qwen3_free:
- * 4 bytes a weight on top of the checkpoint's own (Qwen3-0.6B: 0.6 B weights with its tied head, 2.4 GB). Once per
- * model, never per call; a model only ever run on the GPU never pays it. Not safe to race: run one reference
- * forward before sharing a model between threads. */
-static int pack_once(float **panels, const Qwen3Model *m, const RxTensor *W) {
-    float **wp = &panels[W - m->tensors];             /* W's entry: its index in the model's tensor table */
-    if (*wp) return 0;
-    if (!(*wp = (float *)malloc(sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
-        return rx_fail("out of host memory for the packed weight %s", W->name);
-    rx_pack_weight(*wp, W);
-    return 0;
-}
-
-static int model_pack_ref(const Qwen3Model *m) {
-    float **panels = model_panels(m);                 /* [n_tensors] one entry per tensor, NULL: not packed */
-    if (!panels) return rx_fail("out of host memory for the packed weights");
-    if (m->lm_head && pack_once(panels, m, m->lm_head)) return -1;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const Qwen3Layer *w = &m->layers[l];
-        const RxTensor *linear[] = {w->q_proj, w->k_proj, w->v_proj, w->o_proj, w->gate_proj, w->up_proj,
-                                    w->down_proj};
-        for (int k = 0; k < 7; k++)
-            if (pack_once(panels, m, linear[k])) return -1;
-    }
-    return 0;
-}
-
 /* y [rows, out] = x [rows, in] @ W^T, W [out, in] (nn.Linear's layout, any dtype): rx_matmul_ref's chains, each
  * weight read as fp32. xp: Part III's scratch for x, packed (fast_x_floats). */
 static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
@@ -1131,21 +659,6 @@ static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTe
             for (int i = 0; i < in; i++) acc = fmaf(x[(size_t)r * in + i], rx_tensor_at(W, (int64_t)o * in + i), acc);
             y[(size_t)r * out + o] = acc;
         }
-}
-
-/* linear_ref on W's panels (model_pack_ref), x packed into xp on the way. */
-static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
-    const float *wp = model_panels(m)[W - m->tensors];
-    rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0], xp);
-}
-
-/* The floats a forward's packed x needs (RefActs.xp): rows of the widest matmul input, hidden, n_heads*head_dim or
- * intermediate, in tiles of MM_ROWS. */
-static size_t fast_x_floats(const Qwen3Config *c, int rows) {
-    int in = c->hidden_size;
-    if (c->n_heads * c->head_dim > in) in = c->n_heads * c->head_dim;
-    if (c->intermediate_size > in) in = c->intermediate_size;
-    return rx_packed_x_floats(rows, in);
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -2102,6 +1615,8 @@ const char *gpu_device_name(void) {
     return device_props(&p) == cudaSuccess ? p.name : "";
 }
 
+static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n);   /* Part III */
+
 /* Allocates *dst and fills it with the checkpoint tensor t (F32, F16 or BF16, as fp32, rounded to bf16 to nearest
  * even). The loader has checked t's dtype and its shape against the config (bind_model). */
 static int upload(bf16 **dst, const RxTensor *t) {
@@ -2109,8 +1624,8 @@ static int upload(bf16 **dst, const RxTensor *t) {
     DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", t->name, (long long)n);
     bf16 *h = (bf16 *)malloc((size_t)n * sizeof(bf16));
     if (!h) return rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * sizeof(bf16)));
-    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
-    for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
+    if (rx_fast()) to_bf16_fast(h, t, n);                        /* Part III: the same loop on threads */
+    else for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
     int rc = cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
     free(h);
     return rc;
@@ -3791,6 +3306,527 @@ int gpu_prefill(GpuModel *, GpuKvPool *, const RxBatch *, const RxPrefill *, RxM
     return no_gpu();
 }
 #endif /* RADIXMLP_HOST_ONLY */
+
+/* ----------------------------------------------------------------------------- part iii: speed, threads and paths */
+/* Everything here exists only to be fast, and each piece equals a definition of Part I bit for bit; a definition
+ * reaches it in one line, `if (rx_fast()) return ..._fast(...)`, and RADIXMLP_CPU=definition never does:
+ *   rmsnorm_fast, qk_norm_rope_fast, silu_mul_fast   Part I's row loops on threads
+ *   linear_fast (rx_matmul_packed_ref)               linear_ref, on weights packed into panels and SIMD tiles
+ *   exp_fast (exp_row_avx2)                          rx_exp_ref's exp_one, 8 lanes at a time
+ *   attention_fast                                   attention_ref, on the matmul's tiles
+ *   flash_attention (the GPU)                        attention_kernel, on tensor cores (within bf16, not bit for bit)
+ * The tests that prove it, each on every path (definition, portable, avx2, avx512) at 1 and 2 threads, in the group
+ * reference: matmul_packed_equals_definition_bit_for_bit, exp_matches_double_on_every_path,
+ * attention_ref_matches_double_every_layout, logits_identical_for_1_and_2_threads_every_mode_and_cpu_path and
+ * forward_fuzz_radix_compact_equal_baseline_equals_double (the definition is its oracle); the GPU's in group gpu.
+ *
+ * Threads and vectors, as llama2.c and llm.c's CPU code use them: OpenMP splits the loops over rows, over
+ * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
+ * the compiler vectorizes them without reordering any sum (no -ffast-math). Without -fopenmp (the emulator's build)
+ * the pragmas vanish and one thread runs the same code.
+ *
+ * Threads must never slow a forward. A parallel loop costs a wake-up and a join, and the join waits for the slowest
+ * thread: on a busy machine, one that is not running, while the others spin on their cores (libgomp spins about
+ * 300000 rounds before it sleeps), so a join can cost a scheduler time slice, milliseconds. A loop therefore runs in
+ * parallel only when its work pays for that: if(work >= RX_GRAIN), as PyTorch's parallel_for grain, with work in
+ * multiply-adds (or elements); 2^20 of them take about 0.3 ms on one core. Below it no thread waits at all.
+ * (The spinning itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its own
+ * constructor, before any setenv of this program, even one from a .preinit_array function.) */
+
+enum { RX_GRAIN = 1 << 20 };
+#ifdef _OPENMP
+#define RX_OMP(directive) _Pragma(#directive)
+static int rx_thread(void) { return omp_get_thread_num(); }
+int rx_threads(int n) {
+    if (n > 0) omp_set_num_threads(n);
+    return omp_get_max_threads();
+}
+#else
+#define RX_OMP(directive)
+static int rx_thread(void) { return 0; }
+int rx_threads(int n) {
+    (void)n;
+    return 1;
+}
+#endif
+/* Loops whose lanes are independent (or a max, the same in any order): gcc at -O2 vectorizes them only when told;
+ * clang does at -O2 on its own, and at -O1 (the sanitizer builds) would warn that it cannot. */
+#if defined(_OPENMP) && !defined(__clang__)
+#define RX_SIMD _Pragma("omp simd")
+#define RX_SIMD_MAX(v) _Pragma(RX_STR(omp simd reduction(max : v)))
+#define RX_STR(x) #x
+#else
+#define RX_SIMD
+#define RX_SIMD_MAX(v)
+#endif
+
+/* --------------------------------------------------- part iii: the matmul's packed panels and simd tiles, the exp */
+/* rx_matmul_ref's chains (linear_ref), fast: a register-blocked micro-kernel over packed panels, as BLIS and llm.c's
+ * CPU matmul do it. The weight is packed once per model (model_pack_ref) into panels of MM_COLS outputs, zero-padded
+ * past out: wp [ceil(out / MM_COLS)][in][MM_COLS], so the MM_COLS weights that step i needs lie side by side, and
+ * one panel is one contiguous block that stays in cache (a plain W^T [in][out] would put its rows out * 4 bytes
+ * apart: at out = 3072 a multiple of 4 KiB, every row of a strip in the same cache set). Memory: 4 bytes per weight
+ * (fp32, whatever the checkpoint's dtype), plus the padding of the last panel.
+ *
+ * x is packed too, per call, into tiles of MM_ROWS rows: xp [ceil(rows / MM_ROWS)][in][MM_ROWS], so that step i
+ * reads its MM_ROWS inputs side by side as well (one stream instead of MM_ROWS rows 4*in bytes apart).
+ *
+ * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
+ * weight once for MM_ROWS rows and each x once for MM_COLS outputs:
+ *
+ *            o0 ... o0+15              every lane of every row of the tile does the same thing:
+ *     r0   [ acc acc ... acc ]            acc = fma(x[r][i], W[o][i], acc)   (one rounding, i = 0, 1, ...)
+ *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the panel)
+ *     r5   [ acc acc ... acc ]
+ *
+ * With AVX2 that is 12 accumulators of 8 lanes, two weight vectors and one broadcast x: 15 of the 16 registers.
+ * With AVX-512 a whole row of the tile fits one register: 6 accumulators of 16 lanes and one weight vector.
+ * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
+ * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
+ * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is
+ * picked at run time (rx_cpu_path): the widest the CPU has; RADIXMLP_CPU=portable|avx2|avx512, or rx_cpu_path(),
+ * forces one, and every one gives the same bits. */
+enum { MM_ROWS = 6, MM_COLS = 16 };
+
+size_t rx_packed_floats(int out, int in) {
+    return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
+}
+
+size_t rx_packed_x_floats(int rows, int in) {
+    return (size_t)(rows + MM_ROWS - 1) / MM_ROWS * MM_ROWS * (size_t)in;
+}
+
+/* One tile's inputs side by side: xp [in][MM_ROWS], xp[i][j] = xr[j][i]. */
+static void pack_tile(float *xp, const float *const xr[MM_ROWS], int in) {
+    for (int i = 0; i < in; i++)
+        for (int j = 0; j < MM_ROWS; j++) xp[(size_t)i * MM_ROWS + j] = xr[j][i];
+}
+
+void rx_pack_weight(float *wp, const RxTensor *W) {
+    int out = (int)W->shape[0], in = (int)W->shape[1], n_panels = (out + MM_COLS - 1) / MM_COLS;
+    const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
+    RX_OMP(omp parallel for schedule(static) if((size_t)out * in >= RX_GRAIN))
+    for (int p = 0; p < n_panels; p++) {
+        float *panel = wp + (size_t)p * in * MM_COLS;                         /* [in][MM_COLS] */
+        for (int i0 = 0; i0 < in; i0 += 16)            /* 16 inputs at a time: each read of W is one cache line */
+            for (int c = 0; c < MM_COLS; c++)
+                for (int i = i0; i < i0 + 16 && i < in; i++) {
+                    int o = p * MM_COLS + c;
+                    size_t at = (size_t)o * in + i;
+                    panel[(size_t)i * MM_COLS + c] = o >= out ? 0.0f : wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
+                }
+    }
+}
+
+/* One tile, portable C: acc[j][c] = fmaf(xp[i][j], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
+ * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]. */
+static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
+    for (int i = 0; i < in; i++)
+        for (int j = 0; j < MM_ROWS; j++)
+            for (int c = 0; c < MM_COLS; c++)
+                acc[j][c] = fmaf(xp[(size_t)i * MM_ROWS + j], panel[(size_t)i * MM_COLS + c], acc[j][c]);
+}
+
+/* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them. */
+#ifdef RX_X86
+__attribute__((target("avx2,fma")))
+static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
+    __m256 a[MM_ROWS][2];
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) {
+        a[j][0] = _mm256_loadu_ps(acc[j]);
+        a[j][1] = _mm256_loadu_ps(acc[j] + 8);
+    }
+    for (int i = 0; i < in; i++) {
+        __m256 w0 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS);         /* W[o0 .. o0+7][i]  */
+        __m256 w1 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8);     /* W[o0+8 .. o0+15][i] */
+#pragma GCC unroll 6
+        for (int j = 0; j < MM_ROWS; j++) {
+            __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j);
+            a[j][0] = _mm256_fmadd_ps(xv, w0, a[j][0]);
+            a[j][1] = _mm256_fmadd_ps(xv, w1, a[j][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) {
+        _mm256_storeu_ps(acc[j], a[j][0]);
+        _mm256_storeu_ps(acc[j] + 8, a[j][1]);
+    }
+}
+
+/* And with AVX-512: a step is one weight load, 6 broadcasts and 6 FMAs (AVX2: 2, 6 and 12). By latency arithmetic
+ * (an FMA's result is ready 4 cycles later; not measured here, see docs/results.md): 6 independent chains keep a
+ * core that issues one 16-lane FMA a cycle busy (AMD Zen 4); a core with two 512-bit FMA units (Intel Xeon) would
+ * want 8, and gets 1.5 FMAs a cycle from 6, still 1.5x its AVX2 rate. */
+__attribute__((target("avx512f")))
+static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
+    __m512 a[MM_ROWS];
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_loadu_ps(acc[j]);
+    for (int i = 0; i < in; i++) {
+        __m512 w = _mm512_loadu_ps(panel + (size_t)i * MM_COLS);          /* W[o0 .. o0+15][i] */
+#pragma GCC unroll 6
+        for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(size_t)i * MM_ROWS + j]), w, a[j]);
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) _mm512_storeu_ps(acc[j], a[j]);
+}
+#endif
+
+static void exp_row_portable(float *y, const float *x, float a, float b, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = exp_one(fmaf(a, x[i], b));
+}
+
+#ifdef RX_X86
+__attribute__((target("avx2,fma")))
+static void exp_row_avx2(float *y, const float *x, float a, float b, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(x + i), _mm256_set1_ps(b));
+        __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+        __m256 nf = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-0.693359375f), c);
+        r = _mm256_fmadd_ps(nf, _mm256_set1_ps(2.12194440e-4f), r);
+        __m256 p = _mm256_set1_ps(EXP_P[0]);
+        for (int k = 1; k < 6; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P[k]));
+        __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+        __m256i ni = _mm256_cvtps_epi32(nf), h = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
+        __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
+        __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), 23));
+        e = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
+        e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(v, _mm256_set1_ps(EXP_HI), _CMP_GT_OQ));
+        e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ));
+        _mm256_storeu_ps(y + i, _mm256_blendv_ps(e, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    }
+    exp_row_portable(y + i, x + i, a, b, n - i);
+}
+#endif
+
+/* ----------------------------------------------------------- part iii: the cpu paths (RADIXMLP_CPU), the fast ops */
+typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in);
+typedef void (*ExpRow)(float *y, const float *x, float a, float b, size_t n);
+/* The paths, narrowest first: "definition" runs Part I's definitions on one thread (its tables' entries serve only
+ * the public packed matmul and exp, called on their own); the exponential (1% of a forward) stays on AVX2 in the
+ * AVX-512 path. */
+static const char *const CPU_PATHS[] = {"definition", "portable", "avx2", "avx512"};
+#ifdef RX_X86
+static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_portable, mm_tile_avx2, mm_tile_avx512};
+static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_portable, exp_row_avx2, exp_row_avx2};
+#else
+static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_portable};
+static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_portable};
+#endif
+static int cpu_path = -1;                   /* the path in effect, an index into those; -1 until rx_cpu_path picks */
+static MmTile mm_tile;
+static ExpRow exp_row;
+
+static int cpu_can(int p) {                 /* can this CPU run path p? */
+    if (p >= (int)(sizeof MM_TILES / sizeof MM_TILES[0])) return 0;
+#ifdef RX_X86
+    if (p >= 2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
+    if (p >= 3 && !__builtin_cpu_supports("avx512f")) return 0;
+#endif
+    return 1;
+}
+
+const char *rx_cpu_path(const char *want) {
+    const char *env = getenv("RADIXMLP_CPU"), *who = want ? "rx_cpu_path" : "RADIXMLP_CPU";
+    if (!want && cpu_path >= 0) return CPU_PATHS[cpu_path];
+    if (!want) want = env && *env ? env : "auto";
+    int p = 3;
+    if (!strcmp(want, "auto"))                          /* the widest: never the definition, always slower */
+        while (!cpu_can(p)) p--;
+    else {
+        while (p >= 0 && strcmp(want, CPU_PATHS[p])) p--;
+        if (p < 0) {
+            rx_fail("%s: no CPU path \"%s\" (auto, definition, portable, avx2 or avx512)", who, want);
+            return NULL;
+        }
+        if (!cpu_can(p)) {
+            rx_fail("%s: this CPU cannot run the %s path", who, want);
+            return NULL;
+        }
+    }
+    cpu_path = p;
+    mm_tile = MM_TILES[p];
+    exp_row = EXP_ROWS[p];
+    return CPU_PATHS[p];
+}
+
+/* The environment every program checks at start, before any work: $RADIXMLP_CPU (rx_cpu_path) and $OMP_NUM_THREADS.
+ * libgomp reads the latter in its constructor, before main: a value it cannot use ("", "abc", 0, -4) earns a warning
+ * and every core, and 2147483647 it takes as given, to fail later allocating a scratch row per thread. So here it
+ * must be a count from 1 to RX_MAX_THREADS, or a list of them: "4,2" sets libgomp's nested levels, and the C
+ * reference never nests, so it runs on the first. */
+enum { RX_MAX_THREADS = 1024 };
+int rx_check_env(void) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (!rx_cpu_path(NULL)) return -1;
+    for (const char *c = env; c;) {
+        char *end;
+        errno = 0;
+        long n = strtol(c, &end, 10);
+        while (isspace((unsigned char)*end)) end++;
+        if (end == c || errno || n < 1 || n > RX_MAX_THREADS || (*end && *end != ','))
+            return rx_fail("OMP_NUM_THREADS: '%s' is not a thread count from 1 to %d (or a list of them, like 4,2: "
+                           "the first counts)", env, RX_MAX_THREADS);
+        c = *end == ',' ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+static void cpu_path_ready(void) {          /* first use: $RADIXMLP_CPU (the programs check it at start), else auto */
+    if (cpu_path < 0 && !rx_cpu_path(NULL)) rx_cpu_path("auto");
+}
+
+static int rx_fast(void) {
+    cpu_path_ready();
+    return cpu_path > 0;
+}
+
+static void exp_fast(float *y, const float *x, float a, float b, size_t n) {
+    exp_row(y, x, a, b, n);
+}
+
+void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp) {
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS, n_pack = x ? n_rt : 0;
+    cpu_path_ready();
+    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
+    for (int t = 0; t < n_pack; t++) {                               /* x -> xp, a tile of MM_ROWS rows at a time */
+        const float *xr[MM_ROWS];
+        for (int j = 0; j < MM_ROWS; j++) {
+            int r = t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1;        /* past the last row: repeat it */
+            xr[j] = x + (size_t)r * in;
+        }
+        pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
+    }
+    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
+    for (long t = 0; t < (long)n_rt * n_panels; t++) {
+        int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
+        int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
+        float acc[MM_ROWS][MM_COLS];
+        memset(acc, 0, sizeof acc);
+        mm_tile(acc, xp + (size_t)r0 * in, wp + (size_t)o0 * in, in);
+        for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
+            memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
+    }
+}
+
+/* The model's weights as the matmul reads them: every linear weight (each layer's seven, and the LM head) packed
+ * into fp32 panels by the first C reference forward that runs on the model, kept with it and freed by qwen3_free:
+ * 4 bytes a weight on top of the checkpoint's own (Qwen3-0.6B: 0.6 B weights with its tied head, 2.4 GB). Once per
+ * model, never per call; a model only ever run on the GPU never pays it. Not safe to race: run one reference
+ * forward before sharing a model between threads. */
+static int pack_once(float **panels, const Qwen3Model *m, const RxTensor *W) {
+    float **wp = &panels[W - m->tensors];             /* W's entry: its index in the model's tensor table */
+    if (*wp) return 0;
+    if (!(*wp = (float *)malloc(sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
+        return rx_fail("out of host memory for the packed weight %s", W->name);
+    rx_pack_weight(*wp, W);
+    return 0;
+}
+
+static int model_pack_ref(const Qwen3Model *m) {
+    float **panels = model_panels(m);                 /* [n_tensors] one entry per tensor, NULL: not packed */
+    if (!panels) return rx_fail("out of host memory for the packed weights");
+    if (m->lm_head && pack_once(panels, m, m->lm_head)) return -1;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const Qwen3Layer *w = &m->layers[l];
+        const RxTensor *linear[] = {w->q_proj, w->k_proj, w->v_proj, w->o_proj, w->gate_proj, w->up_proj,
+                                    w->down_proj};
+        for (int k = 0; k < 7; k++)
+            if (pack_once(panels, m, linear[k])) return -1;
+    }
+    return 0;
+}
+
+/* linear_ref on W's panels (model_pack_ref), x packed into xp on the way. */
+static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
+    const float *wp = model_panels(m)[W - m->tensors];
+    rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0], xp);
+}
+
+/* The floats a forward's packed x needs (RefActs.xp): rows of the widest matmul input, hidden, n_heads*head_dim or
+ * intermediate, in tiles of MM_ROWS. */
+static size_t fast_x_floats(const Qwen3Config *c, int rows) {
+    int in = c->hidden_size;
+    if (c->n_heads * c->head_dim > in) in = c->n_heads * c->head_dim;
+    if (c->intermediate_size > in) in = c->intermediate_size;
+    return rx_packed_x_floats(rows, in);
+}
+
+static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps) {
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * dim >= RX_GRAIN))
+    for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
+}
+
+static void qk_norm_rope_fast(float *x, const float *w, const float *cos_t, const float *sin_t, int rows, int n_heads,
+                              int head_dim, float eps) {
+    const size_t half = (size_t)head_dim / 2;
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * n_heads * head_dim >= RX_GRAIN))
+    for (int r = 0; r < rows; r++)
+        qk_norm_rope_row(x + (size_t)r * n_heads * head_dim, w, cos_t + r * half, sin_t + r * half, n_heads, head_dim,
+                         eps);
+}
+
+/* rx_silu_mul_ref, 256 at a time through the vector exp: exp(-g) = exp_one(fmaf(-1, g, 0)), the same number. */
+static void silu_mul_fast(float *out, const float *gate, const float *up, size_t n) {
+    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        float e[256];                                           /* exp(-gate), 256 at a time */
+        size_t m = n - i0 < 256 ? n - i0 : 256;
+        exp_row(e, gate + i0, -1.0f, 0.0f, m);
+        for (size_t i = i0; i < i0 + m; i++) out[i] = gate[i] / (1.0f + e[i - i0]) * up[i];
+    }
+}
+
+/* ---------------------------------------------------------------------------------- part iii: the tiled attention */
+/* Attention for one sequence and one kv head is two matmuls, so it runs on the matmul's micro-kernel (mm_tile):
+ *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T  K [len, head_dim]: weight [out = keys, in = head_dim]
+ *   outputs  O [queries, head_dim] = P [queries, len] @ V         V^T [head_dim, len]: weight [out = dims, in = keys]
+ * where P = softmax(S * scale) row by row. Each score is therefore rx_matmul_ref's chain of fmaf over i = 0 ..
+ * head_dim-1, and each output its chain over keys j = 0 .. len-1, on every CPU path; and MM_ROWS queries (a row's
+ * GQA heads, then the next rows of the same sequence) share every key and value the kernel loads, as FlashAttention
+ * shares them across a block of queries. Queries of one tile may see different lengths (row g sees g - t0 + 1 keys):
+ * a score past a query's own length is computed and dropped, and the value sums run in segments, each query's
+ * output stored when its chain reaches its own length, so no later key (a NaN, say) ever reaches an earlier row.
+ *
+ * Keys and values are first packed per kv head and sequence as rx_pack_weight packs a weight, read through kv_row:
+ *   kp [n_kv][T16][head_dim]: sequence s's keys in panels of MM_COLS keys, [head_dim][MM_COLS] each
+ *   vp [n_kv][T16][hd16]:     its values in panels of MM_COLS dims, [len16][MM_COLS] each
+ * with len16 its length rounded up to MM_COLS, T16 the sum of the len16, hd16 head_dim rounded up, zeros in the
+ * padding. Memory: a copy of every key and value each sequence reads (a shared prefix's once per sequence). */
+static int attention_free(int n_t, int32_t *base, int32_t *len16, int32_t *chunk, float *kp, float *vp, float *s) {
+    free(base);
+    free(len16);
+    free(chunk);
+    free(kp);
+    free(vp);
+    free(s);
+    return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
+}
+
+static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
+                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
+    int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
+    int hd16 = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
+    if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
+    for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
+        int g = q_orig ? q_orig[r] : r;
+        if (g + 1 > n_t) n_t = g + 1;
+    }
+    int32_t *base = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));     /* [n_t]: at a sequence's start t0, */
+    int32_t *len16 = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));    /* its offset in T16 and its len16 */
+    int32_t *chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));   /* query tiles, below */
+    float *kp = NULL, *vp = NULL, *s_all = NULL;
+    size_t T16 = 0;
+    if (!base || !len16 || !chunk) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
+    for (int t0 = 0, t = 1; t0 < n_t; t0 = t++) {
+        while (t < n_t && seq_start[t] == t0) t++;                         /* positions t0 .. t-1: one sequence */
+        base[t0] = (int32_t)T16;
+        len16[t0] = (t - t0 + MM_COLS - 1) / MM_COLS * MM_COLS;
+        T16 += (size_t)len16[t0];
+        if (t - t0 > longest) longest = t - t0;
+    }
+    /* The queries of kv head kvh, numbered qi = r * group + (h - kvh * group), cut into tiles of at most MM_ROWS
+     * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for each kv head). */
+    for (int qi = 0; qi < n_q * group; n_chunks++) {
+        int first = qi, t0 = seq_start[q_orig ? q_orig[qi / group] : qi / group];
+        chunk[n_chunks] = first;
+        while (qi < n_q * group && qi - first < MM_ROWS && seq_start[q_orig ? q_orig[qi / group] : qi / group] == t0)
+            qi++;
+    }
+    chunk[n_chunks] = n_q * group;
+    int n_threads = rx_threads(0), long16 = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
+    size_t scratch = (size_t)MM_ROWS * (long16 + (head_dim > long16 ? head_dim : long16));  /* per thread: below */
+    kp = (float *)calloc((size_t)n_kv_heads * T16 * head_dim, sizeof(float));
+    vp = (float *)calloc((size_t)n_kv_heads * T16 * hd16, sizeof(float));
+    s_all = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
+    if (!kp || !vp || !s_all) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
+    cpu_path_ready();
+    RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
+    for (int t = 0; t < n_t; t++) {                 /* a panel at a time: keys t .. t+n-1, keys j .. j+n-1 of their */
+        int t0 = seq_start[t], j = t - t0, n = 0;   /* sequence, written into a panel that stays in the L1 cache */
+        if (j % MM_COLS) continue;
+        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;
+        for (int h = 0; h < n_kv_heads; h++) {
+            float *ks = kp + ((size_t)h * T16 + base[t0] + j) * head_dim;      /* [head_dim][MM_COLS] */
+            float *vs = vp + ((size_t)h * T16 + base[t0]) * hd16 + (size_t)j * MM_COLS;
+            for (int c = 0; c < n; c++) {
+                size_t row = kv_at(kv, t + c) + (size_t)h * head_dim;
+                for (int i = 0; i < head_dim; i++) ks[(size_t)i * MM_COLS + c] = kv->k[row + i];
+                for (int i0 = 0; i0 < head_dim; i0 += MM_COLS)                 /* panel i0 / MM_COLS, row j + c */
+                    memcpy(vs + (size_t)i0 * len16[t0] + (size_t)c * MM_COLS, kv->v + row + i0,
+                           sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
+            }
+        }
+    }
+    float scale = 1.0f / sqrtf((float)head_dim);
+    RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
+    for (long task = 0; task < (long)n_kv_heads * n_chunks; task++) {
+        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = chunk[c + 1] - chunk[c], width = 0;
+        int len[MM_ROWS], r_of[MM_ROWS], h_of[MM_ROWS];
+        const float *xr[MM_ROWS];
+        float *s = s_all + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];    /* S, then P [MM_ROWS][long16] */
+        float *xp = s + (size_t)MM_ROWS * long16;              /* the tile's Q, then its P, side by side for mm_tile */
+        for (int j = 0; j < MM_ROWS; j++) {           /* a tile of fewer than MM_ROWS repeats its last query */
+            int qi = chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
+            r_of[j] = r;
+            h_of[j] = kvh * group + qi % group;
+            len[j] = g - seq_start[g] + 1;
+            if (len[j] > width) width = len[j];
+            xr[j] = q + (size_t)r * qd + (size_t)h_of[j] * head_dim;
+        }
+        int t0 = seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]];
+        const float *ks = kp + ((size_t)kvh * T16 + base[t0]) * head_dim;     /* this sequence's keys, values */
+        const float *vs = vp + ((size_t)kvh * T16 + base[t0]) * hd16;
+        pack_tile(xp, xr, head_dim);                                       /* [head_dim][MM_ROWS] */
+        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a panel of keys at a time */
+            memset(acc, 0, sizeof acc);
+            mm_tile(acc, xp, ks + (size_t)j0 * head_dim, head_dim);
+            for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long16 + j0, acc[j], sizeof acc[j]);
+        }
+        for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
+            float *p = s + (size_t)j * long16, mx = -INFINITY, z = 0.0f;
+            RX_SIMD
+            for (int k = 0; k < len[j]; k++) p[k] *= scale;
+            RX_SIMD_MAX(mx)
+            for (int k = 0; k < len[j]; k++) mx = p[k] > mx ? p[k] : mx;
+            exp_row(p, p, 1.0f, -mx, (size_t)len[j]);                          /* p = exp(p - mx) */
+            for (int k = 0; k < len[j]; k++) z += p[k];                        /* in order: a chain */
+            RX_SIMD
+            for (int k = 0; k < len[j]; k++) p[k] /= z;
+            for (int k = len[j]; k < width; k++) p[k] = 0.0f;              /* read, never stored (below) */
+        }
+        for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long16;
+        pack_tile(xp, xr, width);                                          /* [width][MM_ROWS] */
+        for (int i0 = 0; i0 < head_dim; i0 += MM_COLS) {                   /* O = P V, a panel of dims at a time, */
+            memset(acc, 0, sizeof acc);                                    /* keys done .. next-1 at a time */
+            for (int done = 0, next; done < width; done = next) {
+                next = width;                              /* the next length a query of the tile stops at */
+                for (int j = 0; j < n; j++)
+                    if (len[j] > done && len[j] < next) next = len[j];
+                mm_tile(acc, xp + (size_t)done * MM_ROWS, vs + (size_t)i0 * len16[t0] + (size_t)done * MM_COLS,
+                        next - done);
+                for (int j = 0; j < n; j++)
+                    if (len[j] == next)
+                        memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],
+                               sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
+            }
+        }
+    }
+    attention_free(0, base, len16, chunk, kp, vp, s_all);
+    return 0;
+}
+
+#ifndef RADIXMLP_HOST_ONLY
+/* upload's conversion to bf16 on threads: h [n] = t as bf16, element by element as upload's loop. */
+static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n) {
+    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
+    for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
+}
+#endif
 
 /* --------------------------------------------------------------------------------------------------------- errors */
 /* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */
