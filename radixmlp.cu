@@ -1046,7 +1046,7 @@ double rx_bf16_tolerance(const Qwen3Config *c) {
  * The norms, residual adds and GEMMs round exactly where transformers does. Each rounding skipped is an error of up
  * to 2^-8 of a value that the fp32 C reference does not make either: the GPU is checked against that reference, and
  * the skipped roundings bring it closer, never further. Against transformers' own bf16 forward the GPU then differs
- * by those roundings, about 8 per layer, each as large as one of the 15 per layer both make (rx_bf16_tolerance above
+ * by those roundings, about 8 per layer, each as large as one of the 19 per layer both make (rx_bf16_tolerance above
  * gives the budget against the C reference). */
 typedef __nv_bfloat16 bf16;
 static __host__ __device__ float f32(bf16 x) { return __bfloat162float(x); }
@@ -1232,7 +1232,8 @@ static int add_inplace(bf16 *x, const bf16 *y, int64_t n) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
-/* The C reference's KvView, on the host, over bf16 device arrays: both kernels below read keys through it. */
+/* The C reference's KvView, on the host, over bf16 device arrays: the kernel below and Part III's flash kernel read
+ * keys through it. */
 typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
 
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
@@ -1285,284 +1286,14 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
     return 0;
 }
 
-/* Flash attention: the same causal attention on tensor cores, FlashAttention-2 in structure, for head_dim 128 (every
- * Qwen3 model; any other head_dim runs the naive kernel above). It takes the batch as varlen query and key layouts:
- *   q, out [cu_q[S], n_heads*head_dim]   query i of sequence s is row cu_q[s] + i
- *   k, v, kv_stride, kv_row              key t of sequence s is row kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t,
- *                                        rows kv_stride elements apart (GpuKvView)
- * with Lq_s = cu_q[s+1] - cu_q[s] queries and Lk_s = cu_k[s+1] - cu_k[s] keys. The queries are the *last* Lq_s
- * positions of the sequence: query i sits at key position (Lk_s - Lq_s) + i and sees keys 0 .. that position.
- *   baseline  cu_q = cu_k = cu_seqlens, kv_row = NULL           (N rows)
- *   radix     the same, on the scattered N rows, then the gather (the paper)
- *   compact   cu_k = cu_seqlens, kv_row = I_scatter, cu_q from radix_compact_cu_q (Lq_s = L_s - p_s): the whole
- *             (token, position) history of every query is read through I_scatter, with no copy.
- *
- * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
- * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
- * positions 64..299:
- *
- *                                       key tiles of BN = 64, from key position 0
- *                                       0        64       128      192      256   300
- *    query tile 0 (positions  64..127)  |########|##\     |        |        |      |
- *    query tile 1 (positions 128..191)  |########|########|##\     |        |      |
- *    query tile 2 (positions 192..255)  |########|########|########|##\     |      |
- *    query tile 3 (positions 256..299)  |########|########|########|########|#\    |
- *
- *    #: every key visible, no mask.  ##\: the diagonal tile, keys t > pos masked.  Blank: never loaded.
- * In baseline the same sequence has 5 query tiles (positions 0..299) over the same key tiles. Where query tiles do not
- * start at a multiple of 64 (p_s = 40, say) a tile's diagonal crosses two key tiles, and both are masked.
- *
- * For each key tile, up to the diagonal of the tile's last query:
- *   S = Q K^T        [16 x 64] per warp: mma.sync m16n8k16 (bf16 in, fp32 out), Q's fragments held in registers
- *   online softmax   per row, in fp32 and base 2: x = S * log2(e)/sqrt(d), m = max(m, max x), rescale the running
- *                    sum l and the output O by 2^(m_old - m), p = 2^(x - m)
- *   O += P V         P rounded to bf16 straight from the registers: the mma's accumulator layout for S is its operand
- *                    layout for P, so P never goes through memory; V is read with ldmatrix.trans
- * K and V tiles come in through cp.async into two shared-memory buffers: tile j+1 loads while tile j is computed.
- * Work is listed longest first (flash_tiles): the query tiles with the most key tiles start first, the short ones
- * fill in at the end.
- *
- * radix == compact, bit for bit, as with the naive kernel: a query's row sees the same q, the same keys in the same
- * tiles (anchored at position 0, not at the query tile) and so the same arithmetic, whichever rows share its CTA. A
- * CTA may run key tiles beyond a row's diagonal (its last row's diagonal is further on); there every element of the
- * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
- * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
+/* Part III's flash attention kernel (tensor cores), the naive kernel's fast twin, declared here for the GPU forward
+ * and defined there: FLASH_D is the one head_dim it is built for, a FlashTile one CTA's work (flash_tiles). */
 enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
-static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
 typedef struct { int32_t seq, tile, key_tiles; } FlashTile;   /* one CTA's work: query tile `tile` of sequence seq */
-/* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
- * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes FLASH_SMEM_BYTES, its own
- * constant: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
-template <int D> struct FlashSmem {
-    enum { SROW = D + 8, Q = 0, K = Q + FLASH_BM * SROW, V = K + 2 * FLASH_BN * SROW, END = V + 2 * FLASH_BN * SROW };
-};
-enum { FLASH_SMEM_BYTES = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * 2 };   /* 85 KiB: Q, 2 x (K, V), bf16 */
-
-static __device__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-/* 16 bytes global -> shared, asynchronously; with ok == 0 nothing is read and the 16 bytes become zeros. */
-static __device__ void cp_async16(void *dst, const void *src, int ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
-}
-static __device__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-static __device__ void cp_async_wait_all_but_1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-static __device__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-/* Four 8x8 bf16 matrices from shared memory; lanes 8j..8j+7 give the row addresses of matrix j, and lane l receives
- * elements (l/4, 2(l%4)..+1) of each (with .trans: the transposed matrix). */
-static __device__ void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
-}
-static __device__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
-}
-/* c [16 x 8] += a [16 x 16] b [16 x 8], bf16 in, fp32 accumulate. With g = lane/4, q = lane%4, lane holds
- *   a: a[0] = A[g][2q..2q+1], a[1] = A[g+8][2q..], a[2] = A[g][2q+8..], a[3] = A[g+8][2q+8..]   (bf16 pairs)
- *   b: b0 = B[2q..2q+1][g], b1 = B[2q+8..2q+9][g]                                             (bf16 pairs)
- *   c: c[0..1] = C[g][2q..2q+1], c[2..3] = C[g+8][2q..2q+1]                                   (fp32)        */
-static __device__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ uint32_t pack_bf16(float lo, float hi) {   /* two bf16 in one register, lo in the low half */
-    __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);          /* each rounded to nearest even, as to_bf16 */
-    uint32_t r;
-    memcpy(&r, &p, sizeof r);
-    return r;
-}
-
-/* Key tile t0 .. t0+BN-1 of one sequence into sK, sV [BN][D + 8] (bf16). The 8 padding elements per row shift
- * consecutive rows by 16 bytes, so the 8 row addresses of an ldmatrix hit 8 different groups of banks. */
-template <int D>
-static __device__ void flash_load_kv(bf16 *sK, bf16 *sV, const bf16 *k, const bf16 *v, const int32_t *kv_row,
-                                     int k0, int Lk, int t0, int64_t kv_stride, int kv_col) {
-    for (int c = threadIdx.x; c < FLASH_BN * (D / 8); c += blockDim.x) {
-        int r = c / (D / 8), col = c % (D / 8) * 8, t = t0 + r, ok = t < Lk;
-        int64_t row = !ok ? 0 : kv_row ? kv_row[k0 + t] : k0 + t;      /* the prefix may come from any sequence */
-        cp_async16(sK + r * (D + 8) + col, k + row * kv_stride + kv_col + col, ok);
-        cp_async16(sV + r * (D + 8) + col, v + row * kv_stride + kv_col + col, ok);
-    }
-}
-
-/* One warp's work on one key tile: its 16 query rows (Q fragments qa) against keys j*BN .. j*BN+BN-1 (Kj, Vj in shared
- * memory), updating the running max m, sum l and output O of rows g and g+8 (g = lane/4). pos: the key position of
- * row g; first_pos: the key position of the CTA's first query (no key of the tile after it: no mask needed). */
-template <int D>
-static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_run[2], float l_run[2],
-                                  const bf16 *Kj, const bf16 *Vj, int j, int pos, int first_pos, float scale_log2) {
-    enum { SROW = D + 8, NT = FLASH_BN / 8, DT = D / 8 };
-    const int lane = threadIdx.x % 32, tq = lane % 4;
-    float sc[NT][4];                               /* S = Q K^T [16 x BN]: element e of n is key 8n + 2tq + (e & 1), */
-    for (int n = 0; n < NT; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;   /* row g + 8 (e >> 1) */
-    for (int kk = 0; kk < D / 16; kk++)
-        for (int n = 0; n < NT; n += 2) {          /* K [key][dim] is B^T, as the mma wants B: no .trans */
-            uint32_t b[4];
-            ldmatrix_x4(b, Kj + (8 * n + lane % 8 + lane / 16 * 8) * SROW + 16 * kk + (lane / 8) % 2 * 8);
-            mma_bf16_16816(sc[n], qa[kk], b[0], b[1]);
-            mma_bf16_16816(sc[n + 1], qa[kk], b[2], b[3]);
-        }
-    const int masked = (j + 1) * FLASH_BN - 1 > first_pos;   /* causal mask: keys after a row's position */
-    for (int n = 0; n < NT; n++)
-        for (int e = 0; e < 4; e++) {
-            int t = j * FLASH_BN + 8 * n + 2 * tq + (e & 1);
-            sc[n][e] = masked && t > pos + 8 * (e >> 1) ? -INFINITY : sc[n][e] * scale_log2;
-        }
-
-    for (int r = 0; r < 2; r++) {                  /* online softmax of rows g (r = 0) and g + 8 (r = 1) */
-        float mx = m_run[r];
-        for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));   /* a row lives in the 4 lanes of a quad */
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = mx == -INFINITY ? 0.0f : mx;        /* no key yet: 2^(-inf - 0) = 0, not NaN */
-        const float rescale = exp2f(m_run[r] - base);          /* 1 exactly when the max did not move */
-        m_run[r] = mx;
-        l_run[r] *= rescale;
-        for (int n = 0; n < DT; n++) {
-            o[n][2 * r] *= rescale;
-            o[n][2 * r + 1] *= rescale;
-        }
-        for (int n = 0; n < NT; n++)
-            for (int e = 2 * r; e < 2 * r + 2; e++) {
-                sc[n][e] = exp2f(sc[n][e] - base);             /* masked: 2^-inf = 0 exactly */
-                l_run[r] += sc[n][e];
-            }
-    }
-
-    for (int kc = 0; kc < FLASH_BN / 16; kc++) {  /* O += P V, 16 keys at a time; S's accumulators become P's A */
-        const uint32_t pa[4] = {pack_bf16(sc[2 * kc][0], sc[2 * kc][1]), pack_bf16(sc[2 * kc][2], sc[2 * kc][3]),
-                                pack_bf16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
-                                pack_bf16(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
-        for (int n = 0; n < DT; n += 2) {          /* V [key][dim] is B itself: ldmatrix .trans */
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, Vj + (16 * kc + lane % 8 + (lane / 8) % 2 * 8) * SROW + 8 * n + lane / 16 * 8);
-            mma_bf16_16816(o[n], pa, b[0], b[1]);
-            mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
-        }
-    }
-}
-
-/* One CTA: query tile tiles[blockIdx.x / n_heads] (flash_tiles) of head blockIdx.x % n_heads. */
-template <int D>
-static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
-                                           int64_t kv_stride, const int32_t *kv_row, const int32_t *cu_q,
-                                           const int32_t *cu_k, const FlashTile *tiles, int n_heads, int n_kv_heads,
-                                           float scale_log2) {
-    enum { SROW = D + 8, DT = D / 8 };
-    bf16 *sQ = smem + FlashSmem<D>::Q, *sK = smem + FlashSmem<D>::K, *sV = smem + FlashSmem<D>::V;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
-    const int s = tiles[tile].seq, m0 = tiles[tile].tile * FLASH_BM;      /* sequence, first query of the tile */
-    const int q0 = cu_q[s], Lq = cu_q[s + 1] - q0, k0 = cu_k[s], Lk = cu_k[s + 1] - k0, off = Lk - Lq;
-    const int key_end = min(Lk, off + min(m0 + FLASH_BM, Lq));   /* keys 0 .. the last query's position */
-    const int n_kt = (key_end + FLASH_BN - 1) / FLASH_BN;
-    const int64_t q_stride = (int64_t)n_heads * D;
-
-    for (int c = threadIdx.x; c < FLASH_BM * (D / 8); c += blockDim.x) {   /* the Q tile, with key tile 0 */
-        int r = c / (D / 8), col = c % (D / 8) * 8, ok = m0 + r < Lq;
-        cp_async16(sQ + r * SROW + col, q + (ok ? (q0 + m0 + r) * q_stride : 0) + h * D + col, ok);
-    }
-    flash_load_kv<D>(sK, sV, k, v, kv_row, k0, Lk, 0, kv_stride, kvh * D);
-    cp_async_commit();
-
-    uint32_t qa[D / 16][4];                        /* this warp's 16 query rows, as mma A fragments */
-    float o[DT][4];                                /* O [16 x D]: DT accumulators of 16 x 8 */
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* rows g and g+8: max (log2 units), sum */
-    for (int n = 0; n < DT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    const int pos = off + m0 + 16 * warp + g;     /* key position of row g; row g+8 is at pos + 8 */
-    const int warp_rows = min(16, Lq - m0 - 16 * warp);           /* this warp's rows in the sequence (<= 0: none) */
-    const int warp_last = off + m0 + 16 * warp + warp_rows - 1;   /* the key position of its last one */
-
-    for (int j = 0; j < n_kt; j++) {
-        if (j + 1 < n_kt) {                        /* prefetch tile j+1 into the other buffer, then wait for tile j */
-            flash_load_kv<D>(sK + (j + 1) % 2 * FLASH_BN * SROW, sV + (j + 1) % 2 * FLASH_BN * SROW, k, v, kv_row, k0,
-                             Lk, (j + 1) * FLASH_BN, kv_stride, kvh * D);
-            cp_async_commit();
-            cp_async_wait_all_but_1();
-        } else {
-            cp_async_wait_all();
-        }
-        __syncthreads();                           /* every thread's copies of tile j (and Q) have landed */
-        if (j == 0)
-            for (int kk = 0; kk < D / 16; kk++)
-                ldmatrix_x4(qa[kk], sQ + (16 * warp + lane % 16) * SROW + 16 * kk + lane / 16 * 8);
-        if (warp_rows > 0 && j * FLASH_BN <= warp_last)   /* else the whole tile is masked for this warp: a no-op */
-            flash_tile<D>(qa, o, m_run, l_run, sK + j % 2 * FLASH_BN * SROW, sV + j % 2 * FLASH_BN * SROW, j, pos,
-                          off + m0, scale_log2);
-        __syncthreads();                           /* all warps are done with buffer j % 2 before it is refilled */
-    }
-
-    for (int r = 0; r < 2; r++) {                  /* out = O / l, rows of this sequence only */
-        float l = l_run[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int i = m0 + 16 * warp + g + 8 * r;
-        if (i >= Lq) continue;
-        bf16 *orow = out + (q0 + i) * q_stride + h * D + 2 * tq;
-        for (int n = 0; n < DT; n++) {
-            orow[8 * n] = to_bf16(o[n][2 * r] / l);
-            orow[8 * n + 1] = to_bf16(o[n][2 * r + 1] / l);
-        }
-    }
-}
-/* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
-__global__ void __launch_bounds__(FLASH_WARPS * 32)
-flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
-                            const int32_t *kv_row, const int32_t *cu_q, const int32_t *cu_k, const FlashTile *tiles,
-                            int n_heads, int n_kv_heads, float scale_log2) {
-    extern __shared__ __align__(16) bf16 smem[];
-    flash_attention_cta<FLASH_D>(smem, out, q, k, v, kv_stride, kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads,
-                                 scale_log2);
-}
-
-/* The flash kernel's work list, *tiles [n_tiles] in device memory: every query tile of every sequence with queries,
- * the ones with the most key tiles first (ties in batch order). */
-static int cmp_flash_tile(const void *a, const void *b) {
-    const FlashTile *x = (const FlashTile *)a, *y = (const FlashTile *)b;
-    if (x->key_tiles != y->key_tiles) return y->key_tiles - x->key_tiles;
-    return x->seq != y->seq ? x->seq - y->seq : x->tile - y->tile;
-}
-static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles) {
-    int n = 0;
-    for (int s = 0; s < n_seqs; s++) n += (cu_q[s + 1] - cu_q[s] + FLASH_BM - 1) / FLASH_BM;
-    FlashTile *t = (FlashTile *)rx_alloc((size_t)n * sizeof(FlashTile), "the flash attention work list");
-    if (!t) return -1;
-    n = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        int Lq = cu_q[s + 1] - cu_q[s], Lk = cu_k[s + 1] - cu_k[s];
-        for (int m = 0; m * FLASH_BM < Lq; m++) {
-            int key_end = Lk - Lq + (Lq < (m + 1) * FLASH_BM ? Lq : (m + 1) * FLASH_BM);
-            FlashTile ft = {.seq = s, .tile = m, .key_tiles = (key_end + FLASH_BN - 1) / FLASH_BN};
-            t[n++] = ft;
-        }
-    }
-    qsort(t, n, sizeof *t, cmp_flash_tile);
-    *n_tiles = n;
-    *tiles = NULL;
-    int rc = n && (dev_alloc((void **)tiles, (size_t)n * sizeof *t, "the flash attention work list [%d tiles]", n) ||
-                   cuda_copy(*tiles, t, (size_t)n * sizeof *t, cudaMemcpyHostToDevice));   /* no queries: no list */
-    free(t);
-    return rc ? -1 : 0;
-}
-
-static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
-static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
-                           const int32_t *cu_k, const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads,
-                           int head_dim) {
-    if ((int64_t)n_tiles * n_heads > INT32_MAX)
-        return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
-    if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
-    const int shmem = FLASH_SMEM_BYTES;
-    /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
-     * it is made before every launch (a host-side call, cheap beside the kernel), never kept in a static. */
-    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
-    const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
-    flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
-        out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
-    LAUNCH_CHECK();
-    return 0;
-}
+static int flash_supported(int head_dim);
+static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles);
+static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q, const int32_t *cu_k,
+                           const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads, int head_dim);
 
 /* -------------------------------------------------------------------------------------------------- the gpu model */
 typedef struct {                     /* one decoder layer on the device, bf16, [out, in] as nn.Linear stores them */
@@ -3251,22 +2982,6 @@ int gpu_test_device_reset(void) {
     return 0;
 }
 
-/* Every kernel's launch as its launcher above makes it, for the resource gate (`make resource-gate`, no device):
- * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
-static const GpuLaunchShape launch_shapes[] = {
-    {"rows_by_index_kernel", INDEX_BLOCK, 0, 0},
-    {"rmsnorm_kernel", BLOCK, 0, 0},
-    {"qk_norm_rope_kernel", BLOCK, 0, 0},
-    {"silu_mul_kernel", BLOCK, 0, 0},
-    {"add_kernel", BLOCK, 0, 0},
-    {"attention_kernel", BLOCK, 0, 0},
-    {"flash_attention_d128_kernel", FLASH_WARPS * 32, FLASH_SMEM_BYTES, FlashSmem<FLASH_D>::END * (int)sizeof(bf16)},
-};
-int gpu_launch_shapes(const GpuLaunchShape **shapes) {
-    *shapes = launch_shapes;
-    return (int)(sizeof launch_shapes / sizeof launch_shapes[0]);
-}
-
 #else /* RADIXMLP_HOST_ONLY */
 /* Built by a plain C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
  * function reports that there is no device. (Unnamed parameters: this file is always compiled as C++.) */
@@ -3821,6 +3536,303 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
 }
 
 #ifndef RADIXMLP_HOST_ONLY
+/* --------------------------------------------------------------------- part iii: the flash attention kernel (gpu) */
+/* Flash attention: attention_kernel's causal attention (Part I's naive kernel) on tensor cores, FlashAttention-2 in
+ * structure, for head_dim 128 (every Qwen3 model; any other head_dim runs the naive kernel). Within bf16 of the C
+ * reference's attention, as the naive kernel is (gpu/flash_attention_matches_reference_in_all_index_modes,
+ * gpu/flash_attention_matches_naive_at_table4_shape, gpu/forward_flash_matches_reference_table7). It takes the
+ * batch as varlen query and key layouts:
+ *   q, out [cu_q[S], n_heads*head_dim]   query i of sequence s is row cu_q[s] + i
+ *   k, v, kv_stride, kv_row              key t of sequence s is row kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t,
+ *                                        rows kv_stride elements apart (GpuKvView)
+ * with Lq_s = cu_q[s+1] - cu_q[s] queries and Lk_s = cu_k[s+1] - cu_k[s] keys. The queries are the *last* Lq_s
+ * positions of the sequence: query i sits at key position (Lk_s - Lq_s) + i and sees keys 0 .. that position.
+ *   baseline  cu_q = cu_k = cu_seqlens, kv_row = NULL           (N rows)
+ *   radix     the same, on the scattered N rows, then the gather (the paper)
+ *   compact   cu_k = cu_seqlens, kv_row = I_scatter, cu_q from radix_compact_cu_q (Lq_s = L_s - p_s): the whole
+ *             (token, position) history of every query is read through I_scatter, with no copy.
+ *
+ * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
+ * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
+ * positions 64..299:
+ *
+ *                                       key tiles of BN = 64, from key position 0
+ *                                       0        64       128      192      256   300
+ *    query tile 0 (positions  64..127)  |########|##\     |        |        |      |
+ *    query tile 1 (positions 128..191)  |########|########|##\     |        |      |
+ *    query tile 2 (positions 192..255)  |########|########|########|##\     |      |
+ *    query tile 3 (positions 256..299)  |########|########|########|########|#\    |
+ *
+ *    #: every key visible, no mask.  ##\: the diagonal tile, keys t > pos masked.  Blank: never loaded.
+ * In baseline the same sequence has 5 query tiles (positions 0..299) over the same key tiles. Where query tiles do not
+ * start at a multiple of 64 (p_s = 40, say) a tile's diagonal crosses two key tiles, and both are masked.
+ *
+ * For each key tile, up to the diagonal of the tile's last query:
+ *   S = Q K^T        [16 x 64] per warp: mma.sync m16n8k16 (bf16 in, fp32 out), Q's fragments held in registers
+ *   online softmax   per row, in fp32 and base 2: x = S * log2(e)/sqrt(d), m = max(m, max x), rescale the running
+ *                    sum l and the output O by 2^(m_old - m), p = 2^(x - m)
+ *   O += P V         P rounded to bf16 straight from the registers: the mma's accumulator layout for S is its operand
+ *                    layout for P, so P never goes through memory; V is read with ldmatrix.trans
+ * K and V tiles come in through cp.async into two shared-memory buffers: tile j+1 loads while tile j is computed.
+ * Work is listed longest first (flash_tiles): the query tiles with the most key tiles start first, the short ones
+ * fill in at the end.
+ *
+ * radix == compact, bit for bit, as with the naive kernel: a query's row sees the same q, the same keys in the same
+ * tiles (anchored at position 0, not at the query tile) and so the same arithmetic, whichever rows share its CTA. A
+ * CTA may run key tiles beyond a row's diagonal (its last row's diagonal is further on); there every element of the
+ * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
+ * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
+static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
+/* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
+ * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes FLASH_SMEM_BYTES, its own
+ * constant: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
+template <int D> struct FlashSmem {
+    enum { SROW = D + 8, Q = 0, K = Q + FLASH_BM * SROW, V = K + 2 * FLASH_BN * SROW, END = V + 2 * FLASH_BN * SROW };
+};
+enum { FLASH_SMEM_BYTES = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * 2 };   /* 85 KiB: Q, 2 x (K, V), bf16 */
+
+static __device__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+/* 16 bytes global -> shared, asynchronously; with ok == 0 nothing is read and the 16 bytes become zeros. */
+static __device__ void cp_async16(void *dst, const void *src, int ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+static __device__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+static __device__ void cp_async_wait_all_but_1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+static __device__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+/* Four 8x8 bf16 matrices from shared memory; lanes 8j..8j+7 give the row addresses of matrix j, and lane l receives
+ * elements (l/4, 2(l%4)..+1) of each (with .trans: the transposed matrix). */
+static __device__ void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+}
+static __device__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+}
+/* c [16 x 8] += a [16 x 16] b [16 x 8], bf16 in, fp32 accumulate. With g = lane/4, q = lane%4, lane holds
+ *   a: a[0] = A[g][2q..2q+1], a[1] = A[g+8][2q..], a[2] = A[g][2q+8..], a[3] = A[g+8][2q+8..]   (bf16 pairs)
+ *   b: b0 = B[2q..2q+1][g], b1 = B[2q+8..2q+9][g]                                             (bf16 pairs)
+ *   c: c[0..1] = C[g][2q..2q+1], c[2..3] = C[g+8][2q..2q+1]                                   (fp32)        */
+static __device__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ uint32_t pack_bf16(float lo, float hi) {   /* two bf16 in one register, lo in the low half */
+    __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);          /* each rounded to nearest even, as to_bf16 */
+    uint32_t r;
+    memcpy(&r, &p, sizeof r);
+    return r;
+}
+
+/* Key tile t0 .. t0+BN-1 of one sequence into sK, sV [BN][D + 8] (bf16). The 8 padding elements per row shift
+ * consecutive rows by 16 bytes, so the 8 row addresses of an ldmatrix hit 8 different groups of banks. */
+template <int D>
+static __device__ void flash_load_kv(bf16 *sK, bf16 *sV, const bf16 *k, const bf16 *v, const int32_t *kv_row,
+                                     int k0, int Lk, int t0, int64_t kv_stride, int kv_col) {
+    for (int c = threadIdx.x; c < FLASH_BN * (D / 8); c += blockDim.x) {
+        int r = c / (D / 8), col = c % (D / 8) * 8, t = t0 + r, ok = t < Lk;
+        int64_t row = !ok ? 0 : kv_row ? kv_row[k0 + t] : k0 + t;      /* the prefix may come from any sequence */
+        cp_async16(sK + r * (D + 8) + col, k + row * kv_stride + kv_col + col, ok);
+        cp_async16(sV + r * (D + 8) + col, v + row * kv_stride + kv_col + col, ok);
+    }
+}
+
+/* One warp's work on one key tile: its 16 query rows (Q fragments qa) against keys j*BN .. j*BN+BN-1 (Kj, Vj in shared
+ * memory), updating the running max m, sum l and output O of rows g and g+8 (g = lane/4). pos: the key position of
+ * row g; first_pos: the key position of the CTA's first query (no key of the tile after it: no mask needed). */
+template <int D>
+static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_run[2], float l_run[2],
+                                  const bf16 *Kj, const bf16 *Vj, int j, int pos, int first_pos, float scale_log2) {
+    enum { SROW = D + 8, NT = FLASH_BN / 8, DT = D / 8 };
+    const int lane = threadIdx.x % 32, tq = lane % 4;
+    float sc[NT][4];                               /* S = Q K^T [16 x BN]: element e of n is key 8n + 2tq + (e & 1), */
+    for (int n = 0; n < NT; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;   /* row g + 8 (e >> 1) */
+    for (int kk = 0; kk < D / 16; kk++)
+        for (int n = 0; n < NT; n += 2) {          /* K [key][dim] is B^T, as the mma wants B: no .trans */
+            uint32_t b[4];
+            ldmatrix_x4(b, Kj + (8 * n + lane % 8 + lane / 16 * 8) * SROW + 16 * kk + (lane / 8) % 2 * 8);
+            mma_bf16_16816(sc[n], qa[kk], b[0], b[1]);
+            mma_bf16_16816(sc[n + 1], qa[kk], b[2], b[3]);
+        }
+    const int masked = (j + 1) * FLASH_BN - 1 > first_pos;   /* causal mask: keys after a row's position */
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 4; e++) {
+            int t = j * FLASH_BN + 8 * n + 2 * tq + (e & 1);
+            sc[n][e] = masked && t > pos + 8 * (e >> 1) ? -INFINITY : sc[n][e] * scale_log2;
+        }
+
+    for (int r = 0; r < 2; r++) {                  /* online softmax of rows g (r = 0) and g + 8 (r = 1) */
+        float mx = m_run[r];
+        for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));   /* a row lives in the 4 lanes of a quad */
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.0f : mx;        /* no key yet: 2^(-inf - 0) = 0, not NaN */
+        const float rescale = exp2f(m_run[r] - base);          /* 1 exactly when the max did not move */
+        m_run[r] = mx;
+        l_run[r] *= rescale;
+        for (int n = 0; n < DT; n++) {
+            o[n][2 * r] *= rescale;
+            o[n][2 * r + 1] *= rescale;
+        }
+        for (int n = 0; n < NT; n++)
+            for (int e = 2 * r; e < 2 * r + 2; e++) {
+                sc[n][e] = exp2f(sc[n][e] - base);             /* masked: 2^-inf = 0 exactly */
+                l_run[r] += sc[n][e];
+            }
+    }
+
+    for (int kc = 0; kc < FLASH_BN / 16; kc++) {  /* O += P V, 16 keys at a time; S's accumulators become P's A */
+        const uint32_t pa[4] = {pack_bf16(sc[2 * kc][0], sc[2 * kc][1]), pack_bf16(sc[2 * kc][2], sc[2 * kc][3]),
+                                pack_bf16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
+                                pack_bf16(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+        for (int n = 0; n < DT; n += 2) {          /* V [key][dim] is B itself: ldmatrix .trans */
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, Vj + (16 * kc + lane % 8 + (lane / 8) % 2 * 8) * SROW + 8 * n + lane / 16 * 8);
+            mma_bf16_16816(o[n], pa, b[0], b[1]);
+            mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
+        }
+    }
+}
+
+/* One CTA: query tile tiles[blockIdx.x / n_heads] (flash_tiles) of head blockIdx.x % n_heads. */
+template <int D>
+static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
+                                           int64_t kv_stride, const int32_t *kv_row, const int32_t *cu_q,
+                                           const int32_t *cu_k, const FlashTile *tiles, int n_heads, int n_kv_heads,
+                                           float scale_log2) {
+    enum { SROW = D + 8, DT = D / 8 };
+    bf16 *sQ = smem + FlashSmem<D>::Q, *sK = smem + FlashSmem<D>::K, *sV = smem + FlashSmem<D>::V;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
+    const int s = tiles[tile].seq, m0 = tiles[tile].tile * FLASH_BM;      /* sequence, first query of the tile */
+    const int q0 = cu_q[s], Lq = cu_q[s + 1] - q0, k0 = cu_k[s], Lk = cu_k[s + 1] - k0, off = Lk - Lq;
+    const int key_end = min(Lk, off + min(m0 + FLASH_BM, Lq));   /* keys 0 .. the last query's position */
+    const int n_kt = (key_end + FLASH_BN - 1) / FLASH_BN;
+    const int64_t q_stride = (int64_t)n_heads * D;
+
+    for (int c = threadIdx.x; c < FLASH_BM * (D / 8); c += blockDim.x) {   /* the Q tile, with key tile 0 */
+        int r = c / (D / 8), col = c % (D / 8) * 8, ok = m0 + r < Lq;
+        cp_async16(sQ + r * SROW + col, q + (ok ? (q0 + m0 + r) * q_stride : 0) + h * D + col, ok);
+    }
+    flash_load_kv<D>(sK, sV, k, v, kv_row, k0, Lk, 0, kv_stride, kvh * D);
+    cp_async_commit();
+
+    uint32_t qa[D / 16][4];                        /* this warp's 16 query rows, as mma A fragments */
+    float o[DT][4];                                /* O [16 x D]: DT accumulators of 16 x 8 */
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* rows g and g+8: max (log2 units), sum */
+    for (int n = 0; n < DT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const int pos = off + m0 + 16 * warp + g;     /* key position of row g; row g+8 is at pos + 8 */
+    const int warp_rows = min(16, Lq - m0 - 16 * warp);           /* this warp's rows in the sequence (<= 0: none) */
+    const int warp_last = off + m0 + 16 * warp + warp_rows - 1;   /* the key position of its last one */
+
+    for (int j = 0; j < n_kt; j++) {
+        if (j + 1 < n_kt) {                        /* prefetch tile j+1 into the other buffer, then wait for tile j */
+            flash_load_kv<D>(sK + (j + 1) % 2 * FLASH_BN * SROW, sV + (j + 1) % 2 * FLASH_BN * SROW, k, v, kv_row, k0,
+                             Lk, (j + 1) * FLASH_BN, kv_stride, kvh * D);
+            cp_async_commit();
+            cp_async_wait_all_but_1();
+        } else {
+            cp_async_wait_all();
+        }
+        __syncthreads();                           /* every thread's copies of tile j (and Q) have landed */
+        if (j == 0)
+            for (int kk = 0; kk < D / 16; kk++)
+                ldmatrix_x4(qa[kk], sQ + (16 * warp + lane % 16) * SROW + 16 * kk + lane / 16 * 8);
+        if (warp_rows > 0 && j * FLASH_BN <= warp_last)   /* else the whole tile is masked for this warp: a no-op */
+            flash_tile<D>(qa, o, m_run, l_run, sK + j % 2 * FLASH_BN * SROW, sV + j % 2 * FLASH_BN * SROW, j, pos,
+                          off + m0, scale_log2);
+        __syncthreads();                           /* all warps are done with buffer j % 2 before it is refilled */
+    }
+
+    for (int r = 0; r < 2; r++) {                  /* out = O / l, rows of this sequence only */
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int i = m0 + 16 * warp + g + 8 * r;
+        if (i >= Lq) continue;
+        bf16 *orow = out + (q0 + i) * q_stride + h * D + 2 * tq;
+        for (int n = 0; n < DT; n++) {
+            orow[8 * n] = to_bf16(o[n][2 * r] / l);
+            orow[8 * n + 1] = to_bf16(o[n][2 * r + 1] / l);
+        }
+    }
+}
+/* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
+__global__ void __launch_bounds__(FLASH_WARPS * 32)
+flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
+                            const int32_t *kv_row, const int32_t *cu_q, const int32_t *cu_k, const FlashTile *tiles,
+                            int n_heads, int n_kv_heads, float scale_log2) {
+    extern __shared__ __align__(16) bf16 smem[];
+    flash_attention_cta<FLASH_D>(smem, out, q, k, v, kv_stride, kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads,
+                                 scale_log2);
+}
+
+/* The flash kernel's work list, *tiles [n_tiles] in device memory: every query tile of every sequence with queries,
+ * the ones with the most key tiles first (ties in batch order). */
+static int cmp_flash_tile(const void *a, const void *b) {
+    const FlashTile *x = (const FlashTile *)a, *y = (const FlashTile *)b;
+    if (x->key_tiles != y->key_tiles) return y->key_tiles - x->key_tiles;
+    return x->seq != y->seq ? x->seq - y->seq : x->tile - y->tile;
+}
+static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles) {
+    int n = 0;
+    for (int s = 0; s < n_seqs; s++) n += (cu_q[s + 1] - cu_q[s] + FLASH_BM - 1) / FLASH_BM;
+    FlashTile *t = (FlashTile *)rx_alloc((size_t)n * sizeof(FlashTile), "the flash attention work list");
+    if (!t) return -1;
+    n = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int Lq = cu_q[s + 1] - cu_q[s], Lk = cu_k[s + 1] - cu_k[s];
+        for (int m = 0; m * FLASH_BM < Lq; m++) {
+            int key_end = Lk - Lq + (Lq < (m + 1) * FLASH_BM ? Lq : (m + 1) * FLASH_BM);
+            FlashTile ft = {.seq = s, .tile = m, .key_tiles = (key_end + FLASH_BN - 1) / FLASH_BN};
+            t[n++] = ft;
+        }
+    }
+    qsort(t, n, sizeof *t, cmp_flash_tile);
+    *n_tiles = n;
+    *tiles = NULL;
+    int rc = n && (dev_alloc((void **)tiles, (size_t)n * sizeof *t, "the flash attention work list [%d tiles]", n) ||
+                   cuda_copy(*tiles, t, (size_t)n * sizeof *t, cudaMemcpyHostToDevice));   /* no queries: no list */
+    free(t);
+    return rc ? -1 : 0;
+}
+
+static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
+static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
+                           const int32_t *cu_k, const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads,
+                           int head_dim) {
+    if ((int64_t)n_tiles * n_heads > INT32_MAX)
+        return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
+    if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
+    const int shmem = FLASH_SMEM_BYTES;
+    /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
+     * it is made before every launch (a host-side call, cheap beside the kernel), never kept in a static. */
+    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
+    const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
+    flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
+        out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* Every kernel's launch as its launcher makes it, for the resource gate (`make resource-gate`, no device):
+ * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
+static const GpuLaunchShape launch_shapes[] = {
+    {"rows_by_index_kernel", INDEX_BLOCK, 0, 0},
+    {"rmsnorm_kernel", BLOCK, 0, 0},
+    {"qk_norm_rope_kernel", BLOCK, 0, 0},
+    {"silu_mul_kernel", BLOCK, 0, 0},
+    {"add_kernel", BLOCK, 0, 0},
+    {"attention_kernel", BLOCK, 0, 0},
+    {"flash_attention_d128_kernel", FLASH_WARPS * 32, FLASH_SMEM_BYTES, FlashSmem<FLASH_D>::END * (int)sizeof(bf16)},
+};
+int gpu_launch_shapes(const GpuLaunchShape **shapes) {
+    *shapes = launch_shapes;
+    return (int)(sizeof launch_shapes / sizeof launch_shapes[0]);
+}
+
 /* upload's conversion to bf16 on threads: h [n] = t as bf16, element by element as upload's loop. */
 static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n) {
     RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
