@@ -1698,7 +1698,8 @@ typedef struct { int cases, forwards, tokens_max, more_seqs_than_rows; double wo
  * path at 1 thread and on the case's own path and thread count, bit for bit equal to the definition's baseline.
  * FWD_TOL, as max|diff| / max|logit|: an fp32 sum of K terms is off by at most K u (u = 2^-24) of its terms'
  * magnitudes, K <= 320 here (the widest is a long sequence's keys), so 1.9e-5 per sum at worst; about five sums
- * follow one another on a logit's path (q or k, scores, outputs, o_proj or the MLP, the head): 1e-4. Typical errors are far below it (the driver prints its worst). */
+ * follow one another on a logit's path (q or k, scores, outputs, o_proj or the MLP, the head): 1e-4. Typical errors
+ * are far below it (the driver prints its worst). */
 #define FWD_TOL 1e-4
 static void fwd_case_check(const FwdCase *fc, const char *const *paths, FwdStats *st) {
     const Qwen3Config *c = &fc->cfg;
