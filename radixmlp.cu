@@ -16,18 +16,23 @@
  *   Sec. 3.2 eq. 5-7 gather/scatter -> rows_by_index() (C) and the rows_by_index kernel (CUDA)
  *   Algorithm 1 (B.1)               -> forward_ref() (C) and gpu_forward(), mode RX_RADIX
  *   Algorithm 2 (B.4)               -> radix_index_build(): trie_find() (found?) and trie_add() (not found)
- *   Sec. 3.4 attention, cu_seqlens  -> rx_attention_ref(), the attention kernel, flash_attention (tensor cores)
+ *   Sec. 3.4 attention, cu_seqlens  -> attention_ref() (C: the definition, 40 lines), the attention kernel (CUDA)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
  *                                      from the pool's slots (layout_build_prefill(), kv_store_ref()), and
  *                                      radix_index_build_keyed(): a trie root per cached prefix
+ *   Part III, speed                 -> what exists only to be fast, each equal to a Part I definition: OpenMP,
+ *                                      packed weights and SIMD tiles (rx_matmul_packed_ref), the vector exp, the
+ *                                      tiled attention (attention_fast), flash_attention (tensor cores); the path
+ *                                      is RADIXMLP_CPU's (rx_cpu_path), and "definition" runs Part I alone
  *
- * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1) ->
- * the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV pool, the prefix
- * caches, prefill and serving -> the plumbing (GPU entry points, errors, JSON, safetensors, config, loading, token
- * files) -> main().
+ * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1, from
+ * the definitions) -> the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV
+ * pool, the prefix caches, prefill and serving -> GPU entry points for the tests and benchmarks -> Part III: speed
+ * (threads, packed panels and SIMD tiles, the CPU paths, the tiled attention) -> the plumbing (errors, JSON,
+ * safetensors, config, loading, token files) -> main().
  *
  * Non-obvious things:
  *   - Every buffer says which token space it lives in: N (the batch), N' (the trie's nodes), R and T (see Layout).
@@ -411,52 +416,33 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 }
 
 /* ---------------------------------------------------------------------------------- the plain-c reference forward */
-/* fp32 throughout, one row at a time, every sum in a fixed order. Because each row is computed with the same
- * arithmetic whatever rows surround it, a compact row equals the original rows it stands for bit for bit, and the
- * radix and compact modes reproduce the baseline's logits exactly (the paper's Table 7a zeros). The ops come first,
- * then Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs them.
+/* Algorithm 1 in plain C, from the definitions: fp32 throughout, one row at a time, every sum in a fixed order, one
+ * thread. Because each row is computed with the same arithmetic whatever rows surround it, a compact row equals the
+ * original rows it stands for bit for bit, and the radix and compact modes reproduce the baseline's logits exactly
+ * (the paper's Table 7a zeros). The ops come first (rmsnorm, the matmul, exp, RoPE, SiLU, attention), then
+ * Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs them.
  *
- * Speed without giving that up (as llama2.c and llm.c's CPU code do it): OpenMP splits the loops over rows, over
- * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
- * the compiler vectorizes them without reordering any sum (no -ffast-math). The rule for the bits: a matmul output
- * is a chain of fused multiply-adds (fmaf, one rounding each) in a fixed order, on every path and instruction set
- * (rx_matmul_ref states it); everywhere else a mul and an add round separately, and -ffp-contract=off (Makefile)
- * keeps any compiler from fusing them in one place and not in another. Without -fopenmp (the emulator's build) the
- * pragmas vanish and one thread runs the same code.
- *
- * Threads must never slow a forward. A parallel loop costs a wake-up and a join, and the join waits for the slowest
- * thread: on a busy machine, one that is not running, while the others spin on their cores (libgomp spins about
- * 300000 rounds before it sleeps), so a join can cost a scheduler time slice, milliseconds. A loop therefore runs in
- * parallel only when its work pays for that: if(work >= RX_GRAIN), as PyTorch's parallel_for grain, with work in
- * multiply-adds (or elements); 2^20 of them take about 0.3 ms on one core. Below it no thread waits at all.
- * (The spinning itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its own
- * constructor, before any setenv of this program, even one from a .preinit_array function.) */
-enum { RX_GRAIN = 1 << 20 };
-#ifdef _OPENMP
-#define RX_OMP(directive) _Pragma(#directive)
-static int rx_thread(void) { return omp_get_thread_num(); }
-int rx_threads(int n) {
-    if (n > 0) omp_set_num_threads(n);
-    return omp_get_max_threads();
-}
-#else
-#define RX_OMP(directive)
-static int rx_thread(void) { return 0; }
-int rx_threads(int n) {
-    (void)n;
-    return 1;
-}
-#endif
-/* Loops whose lanes are independent (or a max, the same in any order): gcc at -O2 vectorizes them only when told;
- * clang does at -O2 on its own, and at -O1 (the sanitizer builds) would warn that it cannot. */
-#if defined(_OPENMP) && !defined(__clang__)
-#define RX_SIMD _Pragma("omp simd")
-#define RX_SIMD_MAX(v) _Pragma(RX_STR(omp simd reduction(max : v)))
-#define RX_STR(x) #x
-#else
-#define RX_SIMD
-#define RX_SIMD_MAX(v)
-#endif
+ * The rule for the bits: a matmul output, and each attention score and output, is a chain of fused multiply-adds
+ * (fmaf, one rounding each) in a fixed order (rx_matmul_ref states it); everywhere else a mul and an add round
+ * separately, and -ffp-contract=off (Makefile) keeps any compiler from fusing them in one place and not in another.
+ * Part III's fast code (threads, packed weights, SIMD tiles, the tiled attention) keeps that order, so it computes
+ * these very bits; RADIXMLP_CPU=definition runs this section's code instead, and the tests compare the two. */
+
+/* Part III's fast versions of the ops below (OpenMP, packed weights, SIMD tiles), each equal to its definition here
+ * bit for bit. A definition reaches its fast version in one line, `if (rx_fast()) return ..._fast(...)`: skip those
+ * lines and the rest is the definition, which RADIXMLP_CPU=definition runs, on one thread. */
+static int rx_fast(void);                              /* 0 on the definition path, else 1 (rx_cpu_path) */
+static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps);
+static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp);
+static void exp_fast(float *y, const float *x, float a, float b, size_t n);
+static void qk_norm_rope_fast(float *x, const float *w, const float *cos_t, const float *sin_t, int rows, int n_heads,
+                              int head_dim, float eps);
+static void silu_mul_fast(float *out, const float *gate, const float *up, size_t n);
+typedef struct KvView KvView;
+static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
+                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim);
+static int model_pack_ref(const Qwen3Model *m);
+static size_t fast_x_floats(const Qwen3Config *c, int rows);
 
 static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
     float ss = 0.0f;
@@ -466,7 +452,7 @@ static void rmsnorm_row(float *out, const float *x, const float *w, int dim, flo
 }
 
 void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps) {
-    RX_OMP(omp parallel for schedule(static) if((size_t)rows * dim >= RX_GRAIN))
+    if (rx_fast()) return rmsnorm_fast(out, x, w, rows, dim, eps);
     for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
 
@@ -483,118 +469,6 @@ void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, i
             y[(size_t)r * out + o] = acc;
         }
 }
-
-/* The same chains, fast: a register-blocked micro-kernel over packed panels, as BLIS and llm.c's CPU matmul do it.
- * The weight is packed once per model (weight_panels) into panels of MM_COLS outputs, zero-padded past out:
- * wp [ceil(out / MM_COLS)][in][MM_COLS], so the MM_COLS weights that step i needs lie side by side, and one panel
- * is one contiguous block that stays in cache (a plain W^T [in][out] would put its rows out * 4 bytes apart: at
- * out = 3072 a multiple of 4 KiB, every row of a strip in the same cache set). Memory: 4 bytes per weight (fp32,
- * whatever the checkpoint's dtype), plus the padding of the last panel.
- *
- * x is packed too, per call, into tiles of MM_ROWS rows: xp [ceil(rows / MM_ROWS)][in][MM_ROWS], so that step i
- * reads its MM_ROWS inputs side by side as well (one stream instead of MM_ROWS rows 4*in bytes apart).
- *
- * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
- * weight once for MM_ROWS rows and each x once for MM_COLS outputs:
- *
- *            o0 ... o0+15              every lane of every row of the tile does the same thing:
- *     r0   [ acc acc ... acc ]            acc = fma(x[r][i], W[o][i], acc)   (one rounding, i = 0, 1, ...)
- *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the panel)
- *     r5   [ acc acc ... acc ]
- *
- * With AVX2 that is 12 accumulators of 8 lanes, two weight vectors and one broadcast x: 15 of the 16 registers.
- * With AVX-512 a whole row of the tile fits one register: 6 accumulators of 16 lanes and one weight vector.
- * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
- * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
- * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is
- * picked at run time (rx_cpu_path): the widest the CPU has; RADIXMLP_CPU=portable|avx2|avx512, or rx_cpu_path(),
- * forces one, and every one gives the same bits. */
-enum { MM_ROWS = 6, MM_COLS = 16 };
-
-size_t rx_packed_floats(int out, int in) {
-    return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
-}
-
-size_t rx_packed_x_floats(int rows, int in) {
-    return (size_t)(rows + MM_ROWS - 1) / MM_ROWS * MM_ROWS * (size_t)in;
-}
-
-/* One tile's inputs side by side: xp [in][MM_ROWS], xp[i][j] = xr[j][i]. */
-static void pack_tile(float *xp, const float *const xr[MM_ROWS], int in) {
-    for (int i = 0; i < in; i++)
-        for (int j = 0; j < MM_ROWS; j++) xp[(size_t)i * MM_ROWS + j] = xr[j][i];
-}
-
-void rx_pack_weight(float *wp, const RxTensor *W) {
-    int out = (int)W->shape[0], in = (int)W->shape[1], n_panels = (out + MM_COLS - 1) / MM_COLS;
-    const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
-    RX_OMP(omp parallel for schedule(static) if((size_t)out * in >= RX_GRAIN))
-    for (int p = 0; p < n_panels; p++) {
-        float *panel = wp + (size_t)p * in * MM_COLS;                         /* [in][MM_COLS] */
-        for (int i0 = 0; i0 < in; i0 += 16)            /* 16 inputs at a time: each read of W is one cache line */
-            for (int c = 0; c < MM_COLS; c++)
-                for (int i = i0; i < i0 + 16 && i < in; i++) {
-                    int o = p * MM_COLS + c;
-                    size_t at = (size_t)o * in + i;
-                    panel[(size_t)i * MM_COLS + c] = o >= out ? 0.0f : wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
-                }
-    }
-}
-
-/* One tile, portable C: acc[j][c] = fmaf(xp[i][j], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
- * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]. */
-static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    for (int i = 0; i < in; i++)
-        for (int j = 0; j < MM_ROWS; j++)
-            for (int c = 0; c < MM_COLS; c++)
-                acc[j][c] = fmaf(xp[(size_t)i * MM_ROWS + j], panel[(size_t)i * MM_COLS + c], acc[j][c]);
-}
-
-/* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them. */
-#ifdef RX_X86
-__attribute__((target("avx2,fma")))
-static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    __m256 a[MM_ROWS][2];
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) {
-        a[j][0] = _mm256_loadu_ps(acc[j]);
-        a[j][1] = _mm256_loadu_ps(acc[j] + 8);
-    }
-    for (int i = 0; i < in; i++) {
-        __m256 w0 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS);         /* W[o0 .. o0+7][i]  */
-        __m256 w1 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8);     /* W[o0+8 .. o0+15][i] */
-#pragma GCC unroll 6
-        for (int j = 0; j < MM_ROWS; j++) {
-            __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j);
-            a[j][0] = _mm256_fmadd_ps(xv, w0, a[j][0]);
-            a[j][1] = _mm256_fmadd_ps(xv, w1, a[j][1]);
-        }
-    }
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) {
-        _mm256_storeu_ps(acc[j], a[j][0]);
-        _mm256_storeu_ps(acc[j] + 8, a[j][1]);
-    }
-}
-
-/* And with AVX-512: a step is one weight load, 6 broadcasts and 6 FMAs (AVX2: 2, 6 and 12). By latency arithmetic
- * (an FMA's result is ready 4 cycles later; not measured here, see docs/results.md): 6 independent chains keep a
- * core that issues one 16-lane FMA a cycle busy (AMD Zen 4); a core with two 512-bit FMA units (Intel Xeon) would
- * want 8, and gets 1.5 FMAs a cycle from 6, still 1.5x its AVX2 rate. */
-__attribute__((target("avx512f")))
-static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    __m512 a[MM_ROWS];
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_loadu_ps(acc[j]);
-    for (int i = 0; i < in; i++) {
-        __m512 w = _mm512_loadu_ps(panel + (size_t)i * MM_COLS);          /* W[o0 .. o0+15][i] */
-#pragma GCC unroll 6
-        for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(size_t)i * MM_ROWS + j]), w, a[j]);
-    }
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) _mm512_storeu_ps(acc[j], a[j]);
-}
-#endif
 
 /* The softmax's and SiLU's exponential, y[i] = exp(a * x[i] + b) (a = 1, b = -max: a softmax row; a = -1, b = 0:
  * SiLU's exp(-g)), vectorized, and the same bits on every path: only fmaf, *, + and exact steps, in one order.
@@ -625,170 +499,71 @@ static float exp_one(float x) {
     return y * s1 * s2;
 }
 
-static void exp_row_portable(float *y, const float *x, float a, float b, size_t n) {
+void rx_exp_ref(float *y, const float *x, float a, float b, size_t n) {
+    if (rx_fast()) return exp_fast(y, x, a, b, n);
     for (size_t i = 0; i < n; i++) y[i] = exp_one(fmaf(a, x[i], b));
 }
 
-#ifdef RX_X86
-__attribute__((target("avx2,fma")))
-static void exp_row_avx2(float *y, const float *x, float a, float b, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(x + i), _mm256_set1_ps(b));
-        __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
-        __m256 nf = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-0.693359375f), c);
-        r = _mm256_fmadd_ps(nf, _mm256_set1_ps(2.12194440e-4f), r);
-        __m256 p = _mm256_set1_ps(EXP_P[0]);
-        for (int k = 1; k < 6; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P[k]));
-        __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-        __m256i ni = _mm256_cvtps_epi32(nf), h = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
-        __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
-        __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), 23));
-        e = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
-        e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(v, _mm256_set1_ps(EXP_HI), _CMP_GT_OQ));
-        e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ));
-        _mm256_storeu_ps(y + i, _mm256_blendv_ps(e, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-    }
-    exp_row_portable(y + i, x + i, a, b, n - i);
-}
-#endif
-
-typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in);
-typedef void (*ExpRow)(float *y, const float *x, float a, float b, size_t n);
-/* The paths, narrowest first; the exponential (1% of a forward) stays on AVX2 in the AVX-512 path. */
-static const char *const CPU_PATHS[] = {"portable", "avx2", "avx512"};
-#ifdef RX_X86
-static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_avx2, mm_tile_avx512};
-static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_avx2, exp_row_avx2};
-#else
-static const MmTile MM_TILES[] = {mm_tile_portable};
-static const ExpRow EXP_ROWS[] = {exp_row_portable};
-#endif
-static int cpu_path = -1;                   /* the path in effect, an index into those; -1 until rx_cpu_path picks */
-static MmTile mm_tile;
-static ExpRow exp_row;
-
-static int cpu_can(int p) {                 /* can this CPU run path p? */
-    if (p >= (int)(sizeof MM_TILES / sizeof MM_TILES[0])) return 0;
-#ifdef RX_X86
-    if (p >= 1 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
-    if (p >= 2 && !__builtin_cpu_supports("avx512f")) return 0;
-#endif
-    return 1;
-}
-
-const char *rx_cpu_path(const char *want) {
-    const char *env = getenv("RADIXMLP_CPU"), *who = want ? "rx_cpu_path" : "RADIXMLP_CPU";
-    if (!want && cpu_path >= 0) return CPU_PATHS[cpu_path];
-    if (!want) want = env && *env ? env : "auto";
-    int p = 2;
-    if (!strcmp(want, "auto"))
-        while (!cpu_can(p)) p--;
-    else {
-        while (p >= 0 && strcmp(want, CPU_PATHS[p])) p--;
-        if (p < 0) {
-            rx_fail("%s: no CPU path \"%s\" (auto, portable, avx2 or avx512)", who, want);
-            return NULL;
-        }
-        if (!cpu_can(p)) {
-            rx_fail("%s: this CPU cannot run the %s path", who, want);
-            return NULL;
+/* Algorithm 1 lines 11-12: RoPE's cos and sin at each row's position p~, cos_t and sin_t [rows, head_dim/2], once
+ * per forward. Qwen3 turns dims i and i + head_dim/2 together by the angle pos * theta^(-2i/head_dim). */
+static void rope_angles(float *cos_t, float *sin_t, const int32_t *pos, int rows, int head_dim, double rope_theta) {
+    const int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
+        for (int r = 0; r < rows; r++) {
+            float angle = (float)pos[r] * inv_freq;
+            cos_t[(size_t)r * half + i] = cosf(angle);                /* line 11: cos = C_cos[p~] */
+            sin_t[(size_t)r * half + i] = sinf(angle);                /* line 12: sin = C_sin[p~] */
         }
     }
-    cpu_path = p;
-    mm_tile = MM_TILES[p];
-    exp_row = EXP_ROWS[p];
-    return CPU_PATHS[p];
 }
 
-/* The environment every program checks at start, before any work: $RADIXMLP_CPU (rx_cpu_path) and $OMP_NUM_THREADS.
- * libgomp reads the latter in its constructor, before main: a value it cannot use ("", "abc", 0, -4) earns a warning
- * and every core, and 2147483647 it takes as given, to fail later allocating a scratch row per thread. So here it
- * must be a count from 1 to RX_MAX_THREADS, or a list of them: "4,2" sets libgomp's nested levels, and the C
- * reference never nests, so it runs on the first. */
-enum { RX_MAX_THREADS = 1024 };
-int rx_check_env(void) {
-    const char *env = getenv("OMP_NUM_THREADS");
-    if (!rx_cpu_path(NULL)) return -1;
-    for (const char *c = env; c;) {
-        char *end;
-        errno = 0;
-        long n = strtol(c, &end, 10);
-        while (isspace((unsigned char)*end)) end++;
-        if (end == c || errno || n < 1 || n > RX_MAX_THREADS || (*end && *end != ','))
-            return rx_fail("OMP_NUM_THREADS: '%s' is not a thread count from 1 to %d (or a list of them, like 4,2: "
-                           "the first counts)", env, RX_MAX_THREADS);
-        c = *end == ',' ? end + 1 : NULL;
-    }
-    return 0;
-}
-
-static void cpu_path_ready(void) {          /* first use: $RADIXMLP_CPU (the programs check it at start), else auto */
-    if (cpu_path < 0 && !rx_cpu_path(NULL)) rx_cpu_path("auto");
-}
-
-void rx_exp_ref(float *y, const float *x, float a, float b, size_t n) {
-    cpu_path_ready();
-    exp_row(y, x, a, b, n);
-}
-
-void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp) {
-    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS, n_pack = x ? n_rt : 0;
-    cpu_path_ready();
-    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
-    for (int t = 0; t < n_pack; t++) {                               /* x -> xp, a tile of MM_ROWS rows at a time */
-        const float *xr[MM_ROWS];
-        for (int j = 0; j < MM_ROWS; j++) {
-            int r = t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1;        /* past the last row: repeat it */
-            xr[j] = x + (size_t)r * in;
+/* One row's heads xr [n_heads, head_dim] in place: q_norm or k_norm (an RMSNorm of each head), then RoPE (line 18),
+ * rotate-half: dim i turns with dim i + head_dim/2 by the row's angle i (c, s [head_dim/2]). */
+static void qk_norm_rope_row(float *xr, const float *w, const float *c, const float *s, int n_heads, int head_dim,
+                             float eps) {
+    const int half = head_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = xr + (size_t)h * head_dim;
+        rmsnorm_row(v, v, w, head_dim, eps);
+        for (int i = 0; i < half; i++) {
+            float a = v[i];
+            float b = v[i + half];
+            v[i] = a * c[i] - b * s[i];
+            v[i + half] = b * c[i] + a * s[i];
         }
-        pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
     }
-    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
-    for (long t = 0; t < (long)n_rt * n_panels; t++) {
-        int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
-        int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
-        float acc[MM_ROWS][MM_COLS];
-        memset(acc, 0, sizeof acc);
-        mm_tile(acc, xp + (size_t)r0 * in, wp + (size_t)o0 * in, in);
-        for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
-            memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
-    }
+}
+
+/* x [rows, n_heads*head_dim] in place, row r at the angles cos_t, sin_t [rows, head_dim/2] (rope_angles). */
+static void qk_norm_rope_ref(float *x, const float *w, const float *cos_t, const float *sin_t, int rows, int n_heads,
+                             int head_dim, float eps) {
+    if (rx_fast()) return qk_norm_rope_fast(x, w, cos_t, sin_t, rows, n_heads, head_dim, eps);
+    const size_t half = (size_t)head_dim / 2;
+    for (int r = 0; r < rows; r++)
+        qk_norm_rope_row(x + (size_t)r * n_heads * head_dim, w, cos_t + r * half, sin_t + r * half, n_heads, head_dim,
+                         eps);
 }
 
 void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows, int n_heads, int head_dim,
                          float eps, double rope_theta) {
-    int half = head_dim / 2;
-    RX_OMP(omp parallel for schedule(static) if((size_t)rows * n_heads * head_dim >= RX_GRAIN))
-    for (int r = 0; r < rows; r++) {
-        float *xr = x + (size_t)r * n_heads * head_dim;                 /* [n_heads, head_dim] of row r */
-        for (int h = 0; h < n_heads; h++)                               /* q_norm / k_norm: before RoPE */
-            rmsnorm_row(xr + (size_t)h * head_dim, xr + (size_t)h * head_dim, w, head_dim, eps);
-        for (int i = 0; i < half; i++) {                                /* rotate-half: i pairs with i + d/2 */
-            float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
-            float angle = (float)pos[r] * inv_freq;            /* once per row, for all its heads */
-            float c = cosf(angle);                              /* Algorithm 1 line 11: cos = C_cos[p~] */
-            float s = sinf(angle);                              /* line 12:             sin = C_sin[p~] */
-            for (int h = 0; h < n_heads; h++) {
-                float *v = xr + (size_t)h * head_dim, a = v[i], b = v[i + half];
-                v[i] = a * c - b * s;
-                v[i + half] = b * c + a * s;
-            }
-        }
+    const size_t n = (size_t)rows * (head_dim / 2) + 1;
+    float *cos_t = (float *)malloc(sizeof(float) * n);               /* [rows, head_dim/2] */
+    float *sin_t = (float *)malloc(sizeof(float) * n);
+    if (!cos_t || !sin_t) {
+        rx_fail("out of host memory for RoPE's angles (%d rows)", rows);
+    } else {
+        rope_angles(cos_t, sin_t, pos, rows, head_dim, rope_theta);
+        qk_norm_rope_ref(x, w, cos_t, sin_t, rows, n_heads, head_dim, eps);
     }
+    free(cos_t);
+    free(sin_t);
 }
 
+/* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)), with the exponential every path shares (exp_one). */
 void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
-    cpu_path_ready();
-    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
-    for (size_t i0 = 0; i0 < n; i0 += 256) {
-        float e[256];                                           /* exp(-gate), 256 at a time */
-        size_t m = n - i0 < 256 ? n - i0 : 256;
-        exp_row(e, gate + i0, -1.0f, 0.0f, m);
-        for (size_t i = i0; i < i0 + m; i++) out[i] = gate[i] / (1.0f + e[i - i0]) * up[i];
-    }
+    if (rx_fast()) return silu_mul_fast(out, gate, up, n);
+    for (size_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + exp_one(-gate[i])) * up[i];
 }
 
 /* Attention reads its keys through an index: the key row of token t of attention's token space is
@@ -801,150 +576,67 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
  * and their histories map position by position onto the same compact rows, so the keys and values read through
  * I_scatter are the very vectors the scattered N-row layout would hold. Same inputs, same order of operations: the
  * result is bit-identical to scatter -> attention -> gather, without the copies. */
-typedef struct { const float *k, *v; size_t row_stride; const int32_t *kv_row; } KvView;
+struct KvView {
+    const float *k, *v;         /* [*, row_stride] key and value rows                                     */
+    size_t row_stride;
+    const int32_t *kv_row;      /* [T] token t's row (NULL: row t)                                        */
+};
 
-/* Attention for one sequence and one kv head is two matmuls, so it runs on the matmul's micro-kernel (mm_tile):
- *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T  K [len, head_dim]: weight [out = keys, in = head_dim]
- *   outputs  O [queries, head_dim] = P [queries, len] @ V         V^T [head_dim, len]: weight [out = dims, in = keys]
- * where P = softmax(S * scale) row by row. Each score is therefore rx_matmul_ref's chain of fmaf over i = 0 ..
- * head_dim-1, and each output its chain over keys j = 0 .. len-1, on every CPU path; and MM_ROWS queries (a row's
- * GQA heads, then the next rows of the same sequence) share every key and value the kernel loads, as FlashAttention
- * shares them across a block of queries. Queries of one tile may see different lengths (row g sees g - t0 + 1 keys):
- * a score past a query's own length is computed and dropped, and the value sums run in segments, each query's
- * output stored when its chain reaches its own length, so no later key (a NaN, say) ever reaches an earlier row.
- *
- * Keys and values are first packed per kv head and sequence as rx_pack_weight packs a weight, read through kv_row:
- *   kp [n_kv][T16][head_dim]: sequence s's keys in panels of MM_COLS keys, [head_dim][MM_COLS] each
- *   vp [n_kv][T16][hd16]:     its values in panels of MM_COLS dims, [len16][MM_COLS] each
- * with len16 its length rounded up to MM_COLS, T16 the sum of the len16, hd16 head_dim rounded up, zeros in the
- * padding. Memory: a copy of every key and value each sequence reads (a shared prefix's once per sequence). */
-static int attention_free(int n_t, int32_t *base, int32_t *len16, int32_t *chunk, float *kp, float *vp, float *s) {
-    free(base);
-    free(len16);
-    free(chunk);
-    free(kp);
-    free(vp);
-    free(s);
-    return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
+/* Where token t's key (and value) row starts, in floats from kv->k (kv->v). */
+static size_t kv_at(const KvView *kv, int t) {
+    return (size_t)(kv->kv_row ? kv->kv_row[t] : t) * kv->row_stride;
 }
 
+/* Causal GQA attention, q and out [n_q, n_heads*head_dim]: query row r is token g = q_orig ? q_orig[r] : r of
+ * attention's token space (seq_start [T]) and attends to its sequence's tokens t0 = seq_start[g] .. g, keys and
+ * values read through kv; query head h reads kv head h / (n_heads / n_kv_heads). softmax(q k / sqrt(d)) v, one query
+ * row and head at a time, in the order of operations of Part III's tiled version, so both give the same bits: each
+ * score a chain of fmaf over the head's dims, then scaled; exp(s - max) with exp_one; the sum in key order; each
+ * output a chain of fmaf over the keys in order. */
 static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
-    int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
-    int hd16 = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
-    if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
-    for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
-        int g = q_orig ? q_orig[r] : r;
-        if (g + 1 > n_t) n_t = g + 1;
-    }
-    int32_t *base = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));     /* [n_t]: at a sequence's start t0, */
-    int32_t *len16 = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));    /* its offset in T16 and its len16 */
-    int32_t *chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));   /* query tiles, below */
-    float *kp = NULL, *vp = NULL, *s_all = NULL;
-    size_t T16 = 0;
-    if (!base || !len16 || !chunk) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
-    for (int t0 = 0, t = 1; t0 < n_t; t0 = t++) {
-        while (t < n_t && seq_start[t] == t0) t++;                         /* positions t0 .. t-1: one sequence */
-        base[t0] = (int32_t)T16;
-        len16[t0] = (t - t0 + MM_COLS - 1) / MM_COLS * MM_COLS;
-        T16 += (size_t)len16[t0];
-        if (t - t0 > longest) longest = t - t0;
-    }
-    /* The queries of kv head kvh, numbered qi = r * group + (h - kvh * group), cut into tiles of at most MM_ROWS
-     * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for each kv head). */
-    for (int qi = 0; qi < n_q * group; n_chunks++) {
-        int first = qi, t0 = seq_start[q_orig ? q_orig[qi / group] : qi / group];
-        chunk[n_chunks] = first;
-        while (qi < n_q * group && qi - first < MM_ROWS && seq_start[q_orig ? q_orig[qi / group] : qi / group] == t0)
-            qi++;
-    }
-    chunk[n_chunks] = n_q * group;
-    int n_threads = rx_threads(0), long16 = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
-    size_t scratch = (size_t)MM_ROWS * (long16 + (head_dim > long16 ? head_dim : long16));  /* per thread: below */
-    kp = (float *)calloc((size_t)n_kv_heads * T16 * head_dim, sizeof(float));
-    vp = (float *)calloc((size_t)n_kv_heads * T16 * hd16, sizeof(float));
-    s_all = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
-    if (!kp || !vp || !s_all) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
-    cpu_path_ready();
-    RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
-    for (int t = 0; t < n_t; t++) {                 /* a panel at a time: keys t .. t+n-1, keys j .. j+n-1 of their */
-        int t0 = seq_start[t], j = t - t0, n = 0;   /* sequence, written into a panel that stays in the L1 cache */
-        if (j % MM_COLS) continue;
-        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;
-        for (int h = 0; h < n_kv_heads; h++) {
-            float *ks = kp + ((size_t)h * T16 + base[t0] + j) * head_dim;      /* [head_dim][MM_COLS] */
-            float *vs = vp + ((size_t)h * T16 + base[t0]) * hd16 + (size_t)j * MM_COLS;
-            for (int c = 0; c < n; c++) {
-                size_t row = (size_t)(kv->kv_row ? kv->kv_row[t + c] : t + c) * kv->row_stride + (size_t)h * head_dim;
-                for (int i = 0; i < head_dim; i++) ks[(size_t)i * MM_COLS + c] = kv->k[row + i];
-                for (int i0 = 0; i0 < head_dim; i0 += MM_COLS)                 /* panel i0 / MM_COLS, row j + c */
-                    memcpy(vs + (size_t)i0 * len16[t0] + (size_t)c * MM_COLS, kv->v + row + i0,
-                           sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
+    if (rx_fast()) return attention_fast(q, kv, out, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
+    int n_t = 0;                                               /* the keys anyone reads: tokens 0 .. n_t-1 */
+    for (int r = 0; r < n_q; r++)
+        if ((q_orig ? q_orig[r] : r) + 1 > n_t) n_t = (q_orig ? q_orig[r] : r) + 1;
+    float *p = (float *)malloc(sizeof(float) * ((size_t)n_t + 1));     /* [keys] a query's scores, then weights */
+    if (!p) return rx_fail("out of host memory for attention (%d keys)", n_t);
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    for (int r = 0; r < n_q; r++) {
+        const int g = q_orig ? q_orig[r] : r;
+        const int t0 = seq_start[g];
+        const int len = g - t0 + 1;
+        for (int h = 0; h < n_heads; h++) {
+            const float *qh = q + ((size_t)r * n_heads + h) * head_dim;        /* [head_dim] */
+            const size_t kvh = (size_t)(h / (n_heads / n_kv_heads)) * head_dim; /* its kv head, in a key row */
+            float *o = out + ((size_t)r * n_heads + h) * head_dim;              /* [head_dim] */
+            float mx = -INFINITY;
+            float z = 0.0f;
+            for (int j = 0; j < len; j++) {                          /* the scores, q . k / sqrt(d) */
+                const float *k = kv->k + kv_at(kv, t0 + j) + kvh;
+                float s = 0.0f;
+                for (int i = 0; i < head_dim; i++) s = fmaf(qh[i], k[i], s);
+                p[j] = s * scale;
+                mx = p[j] > mx ? p[j] : mx;
+            }
+            for (int j = 0; j < len; j++) p[j] = exp_one(p[j] - mx);
+            for (int j = 0; j < len; j++) z += p[j];
+            for (int j = 0; j < len; j++) p[j] /= z;
+            for (int i = 0; i < head_dim; i++) o[i] = 0.0f;
+            for (int j = 0; j < len; j++) {                          /* out = p v, a chain over the keys */
+                const float *v = kv->v + kv_at(kv, t0 + j) + kvh;
+                for (int i = 0; i < head_dim; i++) o[i] = fmaf(p[j], v[i], o[i]);
             }
         }
     }
-    float scale = 1.0f / sqrtf((float)head_dim);
-    RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
-    for (long task = 0; task < (long)n_kv_heads * n_chunks; task++) {
-        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = chunk[c + 1] - chunk[c], width = 0;
-        int len[MM_ROWS], r_of[MM_ROWS], h_of[MM_ROWS];
-        const float *xr[MM_ROWS];
-        float *s = s_all + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];    /* S, then P [MM_ROWS][long16] */
-        float *xp = s + (size_t)MM_ROWS * long16;              /* the tile's Q, then its P, side by side for mm_tile */
-        for (int j = 0; j < MM_ROWS; j++) {           /* a tile of fewer than MM_ROWS repeats its last query */
-            int qi = chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
-            r_of[j] = r;
-            h_of[j] = kvh * group + qi % group;
-            len[j] = g - seq_start[g] + 1;
-            if (len[j] > width) width = len[j];
-            xr[j] = q + (size_t)r * qd + (size_t)h_of[j] * head_dim;
-        }
-        int t0 = seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]];
-        const float *ks = kp + ((size_t)kvh * T16 + base[t0]) * head_dim;     /* this sequence's keys, values */
-        const float *vs = vp + ((size_t)kvh * T16 + base[t0]) * hd16;
-        pack_tile(xp, xr, head_dim);                                       /* [head_dim][MM_ROWS] */
-        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a panel of keys at a time */
-            memset(acc, 0, sizeof acc);
-            mm_tile(acc, xp, ks + (size_t)j0 * head_dim, head_dim);
-            for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long16 + j0, acc[j], sizeof acc[j]);
-        }
-        for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
-            float *p = s + (size_t)j * long16, mx = -INFINITY, z = 0.0f;
-            RX_SIMD
-            for (int k = 0; k < len[j]; k++) p[k] *= scale;
-            RX_SIMD_MAX(mx)
-            for (int k = 0; k < len[j]; k++) mx = p[k] > mx ? p[k] : mx;
-            exp_row(p, p, 1.0f, -mx, (size_t)len[j]);                          /* p = exp(p - mx) */
-            for (int k = 0; k < len[j]; k++) z += p[k];                        /* in order: a chain */
-            RX_SIMD
-            for (int k = 0; k < len[j]; k++) p[k] /= z;
-            for (int k = len[j]; k < width; k++) p[k] = 0.0f;              /* read, never stored (below) */
-        }
-        for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long16;
-        pack_tile(xp, xr, width);                                          /* [width][MM_ROWS] */
-        for (int i0 = 0; i0 < head_dim; i0 += MM_COLS) {                   /* O = P V, a panel of dims at a time, */
-            memset(acc, 0, sizeof acc);                                    /* keys done .. next-1 at a time */
-            for (int done = 0, next; done < width; done = next) {
-                next = width;                              /* the next length a query of the tile stops at */
-                for (int j = 0; j < n; j++)
-                    if (len[j] > done && len[j] < next) next = len[j];
-                mm_tile(acc, xp + (size_t)done * MM_ROWS, vs + (size_t)i0 * len16[t0] + (size_t)done * MM_COLS,
-                        next - done);
-                for (int j = 0; j < n; j++)
-                    if (len[j] == next)
-                        memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],
-                               sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
-            }
-        }
-    }
-    attention_free(0, base, len16, chunk, kp, vp, s_all);
+    free(p);
     return 0;
 }
 
 int rx_attention_ref(const float *q, const float *k, const float *v, float *out, int n_q,
                      const int32_t *q_orig, const int32_t *seq_start, const int32_t *kv_row,
                      int n_heads, int n_kv_heads, int head_dim) {
-    KvView kv = {.k = k, .v = v, .row_stride = (size_t)n_kv_heads * head_dim, .kv_row = kv_row};
+    KvView kv = {.k = k, .v = v, .row_stride = (size_t)n_kv_heads * head_dim, .kv_row = kv_row};  /* [*, n_kv*hd] */
     return attention_ref(q, &kv, out, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
 }
 
@@ -955,39 +647,18 @@ static void rows_by_index(float *out, const float *in, const int32_t *idx, int n
     for (int r = 0; r < n_rows; r++) memcpy(out + (size_t)r * dim, in + (size_t)idx[r] * dim, dim * sizeof(float));
 }
 
-/* The model's weights as the matmul reads them: every linear weight (each layer's seven, and the LM head) packed
- * into fp32 panels by the first C reference forward that runs on the model, kept with it and freed by qwen3_free:
- * 4 bytes a weight on top of the checkpoint's own (Qwen3-0.6B: 0.6 B weights with its tied head, 2.4 GB). Once per
- * model, never per call; a model only ever run on the GPU never pays it. Not safe to race: run one reference
- * forward before sharing a model between threads. */
-static int pack_once(float **panels, const Qwen3Model *m, const RxTensor *W) {
-    float **wp = &panels[W - m->tensors];             /* W's entry: its index in the model's tensor table */
-    if (*wp) return 0;
-    if (!(*wp = (float *)malloc(sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
-        return rx_fail("out of host memory for the packed weight %s", W->name);
-    rx_pack_weight(*wp, W);
-    return 0;
-}
-
-static int model_pack_ref(const Qwen3Model *m) {
-    float **panels = model_panels(m);                 /* [n_tensors] one entry per tensor, NULL: not packed */
-    if (!panels) return rx_fail("out of host memory for the packed weights");
-    if (m->lm_head && pack_once(panels, m, m->lm_head)) return -1;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const Qwen3Layer *w = &m->layers[l];
-        const RxTensor *linear[] = {w->q_proj, w->k_proj, w->v_proj, w->o_proj, w->gate_proj, w->up_proj,
-                                    w->down_proj};
-        for (int k = 0; k < 7; k++)
-            if (pack_once(panels, m, linear[k])) return -1;
-    }
-    return 0;
-}
-
-/* y [rows, out] = x [rows, in] @ W^T, W [out, in], from its panels (model_pack_ref); x packed into xp on the way,
- * or x NULL: the previous call's x, still packed in xp (k and v after q, up after gate). */
+/* y [rows, out] = x [rows, in] @ W^T, W [out, in] (nn.Linear's layout, any dtype): rx_matmul_ref's chains, each
+ * weight read as fp32. xp: Part III's scratch for x, packed (fast_x_floats). */
 static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
-    const float *wp = model_panels(m)[W - m->tensors];
-    rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0], xp);
+    if (rx_fast()) return linear_fast(y, x, m, W, rows, xp);
+    const int in = (int)W->shape[1];
+    const int out = (int)W->shape[0];
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < out; o++) {
+            float acc = 0.0f;
+            for (int i = 0; i < in; i++) acc = fmaf(x[(size_t)r * in + i], rx_tensor_at(W, (int64_t)o * in + i), acc);
+            y[(size_t)r * out + o] = acc;
+        }
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -1127,9 +798,11 @@ typedef struct {
     float *x_last;       /* [S, hidden]             last_only: each sequence's last row, then its normed state      */
     float *logits_R;     /* [R, vocab]              radix and compact mode, every token: the LM head on the R rows  */
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
-    float *xp;           /* [n_x rounded up to 6, max(hidden, n_heads*head_dim, intermediate)] a matmul's x, packed:
-                          * n_x = the most rows any matmul packs, R, or S for the LM head with last_only (S > R
-                          * when sequences repeat: 13 copies of one 4-token sequence are S = 13, R = 4)           */
+    float *rope_cos;     /* [R, head_dim/2]         Algorithm 1 line 11: RoPE's cos at each row's position p~       */
+    float *rope_sin;     /* [R, head_dim/2]         line 12: its sin                                                */
+    float *xp;           /* Part III's scratch, the fast paths only: a matmul's x, packed (fast_x_floats) for the
+                          * most rows any matmul takes, R, or S for the LM head with last_only (S > R when
+                          * sequences repeat: 13 copies of one 4-token sequence are S = 13, R = 4)                */
 } RefActs;
 
 static void acts_free(RefActs *a) {
@@ -1148,6 +821,8 @@ static void acts_free(RefActs *a) {
     free(a->x_last);
     free(a->logits_R);
     free(a->norm_w);
+    free(a->rope_cos);
+    free(a->rope_sin);
     free(a->xp);
     memset(a, 0, sizeof *a);
 }
@@ -1170,10 +845,12 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
     a->x_last = floats(last_only ? (size_t)L->S * H : 0);
     a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
     a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
-    size_t n_x = last_only && (size_t)L->S > R ? (size_t)L->S : R;          /* rows packed: see xp */
-    a->xp = floats(rx_packed_x_floats((int)n_x, (int)(H > QD ? (H > I ? H : I) : (QD > I ? QD : I))));
+    a->rope_cos = floats(R * (c->head_dim / 2));
+    a->rope_sin = floats(R * (c->head_dim / 2));
+    int n_x = last_only && L->S > L->R ? L->S : L->R;                      /* rows packed: see xp */
+    a->xp = floats(rx_fast() ? fast_x_floats(c, n_x) : 0);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->xp) {
+        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->rope_cos || !a->rope_sin || !a->xp) {
         acts_free(a);
         return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
@@ -1183,14 +860,12 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
 /* Algorithm 1 line 9: h0 = Embed(x~) [R, hidden], a row gather from the table by each row's token (lines 6-8). */
 static void embed_ref(const Qwen3Model *m, const Layout *L, RefActs *a) {
     const int64_t H = m->cfg.hidden_size;           /* only the R rows asked for become fp32, never the table */
-    RX_OMP(omp parallel for schedule(static) if((size_t)L->R * H >= RX_GRAIN))
     for (int r = 0; r < L->R; r++)
         for (int64_t i = 0; i < H; i++) a->h[r * H + i] = rx_tensor_at(m->embed, L->tok[r] * H + i);
 }
 
 /* Layer l up to attention, on the R rows (Algorithm 1 lines 15-18): xn = input_layernorm(h), then q, k and v, each
- * head q/k-normed and rotated by RoPE at its row's position p~ (lines 11-12: rx_qk_norm_rope_ref takes the
- * angles from p~ there, row by row). */
+ * head q/k-normed and rotated by RoPE at its row's angles (lines 11-12, rope_angles). */
 static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *a) {
     const Qwen3Config *c = &m->cfg;
     const Qwen3Layer *W = &m->layers[l];
@@ -1199,12 +874,12 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     rx_tensor_to_f32(W->input_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, c->hidden_size, eps);  /* xn = input_layernorm(h)  [R, hidden] */
     linear_ref(a->q, a->xn, m, W->q_proj, R, a->xp);    /* q = xn @ Wq^T               [R, n_heads*head_dim] */
-    linear_ref(a->k, NULL, m, W->k_proj, R, a->xp);     /* k = xn @ Wk^T               [R, n_kv*head_dim] */
-    linear_ref(a->v, NULL, m, W->v_proj, R, a->xp);     /* v = xn @ Wv^T               [R, n_kv*head_dim] */
+    linear_ref(a->k, a->xn, m, W->k_proj, R, a->xp);    /* k = xn @ Wk^T               [R, n_kv*head_dim] */
+    linear_ref(a->v, a->xn, m, W->v_proj, R, a->xp);    /* v = xn @ Wv^T               [R, n_kv*head_dim] */
     rx_tensor_to_f32(W->q_norm, a->norm_w);
-    rx_qk_norm_rope_ref(a->q, a->norm_w, L->pos, R, c->n_heads, c->head_dim, eps, c->rope_theta);
+    qk_norm_rope_ref(a->q, a->norm_w, a->rope_cos, a->rope_sin, R, c->n_heads, c->head_dim, eps);     /* line 18 */
     rx_tensor_to_f32(W->k_norm, a->norm_w);
-    rx_qk_norm_rope_ref(a->k, a->norm_w, L->pos, R, c->n_kv_heads, c->head_dim, eps, c->rope_theta);
+    qk_norm_rope_ref(a->k, a->norm_w, a->rope_cos, a->rope_sin, R, c->n_kv_heads, c->head_dim, eps);
 }
 
 /* Line 20, the paper's scatter before attention: radix mode moves q, k and v to original space [N, .]. Returns where
@@ -1239,7 +914,7 @@ static int layer_attn_mlp_ref(const Qwen3Model *m, int l, const Layout *L, RefAc
     rx_tensor_to_f32(W->post_norm, a->norm_w);
     rx_rmsnorm_ref(a->xn, a->h, a->norm_w, R, H, eps);  /* xn = post_attention_layernorm(h) */
     linear_ref(a->gate, a->xn, m, W->gate_proj, R, a->xp);  /* gate = xn @ Wg^T        [R, intermediate] */
-    linear_ref(a->up, NULL, m, W->up_proj, R, a->xp);       /* up   = xn @ Wu^T        [R, intermediate] */
+    linear_ref(a->up, a->xn, m, W->up_proj, R, a->xp);      /* up   = xn @ Wu^T        [R, intermediate] */
     rx_silu_mul_ref(a->gate, a->gate, a->up, (size_t)R * I);
     linear_ref(a->xn, a->gate, m, W->down_proj, R, a->xp);  /* mlp = (silu(gate)*up) @ Wd^T  [R, hidden] */
     for (size_t i = 0; i < (size_t)R * H; i++) a->h[i] += a->xn[i];
@@ -1293,10 +968,10 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (model_pack_ref(m) || layout_build(&L, b, mode, RX_AUTO_THRESHOLD) ||
-        acts_alloc(&a, c, &L, last_only, logits != NULL))
-        goto done;
+    if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, c, &L, last_only, logits != NULL)) goto done;
+    if (rx_fast() && model_pack_ref(m)) goto done;                      /* Part III: the weights in panels, once */
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
+    rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);            /* lines 11-12 */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
         layer_qkv_ref(m, l, &L, &a);                                     /* lines 15-18: q, k, v  [R, .] */
         KvView kv = scatter_qkv_ref(&L, &a, QD, KVD);                    /* line 20 */
@@ -1371,7 +1046,7 @@ double rx_bf16_tolerance(const Qwen3Config *c) {
  * The norms, residual adds and GEMMs round exactly where transformers does. Each rounding skipped is an error of up
  * to 2^-8 of a value that the fp32 C reference does not make either: the GPU is checked against that reference, and
  * the skipped roundings bring it closer, never further. Against transformers' own bf16 forward the GPU then differs
- * by those roundings, about 8 per layer, each as large as one of the 15 per layer both make (rx_bf16_tolerance above
+ * by those roundings, about 8 per layer, each as large as one of the 19 per layer both make (rx_bf16_tolerance above
  * gives the budget against the C reference). */
 typedef __nv_bfloat16 bf16;
 static __host__ __device__ float f32(bf16 x) { return __bfloat162float(x); }
@@ -1557,7 +1232,8 @@ static int add_inplace(bf16 *x, const bf16 *y, int64_t n) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
-/* The C reference's KvView, on the host, over bf16 device arrays: both kernels below read keys through it. */
+/* The C reference's KvView, on the host, over bf16 device arrays: the kernel below and Part III's flash kernel read
+ * keys through it. */
 typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
 
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
@@ -1610,284 +1286,14 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
     return 0;
 }
 
-/* Flash attention: the same causal attention on tensor cores, FlashAttention-2 in structure, for head_dim 128 (every
- * Qwen3 model; any other head_dim runs the naive kernel above). It takes the batch as varlen query and key layouts:
- *   q, out [cu_q[S], n_heads*head_dim]   query i of sequence s is row cu_q[s] + i
- *   k, v, kv_stride, kv_row              key t of sequence s is row kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t,
- *                                        rows kv_stride elements apart (GpuKvView)
- * with Lq_s = cu_q[s+1] - cu_q[s] queries and Lk_s = cu_k[s+1] - cu_k[s] keys. The queries are the *last* Lq_s
- * positions of the sequence: query i sits at key position (Lk_s - Lq_s) + i and sees keys 0 .. that position.
- *   baseline  cu_q = cu_k = cu_seqlens, kv_row = NULL           (N rows)
- *   radix     the same, on the scattered N rows, then the gather (the paper)
- *   compact   cu_k = cu_seqlens, kv_row = I_scatter, cu_q from radix_compact_cu_q (Lq_s = L_s - p_s): the whole
- *             (token, position) history of every query is read through I_scatter, with no copy.
- *
- * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
- * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
- * positions 64..299:
- *
- *                                       key tiles of BN = 64, from key position 0
- *                                       0        64       128      192      256   300
- *    query tile 0 (positions  64..127)  |########|##\     |        |        |      |
- *    query tile 1 (positions 128..191)  |########|########|##\     |        |      |
- *    query tile 2 (positions 192..255)  |########|########|########|##\     |      |
- *    query tile 3 (positions 256..299)  |########|########|########|########|#\    |
- *
- *    #: every key visible, no mask.  ##\: the diagonal tile, keys t > pos masked.  Blank: never loaded.
- * In baseline the same sequence has 5 query tiles (positions 0..299) over the same key tiles. Where query tiles do not
- * start at a multiple of 64 (p_s = 40, say) a tile's diagonal crosses two key tiles, and both are masked.
- *
- * For each key tile, up to the diagonal of the tile's last query:
- *   S = Q K^T        [16 x 64] per warp: mma.sync m16n8k16 (bf16 in, fp32 out), Q's fragments held in registers
- *   online softmax   per row, in fp32 and base 2: x = S * log2(e)/sqrt(d), m = max(m, max x), rescale the running
- *                    sum l and the output O by 2^(m_old - m), p = 2^(x - m)
- *   O += P V         P rounded to bf16 straight from the registers: the mma's accumulator layout for S is its operand
- *                    layout for P, so P never goes through memory; V is read with ldmatrix.trans
- * K and V tiles come in through cp.async into two shared-memory buffers: tile j+1 loads while tile j is computed.
- * Work is listed longest first (flash_tiles): the query tiles with the most key tiles start first, the short ones
- * fill in at the end.
- *
- * radix == compact, bit for bit, as with the naive kernel: a query's row sees the same q, the same keys in the same
- * tiles (anchored at position 0, not at the query tile) and so the same arithmetic, whichever rows share its CTA. A
- * CTA may run key tiles beyond a row's diagonal (its last row's diagonal is further on); there every element of the
- * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
- * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
+/* Part III's flash attention kernel (tensor cores), the naive kernel's fast twin, declared here for the GPU forward
+ * and defined there: FLASH_D is the one head_dim it is built for, a FlashTile one CTA's work (flash_tiles). */
 enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
-static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
 typedef struct { int32_t seq, tile, key_tiles; } FlashTile;   /* one CTA's work: query tile `tile` of sequence seq */
-/* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
- * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes FLASH_SMEM_BYTES, its own
- * constant: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
-template <int D> struct FlashSmem {
-    enum { SROW = D + 8, Q = 0, K = Q + FLASH_BM * SROW, V = K + 2 * FLASH_BN * SROW, END = V + 2 * FLASH_BN * SROW };
-};
-enum { FLASH_SMEM_BYTES = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * 2 };   /* 85 KiB: Q, 2 x (K, V), bf16 */
-
-static __device__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-/* 16 bytes global -> shared, asynchronously; with ok == 0 nothing is read and the 16 bytes become zeros. */
-static __device__ void cp_async16(void *dst, const void *src, int ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
-}
-static __device__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-static __device__ void cp_async_wait_all_but_1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-static __device__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-/* Four 8x8 bf16 matrices from shared memory; lanes 8j..8j+7 give the row addresses of matrix j, and lane l receives
- * elements (l/4, 2(l%4)..+1) of each (with .trans: the transposed matrix). */
-static __device__ void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
-}
-static __device__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
-}
-/* c [16 x 8] += a [16 x 16] b [16 x 8], bf16 in, fp32 accumulate. With g = lane/4, q = lane%4, lane holds
- *   a: a[0] = A[g][2q..2q+1], a[1] = A[g+8][2q..], a[2] = A[g][2q+8..], a[3] = A[g+8][2q+8..]   (bf16 pairs)
- *   b: b0 = B[2q..2q+1][g], b1 = B[2q+8..2q+9][g]                                             (bf16 pairs)
- *   c: c[0..1] = C[g][2q..2q+1], c[2..3] = C[g+8][2q..2q+1]                                   (fp32)        */
-static __device__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ uint32_t pack_bf16(float lo, float hi) {   /* two bf16 in one register, lo in the low half */
-    __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);          /* each rounded to nearest even, as to_bf16 */
-    uint32_t r;
-    memcpy(&r, &p, sizeof r);
-    return r;
-}
-
-/* Key tile t0 .. t0+BN-1 of one sequence into sK, sV [BN][D + 8] (bf16). The 8 padding elements per row shift
- * consecutive rows by 16 bytes, so the 8 row addresses of an ldmatrix hit 8 different groups of banks. */
-template <int D>
-static __device__ void flash_load_kv(bf16 *sK, bf16 *sV, const bf16 *k, const bf16 *v, const int32_t *kv_row,
-                                     int k0, int Lk, int t0, int64_t kv_stride, int kv_col) {
-    for (int c = threadIdx.x; c < FLASH_BN * (D / 8); c += blockDim.x) {
-        int r = c / (D / 8), col = c % (D / 8) * 8, t = t0 + r, ok = t < Lk;
-        int64_t row = !ok ? 0 : kv_row ? kv_row[k0 + t] : k0 + t;      /* the prefix may come from any sequence */
-        cp_async16(sK + r * (D + 8) + col, k + row * kv_stride + kv_col + col, ok);
-        cp_async16(sV + r * (D + 8) + col, v + row * kv_stride + kv_col + col, ok);
-    }
-}
-
-/* One warp's work on one key tile: its 16 query rows (Q fragments qa) against keys j*BN .. j*BN+BN-1 (Kj, Vj in shared
- * memory), updating the running max m, sum l and output O of rows g and g+8 (g = lane/4). pos: the key position of
- * row g; first_pos: the key position of the CTA's first query (no key of the tile after it: no mask needed). */
-template <int D>
-static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_run[2], float l_run[2],
-                                  const bf16 *Kj, const bf16 *Vj, int j, int pos, int first_pos, float scale_log2) {
-    enum { SROW = D + 8, NT = FLASH_BN / 8, DT = D / 8 };
-    const int lane = threadIdx.x % 32, tq = lane % 4;
-    float sc[NT][4];                               /* S = Q K^T [16 x BN]: element e of n is key 8n + 2tq + (e & 1), */
-    for (int n = 0; n < NT; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;   /* row g + 8 (e >> 1) */
-    for (int kk = 0; kk < D / 16; kk++)
-        for (int n = 0; n < NT; n += 2) {          /* K [key][dim] is B^T, as the mma wants B: no .trans */
-            uint32_t b[4];
-            ldmatrix_x4(b, Kj + (8 * n + lane % 8 + lane / 16 * 8) * SROW + 16 * kk + (lane / 8) % 2 * 8);
-            mma_bf16_16816(sc[n], qa[kk], b[0], b[1]);
-            mma_bf16_16816(sc[n + 1], qa[kk], b[2], b[3]);
-        }
-    const int masked = (j + 1) * FLASH_BN - 1 > first_pos;   /* causal mask: keys after a row's position */
-    for (int n = 0; n < NT; n++)
-        for (int e = 0; e < 4; e++) {
-            int t = j * FLASH_BN + 8 * n + 2 * tq + (e & 1);
-            sc[n][e] = masked && t > pos + 8 * (e >> 1) ? -INFINITY : sc[n][e] * scale_log2;
-        }
-
-    for (int r = 0; r < 2; r++) {                  /* online softmax of rows g (r = 0) and g + 8 (r = 1) */
-        float mx = m_run[r];
-        for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));   /* a row lives in the 4 lanes of a quad */
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = mx == -INFINITY ? 0.0f : mx;        /* no key yet: 2^(-inf - 0) = 0, not NaN */
-        const float rescale = exp2f(m_run[r] - base);          /* 1 exactly when the max did not move */
-        m_run[r] = mx;
-        l_run[r] *= rescale;
-        for (int n = 0; n < DT; n++) {
-            o[n][2 * r] *= rescale;
-            o[n][2 * r + 1] *= rescale;
-        }
-        for (int n = 0; n < NT; n++)
-            for (int e = 2 * r; e < 2 * r + 2; e++) {
-                sc[n][e] = exp2f(sc[n][e] - base);             /* masked: 2^-inf = 0 exactly */
-                l_run[r] += sc[n][e];
-            }
-    }
-
-    for (int kc = 0; kc < FLASH_BN / 16; kc++) {  /* O += P V, 16 keys at a time; S's accumulators become P's A */
-        const uint32_t pa[4] = {pack_bf16(sc[2 * kc][0], sc[2 * kc][1]), pack_bf16(sc[2 * kc][2], sc[2 * kc][3]),
-                                pack_bf16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
-                                pack_bf16(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
-        for (int n = 0; n < DT; n += 2) {          /* V [key][dim] is B itself: ldmatrix .trans */
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, Vj + (16 * kc + lane % 8 + (lane / 8) % 2 * 8) * SROW + 8 * n + lane / 16 * 8);
-            mma_bf16_16816(o[n], pa, b[0], b[1]);
-            mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
-        }
-    }
-}
-
-/* One CTA: query tile tiles[blockIdx.x / n_heads] (flash_tiles) of head blockIdx.x % n_heads. */
-template <int D>
-static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
-                                           int64_t kv_stride, const int32_t *kv_row, const int32_t *cu_q,
-                                           const int32_t *cu_k, const FlashTile *tiles, int n_heads, int n_kv_heads,
-                                           float scale_log2) {
-    enum { SROW = D + 8, DT = D / 8 };
-    bf16 *sQ = smem + FlashSmem<D>::Q, *sK = smem + FlashSmem<D>::K, *sV = smem + FlashSmem<D>::V;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
-    const int s = tiles[tile].seq, m0 = tiles[tile].tile * FLASH_BM;      /* sequence, first query of the tile */
-    const int q0 = cu_q[s], Lq = cu_q[s + 1] - q0, k0 = cu_k[s], Lk = cu_k[s + 1] - k0, off = Lk - Lq;
-    const int key_end = min(Lk, off + min(m0 + FLASH_BM, Lq));   /* keys 0 .. the last query's position */
-    const int n_kt = (key_end + FLASH_BN - 1) / FLASH_BN;
-    const int64_t q_stride = (int64_t)n_heads * D;
-
-    for (int c = threadIdx.x; c < FLASH_BM * (D / 8); c += blockDim.x) {   /* the Q tile, with key tile 0 */
-        int r = c / (D / 8), col = c % (D / 8) * 8, ok = m0 + r < Lq;
-        cp_async16(sQ + r * SROW + col, q + (ok ? (q0 + m0 + r) * q_stride : 0) + h * D + col, ok);
-    }
-    flash_load_kv<D>(sK, sV, k, v, kv_row, k0, Lk, 0, kv_stride, kvh * D);
-    cp_async_commit();
-
-    uint32_t qa[D / 16][4];                        /* this warp's 16 query rows, as mma A fragments */
-    float o[DT][4];                                /* O [16 x D]: DT accumulators of 16 x 8 */
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* rows g and g+8: max (log2 units), sum */
-    for (int n = 0; n < DT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    const int pos = off + m0 + 16 * warp + g;     /* key position of row g; row g+8 is at pos + 8 */
-    const int warp_rows = min(16, Lq - m0 - 16 * warp);           /* this warp's rows in the sequence (<= 0: none) */
-    const int warp_last = off + m0 + 16 * warp + warp_rows - 1;   /* the key position of its last one */
-
-    for (int j = 0; j < n_kt; j++) {
-        if (j + 1 < n_kt) {                        /* prefetch tile j+1 into the other buffer, then wait for tile j */
-            flash_load_kv<D>(sK + (j + 1) % 2 * FLASH_BN * SROW, sV + (j + 1) % 2 * FLASH_BN * SROW, k, v, kv_row, k0,
-                             Lk, (j + 1) * FLASH_BN, kv_stride, kvh * D);
-            cp_async_commit();
-            cp_async_wait_all_but_1();
-        } else {
-            cp_async_wait_all();
-        }
-        __syncthreads();                           /* every thread's copies of tile j (and Q) have landed */
-        if (j == 0)
-            for (int kk = 0; kk < D / 16; kk++)
-                ldmatrix_x4(qa[kk], sQ + (16 * warp + lane % 16) * SROW + 16 * kk + lane / 16 * 8);
-        if (warp_rows > 0 && j * FLASH_BN <= warp_last)   /* else the whole tile is masked for this warp: a no-op */
-            flash_tile<D>(qa, o, m_run, l_run, sK + j % 2 * FLASH_BN * SROW, sV + j % 2 * FLASH_BN * SROW, j, pos,
-                          off + m0, scale_log2);
-        __syncthreads();                           /* all warps are done with buffer j % 2 before it is refilled */
-    }
-
-    for (int r = 0; r < 2; r++) {                  /* out = O / l, rows of this sequence only */
-        float l = l_run[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int i = m0 + 16 * warp + g + 8 * r;
-        if (i >= Lq) continue;
-        bf16 *orow = out + (q0 + i) * q_stride + h * D + 2 * tq;
-        for (int n = 0; n < DT; n++) {
-            orow[8 * n] = to_bf16(o[n][2 * r] / l);
-            orow[8 * n + 1] = to_bf16(o[n][2 * r + 1] / l);
-        }
-    }
-}
-/* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
-__global__ void __launch_bounds__(FLASH_WARPS * 32)
-flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
-                            const int32_t *kv_row, const int32_t *cu_q, const int32_t *cu_k, const FlashTile *tiles,
-                            int n_heads, int n_kv_heads, float scale_log2) {
-    extern __shared__ __align__(16) bf16 smem[];
-    flash_attention_cta<FLASH_D>(smem, out, q, k, v, kv_stride, kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads,
-                                 scale_log2);
-}
-
-/* The flash kernel's work list, *tiles [n_tiles] in device memory: every query tile of every sequence with queries,
- * the ones with the most key tiles first (ties in batch order). */
-static int cmp_flash_tile(const void *a, const void *b) {
-    const FlashTile *x = (const FlashTile *)a, *y = (const FlashTile *)b;
-    if (x->key_tiles != y->key_tiles) return y->key_tiles - x->key_tiles;
-    return x->seq != y->seq ? x->seq - y->seq : x->tile - y->tile;
-}
-static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles) {
-    int n = 0;
-    for (int s = 0; s < n_seqs; s++) n += (cu_q[s + 1] - cu_q[s] + FLASH_BM - 1) / FLASH_BM;
-    FlashTile *t = (FlashTile *)rx_alloc((size_t)n * sizeof(FlashTile), "the flash attention work list");
-    if (!t) return -1;
-    n = 0;
-    for (int s = 0; s < n_seqs; s++) {
-        int Lq = cu_q[s + 1] - cu_q[s], Lk = cu_k[s + 1] - cu_k[s];
-        for (int m = 0; m * FLASH_BM < Lq; m++) {
-            int key_end = Lk - Lq + (Lq < (m + 1) * FLASH_BM ? Lq : (m + 1) * FLASH_BM);
-            FlashTile ft = {.seq = s, .tile = m, .key_tiles = (key_end + FLASH_BN - 1) / FLASH_BN};
-            t[n++] = ft;
-        }
-    }
-    qsort(t, n, sizeof *t, cmp_flash_tile);
-    *n_tiles = n;
-    *tiles = NULL;
-    int rc = n && (dev_alloc((void **)tiles, (size_t)n * sizeof *t, "the flash attention work list [%d tiles]", n) ||
-                   cuda_copy(*tiles, t, (size_t)n * sizeof *t, cudaMemcpyHostToDevice));   /* no queries: no list */
-    free(t);
-    return rc ? -1 : 0;
-}
-
-static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
-static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
-                           const int32_t *cu_k, const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads,
-                           int head_dim) {
-    if ((int64_t)n_tiles * n_heads > INT32_MAX)
-        return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
-    if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
-    const int shmem = FLASH_SMEM_BYTES;
-    /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
-     * it is made before every launch (a host-side call, cheap beside the kernel), never kept in a static. */
-    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
-    const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
-    flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
-        out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
-    LAUNCH_CHECK();
-    return 0;
-}
+static int flash_supported(int head_dim);
+static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles);
+static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q, const int32_t *cu_k,
+                           const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads, int head_dim);
 
 /* -------------------------------------------------------------------------------------------------- the gpu model */
 typedef struct {                     /* one decoder layer on the device, bf16, [out, in] as nn.Linear stores them */
@@ -1940,6 +1346,8 @@ const char *gpu_device_name(void) {
     return device_props(&p) == cudaSuccess ? p.name : "";
 }
 
+static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n);   /* Part III */
+
 /* Allocates *dst and fills it with the checkpoint tensor t (F32, F16 or BF16, as fp32, rounded to bf16 to nearest
  * even). The loader has checked t's dtype and its shape against the config (bind_model). */
 static int upload(bf16 **dst, const RxTensor *t) {
@@ -1947,8 +1355,8 @@ static int upload(bf16 **dst, const RxTensor *t) {
     DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", t->name, (long long)n);
     bf16 *h = (bf16 *)malloc((size_t)n * sizeof(bf16));
     if (!h) return rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * sizeof(bf16)));
-    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
-    for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
+    if (rx_fast()) to_bf16_fast(h, t, n);                        /* Part III: the same loop on threads */
+    else for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
     int rc = cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
     free(h);
     return rc;
@@ -3101,10 +2509,10 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (model_pack_ref(m) || layout_build_prefill(&L, &kv_dst, b, pf, mode) ||
-        acts_alloc(&a, c, &L, 1, last_logits != NULL))
-        goto done;
+    if (layout_build_prefill(&L, &kv_dst, b, pf, mode) || acts_alloc(&a, c, &L, 1, last_logits != NULL)) goto done;
+    if (rx_fast() && model_pack_ref(m)) goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
+    rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
         layer_qkv_ref(m, l, &L, &a);
         scatter_qkv_ref(&L, &a, QD, KVD);                /* radix mode's q; its keys are read from the pool instead */
@@ -3574,22 +2982,6 @@ int gpu_test_device_reset(void) {
     return 0;
 }
 
-/* Every kernel's launch as its launcher above makes it, for the resource gate (`make resource-gate`, no device):
- * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
-static const GpuLaunchShape launch_shapes[] = {
-    {"rows_by_index_kernel", INDEX_BLOCK, 0, 0},
-    {"rmsnorm_kernel", BLOCK, 0, 0},
-    {"qk_norm_rope_kernel", BLOCK, 0, 0},
-    {"silu_mul_kernel", BLOCK, 0, 0},
-    {"add_kernel", BLOCK, 0, 0},
-    {"attention_kernel", BLOCK, 0, 0},
-    {"flash_attention_d128_kernel", FLASH_WARPS * 32, FLASH_SMEM_BYTES, FlashSmem<FLASH_D>::END * (int)sizeof(bf16)},
-};
-int gpu_launch_shapes(const GpuLaunchShape **shapes) {
-    *shapes = launch_shapes;
-    return (int)(sizeof launch_shapes / sizeof launch_shapes[0]);
-}
-
 #else /* RADIXMLP_HOST_ONLY */
 /* Built by a plain C++ compiler (the fuzzers and the sanitizer build of the host tests): no CUDA, and every gpu_*
  * function reports that there is no device. (Unnamed parameters: this file is always compiled as C++.) */
@@ -3629,6 +3021,824 @@ int gpu_prefill(GpuModel *, GpuKvPool *, const RxBatch *, const RxPrefill *, RxM
     return no_gpu();
 }
 #endif /* RADIXMLP_HOST_ONLY */
+
+/* ----------------------------------------------------------------------------- part iii: speed, threads and paths */
+/* Everything here exists only to be fast, and each piece equals a definition of Part I bit for bit; a definition
+ * reaches it in one line, `if (rx_fast()) return ..._fast(...)`, and RADIXMLP_CPU=definition never does:
+ *   rmsnorm_fast, qk_norm_rope_fast, silu_mul_fast   Part I's row loops on threads
+ *   linear_fast (rx_matmul_packed_ref)               linear_ref, on weights packed into panels and SIMD tiles
+ *   exp_fast (exp_row_avx2)                          rx_exp_ref's exp_one, 8 lanes at a time
+ *   attention_fast                                   attention_ref, on the matmul's tiles
+ *   flash_attention (the GPU)                        attention_kernel, on tensor cores (within bf16, not bit for bit)
+ * The tests that prove it, each on every path (definition, portable, avx2, avx512) at 1 and 2 threads, in the group
+ * reference: matmul_packed_equals_definition_bit_for_bit, exp_matches_double_on_every_path,
+ * attention_ref_matches_double_every_layout, logits_identical_for_1_and_2_threads_every_mode_and_cpu_path and
+ * forward_fuzz_radix_compact_equal_baseline_equals_double (the definition is its oracle); the GPU's in group gpu.
+ *
+ * Threads and vectors, as llama2.c and llm.c's CPU code use them: OpenMP splits the loops over rows, over
+ * (row, head) pairs and over matmul tiles across threads, and the inner loops run across independent outputs, so
+ * the compiler vectorizes them without reordering any sum (no -ffast-math). Without -fopenmp (the emulator's build)
+ * the pragmas vanish and one thread runs the same code.
+ *
+ * Threads must never slow a forward. A parallel loop costs a wake-up and a join, and the join waits for the slowest
+ * thread: on a busy machine, one that is not running, while the others spin on their cores (libgomp spins about
+ * 300000 rounds before it sleeps), so a join can cost a scheduler time slice, milliseconds. A loop therefore runs in
+ * parallel only when its work pays for that: if(work >= RX_GRAIN), as PyTorch's parallel_for grain, with work in
+ * multiply-adds (or elements); 2^20 of them take about 0.3 ms on one core. Below it no thread waits at all.
+ * (The spinning itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its own
+ * constructor, before any setenv of this program, even one from a .preinit_array function.) */
+
+enum { RX_GRAIN = 1 << 20 };
+#ifdef _OPENMP
+#define RX_OMP(directive) _Pragma(#directive)
+static int rx_thread(void) { return omp_get_thread_num(); }
+int rx_threads(int n) {
+    if (n > 0) omp_set_num_threads(n);
+    return omp_get_max_threads();
+}
+#else
+#define RX_OMP(directive)
+static int rx_thread(void) { return 0; }
+int rx_threads(int n) {
+    (void)n;
+    return 1;
+}
+#endif
+/* Loops whose lanes are independent (or a max, the same in any order): gcc at -O2 vectorizes them only when told;
+ * clang does at -O2 on its own, and at -O1 (the sanitizer builds) would warn that it cannot. */
+#if defined(_OPENMP) && !defined(__clang__)
+#define RX_SIMD _Pragma("omp simd")
+#define RX_SIMD_MAX(v) _Pragma(RX_STR(omp simd reduction(max : v)))
+#define RX_STR(x) #x
+#else
+#define RX_SIMD
+#define RX_SIMD_MAX(v)
+#endif
+
+/* --------------------------------------------------- part iii: the matmul's packed panels and simd tiles, the exp */
+/* rx_matmul_ref's chains (linear_ref), fast: a register-blocked micro-kernel over packed panels, as BLIS and llm.c's
+ * CPU matmul do it. The weight is packed once per model (model_pack_ref) into panels of MM_COLS outputs, zero-padded
+ * past out: wp [ceil(out / MM_COLS)][in][MM_COLS], so the MM_COLS weights that step i needs lie side by side, and
+ * one panel is one contiguous block that stays in cache (a plain W^T [in][out] would put its rows out * 4 bytes
+ * apart: at out = 3072 a multiple of 4 KiB, every row of a strip in the same cache set). Memory: 4 bytes per weight
+ * (fp32, whatever the checkpoint's dtype), plus the padding of the last panel.
+ *
+ * x is packed too, per call, into tiles of MM_ROWS rows: xp [ceil(rows / MM_ROWS)][in][MM_ROWS], so that step i
+ * reads its MM_ROWS inputs side by side as well (one stream instead of MM_ROWS rows 4*in bytes apart).
+ *
+ * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
+ * weight once for MM_ROWS rows and each x once for MM_COLS outputs:
+ *
+ *            o0 ... o0+15              every lane of every row of the tile does the same thing:
+ *     r0   [ acc acc ... acc ]            acc = fma(x[r][i], W[o][i], acc)   (one rounding, i = 0, 1, ...)
+ *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the panel)
+ *     r5   [ acc acc ... acc ]
+ *
+ * With AVX2 that is 12 accumulators of 8 lanes, two weight vectors and one broadcast x: 15 of the 16 registers.
+ * With AVX-512 a whole row of the tile fits one register: 6 accumulators of 16 lanes and one weight vector.
+ * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
+ * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
+ * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is
+ * picked at run time (rx_cpu_path): the widest the CPU has; RADIXMLP_CPU=portable|avx2|avx512, or rx_cpu_path(),
+ * forces one, and every one gives the same bits. */
+enum { MM_ROWS = 6, MM_COLS = 16 };
+
+size_t rx_packed_floats(int out, int in) {
+    return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
+}
+
+size_t rx_packed_x_floats(int rows, int in) {
+    return (size_t)(rows + MM_ROWS - 1) / MM_ROWS * MM_ROWS * (size_t)in;
+}
+
+/* One tile's inputs side by side: xp [in][MM_ROWS], xp[i][j] = xr[j][i]. */
+static void pack_tile(float *xp, const float *const xr[MM_ROWS], int in) {
+    for (int i = 0; i < in; i++)
+        for (int j = 0; j < MM_ROWS; j++) xp[(size_t)i * MM_ROWS + j] = xr[j][i];
+}
+
+void rx_pack_weight(float *wp, const RxTensor *W) {
+    int out = (int)W->shape[0], in = (int)W->shape[1], n_panels = (out + MM_COLS - 1) / MM_COLS;
+    const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
+    RX_OMP(omp parallel for schedule(static) if((size_t)out * in >= RX_GRAIN))
+    for (int p = 0; p < n_panels; p++) {
+        float *panel = wp + (size_t)p * in * MM_COLS;                         /* [in][MM_COLS] */
+        for (int i0 = 0; i0 < in; i0 += 16)            /* 16 inputs at a time: each read of W is one cache line */
+            for (int c = 0; c < MM_COLS; c++)
+                for (int i = i0; i < i0 + 16 && i < in; i++) {
+                    int o = p * MM_COLS + c;
+                    size_t at = (size_t)o * in + i;
+                    panel[(size_t)i * MM_COLS + c] = o >= out ? 0.0f : wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
+                }
+    }
+}
+
+/* One tile, portable C: acc[j][c] = fmaf(xp[i][j], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
+ * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]. */
+static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
+    for (int i = 0; i < in; i++)
+        for (int j = 0; j < MM_ROWS; j++)
+            for (int c = 0; c < MM_COLS; c++)
+                acc[j][c] = fmaf(xp[(size_t)i * MM_ROWS + j], panel[(size_t)i * MM_COLS + c], acc[j][c]);
+}
+
+/* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them. */
+#ifdef RX_X86
+__attribute__((target("avx2,fma")))
+static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
+    __m256 a[MM_ROWS][2];
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) {
+        a[j][0] = _mm256_loadu_ps(acc[j]);
+        a[j][1] = _mm256_loadu_ps(acc[j] + 8);
+    }
+    for (int i = 0; i < in; i++) {
+        __m256 w0 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS);         /* W[o0 .. o0+7][i]  */
+        __m256 w1 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8);     /* W[o0+8 .. o0+15][i] */
+#pragma GCC unroll 6
+        for (int j = 0; j < MM_ROWS; j++) {
+            __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j);
+            a[j][0] = _mm256_fmadd_ps(xv, w0, a[j][0]);
+            a[j][1] = _mm256_fmadd_ps(xv, w1, a[j][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) {
+        _mm256_storeu_ps(acc[j], a[j][0]);
+        _mm256_storeu_ps(acc[j] + 8, a[j][1]);
+    }
+}
+
+/* And with AVX-512: a step is one weight load, 6 broadcasts and 6 FMAs (AVX2: 2, 6 and 12). By latency arithmetic
+ * (an FMA's result is ready 4 cycles later; not measured here, see docs/results.md): 6 independent chains keep a
+ * core that issues one 16-lane FMA a cycle busy (AMD Zen 4); a core with two 512-bit FMA units (Intel Xeon) would
+ * want 8, and gets 1.5 FMAs a cycle from 6, still 1.5x its AVX2 rate. */
+__attribute__((target("avx512f")))
+static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
+    __m512 a[MM_ROWS];
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_loadu_ps(acc[j]);
+    for (int i = 0; i < in; i++) {
+        __m512 w = _mm512_loadu_ps(panel + (size_t)i * MM_COLS);          /* W[o0 .. o0+15][i] */
+#pragma GCC unroll 6
+        for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(size_t)i * MM_ROWS + j]), w, a[j]);
+    }
+#pragma GCC unroll 6
+    for (int j = 0; j < MM_ROWS; j++) _mm512_storeu_ps(acc[j], a[j]);
+}
+#endif
+
+static void exp_row_portable(float *y, const float *x, float a, float b, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = exp_one(fmaf(a, x[i], b));
+}
+
+#ifdef RX_X86
+__attribute__((target("avx2,fma")))
+static void exp_row_avx2(float *y, const float *x, float a, float b, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_fmadd_ps(_mm256_set1_ps(a), _mm256_loadu_ps(x + i), _mm256_set1_ps(b));
+        __m256 c = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+        __m256 nf = _mm256_round_ps(_mm256_mul_ps(c, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-0.693359375f), c);
+        r = _mm256_fmadd_ps(nf, _mm256_set1_ps(2.12194440e-4f), r);
+        __m256 p = _mm256_set1_ps(EXP_P[0]);
+        for (int k = 1; k < 6; k++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(EXP_P[k]));
+        __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+        __m256i ni = _mm256_cvtps_epi32(nf), h = _mm256_srai_epi32(ni, 1), bias = _mm256_set1_epi32(127);
+        __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(h, bias), 23));
+        __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, h), bias), 23));
+        e = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
+        e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(v, _mm256_set1_ps(EXP_HI), _CMP_GT_OQ));
+        e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ));
+        _mm256_storeu_ps(y + i, _mm256_blendv_ps(e, v, _mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+    }
+    exp_row_portable(y + i, x + i, a, b, n - i);
+}
+#endif
+
+/* ----------------------------------------------------------- part iii: the cpu paths (RADIXMLP_CPU), the fast ops */
+typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in);
+typedef void (*ExpRow)(float *y, const float *x, float a, float b, size_t n);
+/* The paths, narrowest first: "definition" runs Part I's definitions on one thread (its tables' entries serve only
+ * the public packed matmul and exp, called on their own); the exponential (1% of a forward) stays on AVX2 in the
+ * AVX-512 path. */
+static const char *const CPU_PATHS[] = {"definition", "portable", "avx2", "avx512"};
+#ifdef RX_X86
+static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_portable, mm_tile_avx2, mm_tile_avx512};
+static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_portable, exp_row_avx2, exp_row_avx2};
+#else
+static const MmTile MM_TILES[] = {mm_tile_portable, mm_tile_portable};
+static const ExpRow EXP_ROWS[] = {exp_row_portable, exp_row_portable};
+#endif
+static int cpu_path = -1;                   /* the path in effect, an index into those; -1 until rx_cpu_path picks */
+static MmTile mm_tile;
+static ExpRow exp_row;
+
+static int cpu_can(int p) {                 /* can this CPU run path p? */
+    if (p >= (int)(sizeof MM_TILES / sizeof MM_TILES[0])) return 0;
+#ifdef RX_X86
+    if (p >= 2 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return 0;
+    if (p >= 3 && !__builtin_cpu_supports("avx512f")) return 0;
+#endif
+    return 1;
+}
+
+const char *rx_cpu_path(const char *want) {
+    const char *env = getenv("RADIXMLP_CPU"), *who = want ? "rx_cpu_path" : "RADIXMLP_CPU";
+    if (!want && cpu_path >= 0) return CPU_PATHS[cpu_path];
+    if (!want) want = env && *env ? env : "auto";
+    int p = 3;
+    if (!strcmp(want, "auto"))                          /* the widest: never the definition, always slower */
+        while (!cpu_can(p)) p--;
+    else {
+        while (p >= 0 && strcmp(want, CPU_PATHS[p])) p--;
+        if (p < 0) {
+            rx_fail("%s: no CPU path \"%s\" (auto, definition, portable, avx2 or avx512)", who, want);
+            return NULL;
+        }
+        if (!cpu_can(p)) {
+            rx_fail("%s: this CPU cannot run the %s path", who, want);
+            return NULL;
+        }
+    }
+    cpu_path = p;
+    mm_tile = MM_TILES[p];
+    exp_row = EXP_ROWS[p];
+    return CPU_PATHS[p];
+}
+
+/* The environment every program checks at start, before any work: $RADIXMLP_CPU (rx_cpu_path) and $OMP_NUM_THREADS.
+ * libgomp reads the latter in its constructor, before main: a value it cannot use ("", "abc", 0, -4) earns a warning
+ * and every core, and 2147483647 it takes as given, to fail later allocating a scratch row per thread. So here it
+ * must be a count from 1 to RX_MAX_THREADS, or a list of them: "4,2" sets libgomp's nested levels, and the C
+ * reference never nests, so it runs on the first. */
+enum { RX_MAX_THREADS = 1024 };
+int rx_check_env(void) {
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (!rx_cpu_path(NULL)) return -1;
+    for (const char *c = env; c;) {
+        char *end;
+        errno = 0;
+        long n = strtol(c, &end, 10);
+        while (isspace((unsigned char)*end)) end++;
+        if (end == c || errno || n < 1 || n > RX_MAX_THREADS || (*end && *end != ','))
+            return rx_fail("OMP_NUM_THREADS: '%s' is not a thread count from 1 to %d (or a list of them, like 4,2: "
+                           "the first counts)", env, RX_MAX_THREADS);
+        c = *end == ',' ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+static void cpu_path_ready(void) {          /* first use: $RADIXMLP_CPU (the programs check it at start), else auto */
+    if (cpu_path < 0 && !rx_cpu_path(NULL)) rx_cpu_path("auto");
+}
+
+static int rx_fast(void) {
+    cpu_path_ready();
+    return cpu_path > 0;
+}
+
+static void exp_fast(float *y, const float *x, float a, float b, size_t n) {
+    exp_row(y, x, a, b, n);
+}
+
+void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp) {
+    int n_rt = (rows + MM_ROWS - 1) / MM_ROWS, n_panels = (out + MM_COLS - 1) / MM_COLS, n_pack = x ? n_rt : 0;
+    cpu_path_ready();
+    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
+    for (int t = 0; t < n_pack; t++) {                               /* x -> xp, a tile of MM_ROWS rows at a time */
+        const float *xr[MM_ROWS];
+        for (int j = 0; j < MM_ROWS; j++) {
+            int r = t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1;        /* past the last row: repeat it */
+            xr[j] = x + (size_t)r * in;
+        }
+        pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
+    }
+    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
+    for (long t = 0; t < (long)n_rt * n_panels; t++) {
+        int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
+        int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
+        float acc[MM_ROWS][MM_COLS];
+        memset(acc, 0, sizeof acc);
+        mm_tile(acc, xp + (size_t)r0 * in, wp + (size_t)o0 * in, in);
+        for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
+            memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
+    }
+}
+
+/* The model's weights as the matmul reads them: every linear weight (each layer's seven, and the LM head) packed
+ * into fp32 panels by the first C reference forward that runs on the model, kept with it and freed by qwen3_free:
+ * 4 bytes a weight on top of the checkpoint's own (Qwen3-0.6B: 0.6 B weights with its tied head, 2.4 GB). Once per
+ * model, never per call; a model only ever run on the GPU never pays it. Not safe to race: run one reference
+ * forward before sharing a model between threads. */
+static int pack_once(float **panels, const Qwen3Model *m, const RxTensor *W) {
+    float **wp = &panels[W - m->tensors];             /* W's entry: its index in the model's tensor table */
+    if (*wp) return 0;
+    if (!(*wp = (float *)malloc(sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
+        return rx_fail("out of host memory for the packed weight %s", W->name);
+    rx_pack_weight(*wp, W);
+    return 0;
+}
+
+static int model_pack_ref(const Qwen3Model *m) {
+    float **panels = model_panels(m);                 /* [n_tensors] one entry per tensor, NULL: not packed */
+    if (!panels) return rx_fail("out of host memory for the packed weights");
+    if (m->lm_head && pack_once(panels, m, m->lm_head)) return -1;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const Qwen3Layer *w = &m->layers[l];
+        const RxTensor *linear[] = {w->q_proj, w->k_proj, w->v_proj, w->o_proj, w->gate_proj, w->up_proj,
+                                    w->down_proj};
+        for (int k = 0; k < 7; k++)
+            if (pack_once(panels, m, linear[k])) return -1;
+    }
+    return 0;
+}
+
+/* linear_ref on W's panels (model_pack_ref), x packed into xp on the way. */
+static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
+    const float *wp = model_panels(m)[W - m->tensors];
+    rx_matmul_packed_ref(y, x, wp, rows, (int)W->shape[1], (int)W->shape[0], xp);
+}
+
+/* The floats a forward's packed x needs (RefActs.xp): rows of the widest matmul input, hidden, n_heads*head_dim or
+ * intermediate, in tiles of MM_ROWS. */
+static size_t fast_x_floats(const Qwen3Config *c, int rows) {
+    int in = c->hidden_size;
+    if (c->n_heads * c->head_dim > in) in = c->n_heads * c->head_dim;
+    if (c->intermediate_size > in) in = c->intermediate_size;
+    return rx_packed_x_floats(rows, in);
+}
+
+static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps) {
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * dim >= RX_GRAIN))
+    for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
+}
+
+static void qk_norm_rope_fast(float *x, const float *w, const float *cos_t, const float *sin_t, int rows, int n_heads,
+                              int head_dim, float eps) {
+    const size_t half = (size_t)head_dim / 2;
+    RX_OMP(omp parallel for schedule(static) if((size_t)rows * n_heads * head_dim >= RX_GRAIN))
+    for (int r = 0; r < rows; r++)
+        qk_norm_rope_row(x + (size_t)r * n_heads * head_dim, w, cos_t + r * half, sin_t + r * half, n_heads, head_dim,
+                         eps);
+}
+
+/* rx_silu_mul_ref, 256 at a time through the vector exp: exp(-g) = exp_one(fmaf(-1, g, 0)), the same number. */
+static void silu_mul_fast(float *out, const float *gate, const float *up, size_t n) {
+    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
+    for (size_t i0 = 0; i0 < n; i0 += 256) {
+        float e[256];                                           /* exp(-gate), 256 at a time */
+        size_t m = n - i0 < 256 ? n - i0 : 256;
+        exp_row(e, gate + i0, -1.0f, 0.0f, m);
+        for (size_t i = i0; i < i0 + m; i++) out[i] = gate[i] / (1.0f + e[i - i0]) * up[i];
+    }
+}
+
+/* ---------------------------------------------------------------------------------- part iii: the tiled attention */
+/* Attention for one sequence and one kv head is two matmuls, so it runs on the matmul's micro-kernel (mm_tile):
+ *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T  K [len, head_dim]: weight [out = keys, in = head_dim]
+ *   outputs  O [queries, head_dim] = P [queries, len] @ V         V^T [head_dim, len]: weight [out = dims, in = keys]
+ * where P = softmax(S * scale) row by row. Each score is therefore rx_matmul_ref's chain of fmaf over i = 0 ..
+ * head_dim-1, and each output its chain over keys j = 0 .. len-1, on every CPU path; and MM_ROWS queries (a row's
+ * GQA heads, then the next rows of the same sequence) share every key and value the kernel loads, as FlashAttention
+ * shares them across a block of queries. Queries of one tile may see different lengths (row g sees g - t0 + 1 keys):
+ * a score past a query's own length is computed and dropped, and the value sums run in segments, each query's
+ * output stored when its chain reaches its own length, so no later key (a NaN, say) ever reaches an earlier row.
+ *
+ * Keys and values are first packed per kv head and sequence as rx_pack_weight packs a weight, read through kv_row:
+ *   kp [n_kv][T16][head_dim]: sequence s's keys in panels of MM_COLS keys, [head_dim][MM_COLS] each
+ *   vp [n_kv][T16][hd16]:     its values in panels of MM_COLS dims, [len16][MM_COLS] each
+ * with len16 its length rounded up to MM_COLS, T16 the sum of the len16, hd16 head_dim rounded up, zeros in the
+ * padding. Memory: a copy of every key and value each sequence reads (a shared prefix's once per sequence). */
+static int attention_free(int n_t, int32_t *base, int32_t *len16, int32_t *chunk, float *kp, float *vp, float *s) {
+    free(base);
+    free(len16);
+    free(chunk);
+    free(kp);
+    free(vp);
+    free(s);
+    return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
+}
+
+static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
+                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
+    int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
+    int hd16 = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
+    if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
+    for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
+        int g = q_orig ? q_orig[r] : r;
+        if (g + 1 > n_t) n_t = g + 1;
+    }
+    int32_t *base = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));     /* [n_t]: at a sequence's start t0, */
+    int32_t *len16 = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));    /* its offset in T16 and its len16 */
+    int32_t *chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));   /* query tiles, below */
+    float *kp = NULL, *vp = NULL, *s_all = NULL;
+    size_t T16 = 0;
+    if (!base || !len16 || !chunk) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
+    for (int t0 = 0, t = 1; t0 < n_t; t0 = t++) {
+        while (t < n_t && seq_start[t] == t0) t++;                         /* positions t0 .. t-1: one sequence */
+        base[t0] = (int32_t)T16;
+        len16[t0] = (t - t0 + MM_COLS - 1) / MM_COLS * MM_COLS;
+        T16 += (size_t)len16[t0];
+        if (t - t0 > longest) longest = t - t0;
+    }
+    /* The queries of kv head kvh, numbered qi = r * group + (h - kvh * group), cut into tiles of at most MM_ROWS
+     * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for each kv head). */
+    for (int qi = 0; qi < n_q * group; n_chunks++) {
+        int first = qi, t0 = seq_start[q_orig ? q_orig[qi / group] : qi / group];
+        chunk[n_chunks] = first;
+        while (qi < n_q * group && qi - first < MM_ROWS && seq_start[q_orig ? q_orig[qi / group] : qi / group] == t0)
+            qi++;
+    }
+    chunk[n_chunks] = n_q * group;
+    int n_threads = rx_threads(0), long16 = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
+    size_t scratch = (size_t)MM_ROWS * (long16 + (head_dim > long16 ? head_dim : long16));  /* per thread: below */
+    kp = (float *)calloc((size_t)n_kv_heads * T16 * head_dim, sizeof(float));
+    vp = (float *)calloc((size_t)n_kv_heads * T16 * hd16, sizeof(float));
+    s_all = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
+    if (!kp || !vp || !s_all) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
+    cpu_path_ready();
+    RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
+    for (int t = 0; t < n_t; t++) {                 /* a panel at a time: keys t .. t+n-1, keys j .. j+n-1 of their */
+        int t0 = seq_start[t], j = t - t0, n = 0;   /* sequence, written into a panel that stays in the L1 cache */
+        if (j % MM_COLS) continue;
+        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;
+        for (int h = 0; h < n_kv_heads; h++) {
+            float *ks = kp + ((size_t)h * T16 + base[t0] + j) * head_dim;      /* [head_dim][MM_COLS] */
+            float *vs = vp + ((size_t)h * T16 + base[t0]) * hd16 + (size_t)j * MM_COLS;
+            for (int c = 0; c < n; c++) {
+                size_t row = kv_at(kv, t + c) + (size_t)h * head_dim;
+                for (int i = 0; i < head_dim; i++) ks[(size_t)i * MM_COLS + c] = kv->k[row + i];
+                for (int i0 = 0; i0 < head_dim; i0 += MM_COLS)                 /* panel i0 / MM_COLS, row j + c */
+                    memcpy(vs + (size_t)i0 * len16[t0] + (size_t)c * MM_COLS, kv->v + row + i0,
+                           sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
+            }
+        }
+    }
+    float scale = 1.0f / sqrtf((float)head_dim);
+    RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
+    for (long task = 0; task < (long)n_kv_heads * n_chunks; task++) {
+        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = chunk[c + 1] - chunk[c], width = 0;
+        int len[MM_ROWS], r_of[MM_ROWS], h_of[MM_ROWS];
+        const float *xr[MM_ROWS];
+        float *s = s_all + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];    /* S, then P [MM_ROWS][long16] */
+        float *xp = s + (size_t)MM_ROWS * long16;              /* the tile's Q, then its P, side by side for mm_tile */
+        for (int j = 0; j < MM_ROWS; j++) {           /* a tile of fewer than MM_ROWS repeats its last query */
+            int qi = chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
+            r_of[j] = r;
+            h_of[j] = kvh * group + qi % group;
+            len[j] = g - seq_start[g] + 1;
+            if (len[j] > width) width = len[j];
+            xr[j] = q + (size_t)r * qd + (size_t)h_of[j] * head_dim;
+        }
+        int t0 = seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]];
+        const float *ks = kp + ((size_t)kvh * T16 + base[t0]) * head_dim;     /* this sequence's keys, values */
+        const float *vs = vp + ((size_t)kvh * T16 + base[t0]) * hd16;
+        pack_tile(xp, xr, head_dim);                                       /* [head_dim][MM_ROWS] */
+        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a panel of keys at a time */
+            memset(acc, 0, sizeof acc);
+            mm_tile(acc, xp, ks + (size_t)j0 * head_dim, head_dim);
+            for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long16 + j0, acc[j], sizeof acc[j]);
+        }
+        for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
+            float *p = s + (size_t)j * long16, mx = -INFINITY, z = 0.0f;
+            RX_SIMD
+            for (int k = 0; k < len[j]; k++) p[k] *= scale;
+            RX_SIMD_MAX(mx)
+            for (int k = 0; k < len[j]; k++) mx = p[k] > mx ? p[k] : mx;
+            exp_row(p, p, 1.0f, -mx, (size_t)len[j]);                          /* p = exp(p - mx) */
+            for (int k = 0; k < len[j]; k++) z += p[k];                        /* in order: a chain */
+            RX_SIMD
+            for (int k = 0; k < len[j]; k++) p[k] /= z;
+            for (int k = len[j]; k < width; k++) p[k] = 0.0f;              /* read, never stored (below) */
+        }
+        for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long16;
+        pack_tile(xp, xr, width);                                          /* [width][MM_ROWS] */
+        for (int i0 = 0; i0 < head_dim; i0 += MM_COLS) {                   /* O = P V, a panel of dims at a time, */
+            memset(acc, 0, sizeof acc);                                    /* keys done .. next-1 at a time */
+            for (int done = 0, next; done < width; done = next) {
+                next = width;                              /* the next length a query of the tile stops at */
+                for (int j = 0; j < n; j++)
+                    if (len[j] > done && len[j] < next) next = len[j];
+                mm_tile(acc, xp + (size_t)done * MM_ROWS, vs + (size_t)i0 * len16[t0] + (size_t)done * MM_COLS,
+                        next - done);
+                for (int j = 0; j < n; j++)
+                    if (len[j] == next)
+                        memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],
+                               sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
+            }
+        }
+    }
+    attention_free(0, base, len16, chunk, kp, vp, s_all);
+    return 0;
+}
+
+#ifndef RADIXMLP_HOST_ONLY
+/* --------------------------------------------------------------------- part iii: the flash attention kernel (gpu) */
+/* Flash attention: attention_kernel's causal attention (Part I's naive kernel) on tensor cores, FlashAttention-2 in
+ * structure, for head_dim 128 (every Qwen3 model; any other head_dim runs the naive kernel). Within bf16 of the C
+ * reference's attention, as the naive kernel is (gpu/flash_attention_matches_reference_in_all_index_modes,
+ * gpu/flash_attention_matches_naive_at_table4_shape, gpu/forward_flash_matches_reference_table7). It takes the
+ * batch as varlen query and key layouts:
+ *   q, out [cu_q[S], n_heads*head_dim]   query i of sequence s is row cu_q[s] + i
+ *   k, v, kv_stride, kv_row              key t of sequence s is row kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t,
+ *                                        rows kv_stride elements apart (GpuKvView)
+ * with Lq_s = cu_q[s+1] - cu_q[s] queries and Lk_s = cu_k[s+1] - cu_k[s] keys. The queries are the *last* Lq_s
+ * positions of the sequence: query i sits at key position (Lk_s - Lq_s) + i and sees keys 0 .. that position.
+ *   baseline  cu_q = cu_k = cu_seqlens, kv_row = NULL           (N rows)
+ *   radix     the same, on the scattered N rows, then the gather (the paper)
+ *   compact   cu_k = cu_seqlens, kv_row = I_scatter, cu_q from radix_compact_cu_q (Lq_s = L_s - p_s): the whole
+ *             (token, position) history of every query is read through I_scatter, with no copy.
+ *
+ * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
+ * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
+ * positions 64..299:
+ *
+ *                                       key tiles of BN = 64, from key position 0
+ *                                       0        64       128      192      256   300
+ *    query tile 0 (positions  64..127)  |########|##\     |        |        |      |
+ *    query tile 1 (positions 128..191)  |########|########|##\     |        |      |
+ *    query tile 2 (positions 192..255)  |########|########|########|##\     |      |
+ *    query tile 3 (positions 256..299)  |########|########|########|########|#\    |
+ *
+ *    #: every key visible, no mask.  ##\: the diagonal tile, keys t > pos masked.  Blank: never loaded.
+ * In baseline the same sequence has 5 query tiles (positions 0..299) over the same key tiles. Where query tiles do not
+ * start at a multiple of 64 (p_s = 40, say) a tile's diagonal crosses two key tiles, and both are masked.
+ *
+ * For each key tile, up to the diagonal of the tile's last query:
+ *   S = Q K^T        [16 x 64] per warp: mma.sync m16n8k16 (bf16 in, fp32 out), Q's fragments held in registers
+ *   online softmax   per row, in fp32 and base 2: x = S * log2(e)/sqrt(d), m = max(m, max x), rescale the running
+ *                    sum l and the output O by 2^(m_old - m), p = 2^(x - m)
+ *   O += P V         P rounded to bf16 straight from the registers: the mma's accumulator layout for S is its operand
+ *                    layout for P, so P never goes through memory; V is read with ldmatrix.trans
+ * K and V tiles come in through cp.async into two shared-memory buffers: tile j+1 loads while tile j is computed.
+ * Work is listed longest first (flash_tiles): the query tiles with the most key tiles start first, the short ones
+ * fill in at the end.
+ *
+ * radix == compact, bit for bit, as with the naive kernel: a query's row sees the same q, the same keys in the same
+ * tiles (anchored at position 0, not at the query tile) and so the same arithmetic, whichever rows share its CTA. A
+ * CTA may run key tiles beyond a row's diagonal (its last row's diagonal is further on); there every element of the
+ * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
+ * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
+static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
+/* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
+ * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes FLASH_SMEM_BYTES, its own
+ * constant: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
+template <int D> struct FlashSmem {
+    enum { SROW = D + 8, Q = 0, K = Q + FLASH_BM * SROW, V = K + 2 * FLASH_BN * SROW, END = V + 2 * FLASH_BN * SROW };
+};
+enum { FLASH_SMEM_BYTES = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * 2 };   /* 85 KiB: Q, 2 x (K, V), bf16 */
+
+static __device__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
+/* 16 bytes global -> shared, asynchronously; with ok == 0 nothing is read and the 16 bytes become zeros. */
+static __device__ void cp_async16(void *dst, const void *src, int ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+static __device__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+static __device__ void cp_async_wait_all_but_1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+static __device__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+/* Four 8x8 bf16 matrices from shared memory; lanes 8j..8j+7 give the row addresses of matrix j, and lane l receives
+ * elements (l/4, 2(l%4)..+1) of each (with .trans: the transposed matrix). */
+static __device__ void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+}
+static __device__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+}
+/* c [16 x 8] += a [16 x 16] b [16 x 8], bf16 in, fp32 accumulate. With g = lane/4, q = lane%4, lane holds
+ *   a: a[0] = A[g][2q..2q+1], a[1] = A[g+8][2q..], a[2] = A[g][2q+8..], a[3] = A[g+8][2q+8..]   (bf16 pairs)
+ *   b: b0 = B[2q..2q+1][g], b1 = B[2q+8..2q+9][g]                                             (bf16 pairs)
+ *   c: c[0..1] = C[g][2q..2q+1], c[2..3] = C[g+8][2q..2q+1]                                   (fp32)        */
+static __device__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ uint32_t pack_bf16(float lo, float hi) {   /* two bf16 in one register, lo in the low half */
+    __nv_bfloat162 p = __floats2bfloat162_rn(lo, hi);          /* each rounded to nearest even, as to_bf16 */
+    uint32_t r;
+    memcpy(&r, &p, sizeof r);
+    return r;
+}
+
+/* Key tile t0 .. t0+BN-1 of one sequence into sK, sV [BN][D + 8] (bf16). The 8 padding elements per row shift
+ * consecutive rows by 16 bytes, so the 8 row addresses of an ldmatrix hit 8 different groups of banks. */
+template <int D>
+static __device__ void flash_load_kv(bf16 *sK, bf16 *sV, const bf16 *k, const bf16 *v, const int32_t *kv_row,
+                                     int k0, int Lk, int t0, int64_t kv_stride, int kv_col) {
+    for (int c = threadIdx.x; c < FLASH_BN * (D / 8); c += blockDim.x) {
+        int r = c / (D / 8), col = c % (D / 8) * 8, t = t0 + r, ok = t < Lk;
+        int64_t row = !ok ? 0 : kv_row ? kv_row[k0 + t] : k0 + t;      /* the prefix may come from any sequence */
+        cp_async16(sK + r * (D + 8) + col, k + row * kv_stride + kv_col + col, ok);
+        cp_async16(sV + r * (D + 8) + col, v + row * kv_stride + kv_col + col, ok);
+    }
+}
+
+/* One warp's work on one key tile: its 16 query rows (Q fragments qa) against keys j*BN .. j*BN+BN-1 (Kj, Vj in shared
+ * memory), updating the running max m, sum l and output O of rows g and g+8 (g = lane/4). pos: the key position of
+ * row g; first_pos: the key position of the CTA's first query (no key of the tile after it: no mask needed). */
+template <int D>
+static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_run[2], float l_run[2],
+                                  const bf16 *Kj, const bf16 *Vj, int j, int pos, int first_pos, float scale_log2) {
+    enum { SROW = D + 8, NT = FLASH_BN / 8, DT = D / 8 };
+    const int lane = threadIdx.x % 32, tq = lane % 4;
+    float sc[NT][4];                               /* S = Q K^T [16 x BN]: element e of n is key 8n + 2tq + (e & 1), */
+    for (int n = 0; n < NT; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;   /* row g + 8 (e >> 1) */
+    for (int kk = 0; kk < D / 16; kk++)
+        for (int n = 0; n < NT; n += 2) {          /* K [key][dim] is B^T, as the mma wants B: no .trans */
+            uint32_t b[4];
+            ldmatrix_x4(b, Kj + (8 * n + lane % 8 + lane / 16 * 8) * SROW + 16 * kk + (lane / 8) % 2 * 8);
+            mma_bf16_16816(sc[n], qa[kk], b[0], b[1]);
+            mma_bf16_16816(sc[n + 1], qa[kk], b[2], b[3]);
+        }
+    const int masked = (j + 1) * FLASH_BN - 1 > first_pos;   /* causal mask: keys after a row's position */
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 4; e++) {
+            int t = j * FLASH_BN + 8 * n + 2 * tq + (e & 1);
+            sc[n][e] = masked && t > pos + 8 * (e >> 1) ? -INFINITY : sc[n][e] * scale_log2;
+        }
+
+    for (int r = 0; r < 2; r++) {                  /* online softmax of rows g (r = 0) and g + 8 (r = 1) */
+        float mx = m_run[r];
+        for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));   /* a row lives in the 4 lanes of a quad */
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.0f : mx;        /* no key yet: 2^(-inf - 0) = 0, not NaN */
+        const float rescale = exp2f(m_run[r] - base);          /* 1 exactly when the max did not move */
+        m_run[r] = mx;
+        l_run[r] *= rescale;
+        for (int n = 0; n < DT; n++) {
+            o[n][2 * r] *= rescale;
+            o[n][2 * r + 1] *= rescale;
+        }
+        for (int n = 0; n < NT; n++)
+            for (int e = 2 * r; e < 2 * r + 2; e++) {
+                sc[n][e] = exp2f(sc[n][e] - base);             /* masked: 2^-inf = 0 exactly */
+                l_run[r] += sc[n][e];
+            }
+    }
+
+    for (int kc = 0; kc < FLASH_BN / 16; kc++) {  /* O += P V, 16 keys at a time; S's accumulators become P's A */
+        const uint32_t pa[4] = {pack_bf16(sc[2 * kc][0], sc[2 * kc][1]), pack_bf16(sc[2 * kc][2], sc[2 * kc][3]),
+                                pack_bf16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
+                                pack_bf16(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+        for (int n = 0; n < DT; n += 2) {          /* V [key][dim] is B itself: ldmatrix .trans */
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, Vj + (16 * kc + lane % 8 + (lane / 8) % 2 * 8) * SROW + 8 * n + lane / 16 * 8);
+            mma_bf16_16816(o[n], pa, b[0], b[1]);
+            mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
+        }
+    }
+}
+
+/* One CTA: query tile tiles[blockIdx.x / n_heads] (flash_tiles) of head blockIdx.x % n_heads. */
+template <int D>
+static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
+                                           int64_t kv_stride, const int32_t *kv_row, const int32_t *cu_q,
+                                           const int32_t *cu_k, const FlashTile *tiles, int n_heads, int n_kv_heads,
+                                           float scale_log2) {
+    enum { SROW = D + 8, DT = D / 8 };
+    bf16 *sQ = smem + FlashSmem<D>::Q, *sK = smem + FlashSmem<D>::K, *sV = smem + FlashSmem<D>::V;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
+    const int s = tiles[tile].seq, m0 = tiles[tile].tile * FLASH_BM;      /* sequence, first query of the tile */
+    const int q0 = cu_q[s], Lq = cu_q[s + 1] - q0, k0 = cu_k[s], Lk = cu_k[s + 1] - k0, off = Lk - Lq;
+    const int key_end = min(Lk, off + min(m0 + FLASH_BM, Lq));   /* keys 0 .. the last query's position */
+    const int n_kt = (key_end + FLASH_BN - 1) / FLASH_BN;
+    const int64_t q_stride = (int64_t)n_heads * D;
+
+    for (int c = threadIdx.x; c < FLASH_BM * (D / 8); c += blockDim.x) {   /* the Q tile, with key tile 0 */
+        int r = c / (D / 8), col = c % (D / 8) * 8, ok = m0 + r < Lq;
+        cp_async16(sQ + r * SROW + col, q + (ok ? (q0 + m0 + r) * q_stride : 0) + h * D + col, ok);
+    }
+    flash_load_kv<D>(sK, sV, k, v, kv_row, k0, Lk, 0, kv_stride, kvh * D);
+    cp_async_commit();
+
+    uint32_t qa[D / 16][4];                        /* this warp's 16 query rows, as mma A fragments */
+    float o[DT][4];                                /* O [16 x D]: DT accumulators of 16 x 8 */
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* rows g and g+8: max (log2 units), sum */
+    for (int n = 0; n < DT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const int pos = off + m0 + 16 * warp + g;     /* key position of row g; row g+8 is at pos + 8 */
+    const int warp_rows = min(16, Lq - m0 - 16 * warp);           /* this warp's rows in the sequence (<= 0: none) */
+    const int warp_last = off + m0 + 16 * warp + warp_rows - 1;   /* the key position of its last one */
+
+    for (int j = 0; j < n_kt; j++) {
+        if (j + 1 < n_kt) {                        /* prefetch tile j+1 into the other buffer, then wait for tile j */
+            flash_load_kv<D>(sK + (j + 1) % 2 * FLASH_BN * SROW, sV + (j + 1) % 2 * FLASH_BN * SROW, k, v, kv_row, k0,
+                             Lk, (j + 1) * FLASH_BN, kv_stride, kvh * D);
+            cp_async_commit();
+            cp_async_wait_all_but_1();
+        } else {
+            cp_async_wait_all();
+        }
+        __syncthreads();                           /* every thread's copies of tile j (and Q) have landed */
+        if (j == 0)
+            for (int kk = 0; kk < D / 16; kk++)
+                ldmatrix_x4(qa[kk], sQ + (16 * warp + lane % 16) * SROW + 16 * kk + lane / 16 * 8);
+        if (warp_rows > 0 && j * FLASH_BN <= warp_last)   /* else the whole tile is masked for this warp: a no-op */
+            flash_tile<D>(qa, o, m_run, l_run, sK + j % 2 * FLASH_BN * SROW, sV + j % 2 * FLASH_BN * SROW, j, pos,
+                          off + m0, scale_log2);
+        __syncthreads();                           /* all warps are done with buffer j % 2 before it is refilled */
+    }
+
+    for (int r = 0; r < 2; r++) {                  /* out = O / l, rows of this sequence only */
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        int i = m0 + 16 * warp + g + 8 * r;
+        if (i >= Lq) continue;
+        bf16 *orow = out + (q0 + i) * q_stride + h * D + 2 * tq;
+        for (int n = 0; n < DT; n++) {
+            orow[8 * n] = to_bf16(o[n][2 * r] / l);
+            orow[8 * n + 1] = to_bf16(o[n][2 * r + 1] / l);
+        }
+    }
+}
+/* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
+__global__ void __launch_bounds__(FLASH_WARPS * 32)
+flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
+                            const int32_t *kv_row, const int32_t *cu_q, const int32_t *cu_k, const FlashTile *tiles,
+                            int n_heads, int n_kv_heads, float scale_log2) {
+    extern __shared__ __align__(16) bf16 smem[];
+    flash_attention_cta<FLASH_D>(smem, out, q, k, v, kv_stride, kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads,
+                                 scale_log2);
+}
+
+/* The flash kernel's work list, *tiles [n_tiles] in device memory: every query tile of every sequence with queries,
+ * the ones with the most key tiles first (ties in batch order). */
+static int cmp_flash_tile(const void *a, const void *b) {
+    const FlashTile *x = (const FlashTile *)a, *y = (const FlashTile *)b;
+    if (x->key_tiles != y->key_tiles) return y->key_tiles - x->key_tiles;
+    return x->seq != y->seq ? x->seq - y->seq : x->tile - y->tile;
+}
+static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles) {
+    int n = 0;
+    for (int s = 0; s < n_seqs; s++) n += (cu_q[s + 1] - cu_q[s] + FLASH_BM - 1) / FLASH_BM;
+    FlashTile *t = (FlashTile *)rx_alloc((size_t)n * sizeof(FlashTile), "the flash attention work list");
+    if (!t) return -1;
+    n = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        int Lq = cu_q[s + 1] - cu_q[s], Lk = cu_k[s + 1] - cu_k[s];
+        for (int m = 0; m * FLASH_BM < Lq; m++) {
+            int key_end = Lk - Lq + (Lq < (m + 1) * FLASH_BM ? Lq : (m + 1) * FLASH_BM);
+            FlashTile ft = {.seq = s, .tile = m, .key_tiles = (key_end + FLASH_BN - 1) / FLASH_BN};
+            t[n++] = ft;
+        }
+    }
+    qsort(t, n, sizeof *t, cmp_flash_tile);
+    *n_tiles = n;
+    *tiles = NULL;
+    int rc = n && (dev_alloc((void **)tiles, (size_t)n * sizeof *t, "the flash attention work list [%d tiles]", n) ||
+                   cuda_copy(*tiles, t, (size_t)n * sizeof *t, cudaMemcpyHostToDevice));   /* no queries: no list */
+    free(t);
+    return rc ? -1 : 0;
+}
+
+static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
+static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
+                           const int32_t *cu_k, const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads,
+                           int head_dim) {
+    if ((int64_t)n_tiles * n_heads > INT32_MAX)
+        return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
+    if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
+    const int shmem = FLASH_SMEM_BYTES;
+    /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
+     * it is made before every launch (a host-side call, cheap beside the kernel), never kept in a static. */
+    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
+    const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
+    flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
+        out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
+    LAUNCH_CHECK();
+    return 0;
+}
+
+/* Every kernel's launch as its launcher makes it, for the resource gate (`make resource-gate`, no device):
+ * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
+static const GpuLaunchShape launch_shapes[] = {
+    {"rows_by_index_kernel", INDEX_BLOCK, 0, 0},
+    {"rmsnorm_kernel", BLOCK, 0, 0},
+    {"qk_norm_rope_kernel", BLOCK, 0, 0},
+    {"silu_mul_kernel", BLOCK, 0, 0},
+    {"add_kernel", BLOCK, 0, 0},
+    {"attention_kernel", BLOCK, 0, 0},
+    {"flash_attention_d128_kernel", FLASH_WARPS * 32, FLASH_SMEM_BYTES, FlashSmem<FLASH_D>::END * (int)sizeof(bf16)},
+};
+int gpu_launch_shapes(const GpuLaunchShape **shapes) {
+    *shapes = launch_shapes;
+    return (int)(sizeof launch_shapes / sizeof launch_shapes[0]);
+}
+
+/* upload's conversion to bf16 on threads: h [n] = t as bf16, element by element as upload's loop. */
+static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n) {
+    RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
+    for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
+}
+#endif
 
 /* --------------------------------------------------------------------------------------------------------- errors */
 /* One sentence per failure, kept for the caller: the API returns codes, main() prints radix_error() and exits. */

@@ -190,19 +190,20 @@ int  rx_attention_ref(const float *q, const float *k, const float *v, float *out
 void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int dim, float eps);  /* [rows, dim] */
 /* y = x @ w^T, the definition: each output a chain of fmaf over i = 0 .. in-1 in order, from 0. */
 void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out);
-/* The same y = x @ w^T, bit for bit, tiled, vectorized across outputs and threaded (what the forward runs), on the
- * weight packed by rx_pack_weight: W [out, in] of any dtype -> wp, rx_packed_floats(out, in) floats in panels of 16
- * outputs (out*in, rounded up to whole panels). xp: room for x packed into tiles of 6 rows, rx_packed_x_floats(rows,
- * in) floats (the caller's, so that a forward allocates it once); x NULL: xp already holds x, packed by a call with
- * the same rows and in (q, k and v share one x). */
+/* Part III (speed): the same y = x @ w^T, bit for bit, tiled, vectorized across outputs and threaded (what the
+ * forward runs on every path but "definition"), on the weight packed by rx_pack_weight: W [out, in] of any dtype ->
+ * wp, rx_packed_floats(out, in) floats in panels of 16 outputs (out*in, rounded up to whole panels). xp: room for x
+ * packed into tiles of 6 rows, rx_packed_x_floats(rows, in) floats (the caller's, so that a forward allocates it
+ * once); x NULL: xp already holds x, packed by a call with the same rows and in. */
 size_t rx_packed_floats(int out, int in);
 size_t rx_packed_x_floats(int rows, int in);
 void rx_pack_weight(float *wp, const RxTensor *W);
 void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, int in, int out, float *xp);
-/* The C reference's instruction set (the matmul's tile and the exponential): want "portable" (plain C fmaf), "avx2"
- * (AVX2 + FMA), "avx512" (AVX-512F) or "auto" (the widest this CPU has) sets it; NULL leaves it (first use:
- * $RADIXMLP_CPU, else auto). Returns the path in effect, or NULL, leaving it, for a name it does not know or a path
- * this CPU cannot run (radix_error() says which). Every path gives the same bits. */
+/* The C reference's path: want "definition" (Part I's plain definitions, one thread), "portable" (Part III's fast
+ * code in plain C fmaf), "avx2" (AVX2 + FMA), "avx512" (AVX-512F) or "auto" (the widest this CPU has, never the
+ * definition) sets it; NULL leaves it (first use: $RADIXMLP_CPU, else auto). Returns the path in effect, or NULL,
+ * leaving it, for a name it does not know or a path this CPU cannot run (radix_error() says which). Every path gives
+ * the same bits. */
 const char *rx_cpu_path(const char *want);
 /* Threads of the C reference (OpenMP; always 1 in a build without it): n > 0 sets the count, n <= 0 leaves it
  * (OMP_NUM_THREADS, or every core). Returns the count in effect. The results never depend on it. */

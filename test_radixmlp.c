@@ -125,20 +125,22 @@ static void note_rejected(int rc, int width, const char *what) {
     note("%-*s -> %s", width, what, rc ? radix_error() : "ACCEPTED");
 }
 
-/* The C reference's instruction-set paths (rx_cpu_path) this CPU can run, narrowest first: "portable", then
- * "avx2" and "avx512" where it has them. Fills paths[] and names them in list ("portable, avx2"); returns how many. A
- * path the CPU lacks is said in a note, so a summary never claims it. */
-static int cpu_paths(const char *paths[3], char list[32]) {
-    static const char *const all[3] = {"portable", "avx2", "avx512"};
+/* The C reference's paths (rx_cpu_path) this CPU can run, narrowest first: "definition" (Part I's definitions, one
+ * thread) and "portable" everywhere, then "avx2" and "avx512" where it has them. Fills paths[] and names them in list
+ * ("definition, portable, avx2"); returns how many. A path the CPU lacks is said in a note, so a summary never claims
+ * it. */
+enum { RX_PATHS = 4, RX_LIST = 48 };
+static int cpu_paths(const char *paths[RX_PATHS], char list[RX_LIST]) {
+    static const char *const all[RX_PATHS] = {"definition", "portable", "avx2", "avx512"};
     const char *path0 = rx_cpu_path(NULL);
     int n = 0;
     list[0] = 0;
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < RX_PATHS; p++) {
         if (!rx_cpu_path(all[p])) {
             note("not run: %s", radix_error());
             continue;
         }
-        snprintf(list + strlen(list), 32 - strlen(list), "%s%s", n ? ", " : "", all[p]);
+        snprintf(list + strlen(list), RX_LIST - strlen(list), "%s%s", n ? ", " : "", all[p]);
         paths[n++] = all[p];
     }
     rx_cpu_path(path0);
@@ -1177,8 +1179,8 @@ static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     static const int shapes[][3] = {{1, 64, 16}, {3, 7, 17}, {4, 33, 5}, {5, 64, 48}, {9, 100, 33}, {13, 1, 100},
                                     {2, 50, 31}, {6, 257, 16}, {7, 129, 47}, {64, 300, 200},
                                     {8, 600, 40}};   /* rows, in, out */
-    const char *paths[3], *path0 = rx_cpu_path(NULL);
-    char list[32];
+    const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
+    char list[RX_LIST];
     int threads0 = rx_threads(0), cases = 0, n_shapes = (int)(sizeof shapes / sizeof shapes[0]);
     int n_paths = cpu_paths(paths, list);
     uint64_t rng = 18;
@@ -1253,8 +1255,8 @@ static RxBatch shared_prefix_batch(const int (*spec)[2], int n_seqs, uint64_t se
 static void test_exp_matches_double_on_every_path(void) {
     enum { N = 2000001, EDGES = 9 };
     static const float edge[EDGES] = {0.0f, -0.0f, 88.8f, -87.4f, INFINITY, -INFINITY, NAN, 88.72f, -87.33f};
-    const char *paths[3], *path0 = rx_cpu_path(NULL);
-    char list[32];
+    const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
+    char list[RX_LIST];
     int n_paths = cpu_paths(paths, list);
     float *x = floats(N + EDGES), *y = floats(N + EDGES), *got = floats(N + EDGES), *in_place = floats(N + EDGES);
     uint64_t rng = 31;
@@ -1345,8 +1347,8 @@ static void test_attention_ref_matches_double_every_layout(void) {
     static const int spec[][2] = {{40, 0}, {1, 0}, {17, 1}, {16, 16}, {33, 17}, {5, 5}, {1, 1}};   /* {length, p} */
     static const int heads[][3] = {{6, 2, 24}, {4, 4, 16}, {8, 1, 40}};                      /* nh, nkv, hd */
     const int n_seqs = (int)(sizeof spec / sizeof spec[0]);
-    const char *paths[3], *path0 = rx_cpu_path(NULL);
-    char list[32];
+    const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
+    char list[RX_LIST];
     int threads0 = rx_threads(0), n_paths = cpu_paths(paths, list);
     RxBatch b = shared_prefix_batch(spec, n_seqs, 29);
     RadixIndex ix;
@@ -1469,8 +1471,8 @@ static void test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path(vo
     Qwen3Config cfg = tiny_config();
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 12)) { expect(0, "qwen3_random: %s", radix_error()); return; }
-    const char *paths[3], *path0 = rx_cpu_path(NULL);
-    char list[32];
+    const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
+    char list[RX_LIST];
     int threads0 = rx_threads(0), two = (rx_threads(2), rx_threads(0)), cases = 0, n_paths = cpu_paths(paths, list);
     for (size_t p = 0; p < sizeof table7a / sizeof table7a[0]; p++) {
         RxBatch b = pattern_batch(&table7a[p], cfg.vocab_size, 200 + p);
@@ -1691,12 +1693,13 @@ static void fwd_case_draw(FuzzIn *in, FwdCase *fc, int n_paths) {
 
 typedef struct { int cases, forwards, tokens_max, more_seqs_than_rows; double worst, worst_embed; } FwdStats;
 
-/* The oracle: the baseline (1 thread, the widest CPU path) within FWD_TOL of forward_double, logits and embeddings;
- * then every mode, full and last-only (logits and embeddings), on that path and on the case's own path and thread
- * count, bit for bit equal to the baseline's. FWD_TOL, as max|diff| / max|logit|: an fp32 sum of K terms is off by
- * at most K u (u = 2^-24) of its terms' magnitudes, K <= 320 here (the widest is a long sequence's keys), so
- * 1.9e-5 per sum at worst; about five sums follow one another on a logit's path (q or k, scores, outputs, o_proj or
- * the MLP, the head): 1e-4. Typical errors are far below it (the driver prints its worst). */
+/* The oracle: the baseline on the definition path (Part I's definitions, one thread) within FWD_TOL of
+ * forward_double, logits and embeddings; then every mode, full and last-only (logits and embeddings), on the widest
+ * path at 1 thread and on the case's own path and thread count, bit for bit equal to the definition's baseline.
+ * FWD_TOL, as max|diff| / max|logit|: an fp32 sum of K terms is off by at most K u (u = 2^-24) of its terms'
+ * magnitudes, K <= 320 here (the widest is a long sequence's keys), so 1.9e-5 per sum at worst; about five sums
+ * follow one another on a logit's path (q or k, scores, outputs, o_proj or the MLP, the head): 1e-4. Typical errors
+ * are far below it (the driver prints its worst). */
 #define FWD_TOL 1e-4
 static void fwd_case_check(const FwdCase *fc, const char *const *paths, FwdStats *st) {
     const Qwen3Config *c = &fc->cfg;
@@ -1722,10 +1725,10 @@ static void fwd_case_check(const FwdCase *fc, const char *const *paths, FwdStats
              "N = %d", (unsigned long long)fc->seed, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, H,
              c->intermediate_size, V, S, N);
     rx_threads(1);
-    rx_cpu_path("auto");
+    rx_cpu_path("definition");
     int ok = !qwen3_forward_ref(&m, &b, RX_BASELINE, ref) && !qwen3_forward_ref_last(&m, &b, RX_BASELINE, ref_last,
                                                                                        ref_emb);
-    expect(ok, "%s: baseline: %s", what, radix_error());
+    expect(ok, "%s: baseline, definition: %s", what, radix_error());
     if (ok) {
         forward_double(&m, &b, dl, de);
         double e = rel_to_double(ref, dl, nl), ee = rel_to_double(ref_emb, de, se);
@@ -1740,7 +1743,7 @@ static void fwd_case_check(const FwdCase *fc, const char *const *paths, FwdStats
     for (int run = 0; ok && run < 2 && !test_failed; run++) {        /* the widest path at 1 thread, then the case's */
         rx_threads(run ? fc->threads : 1);
         rx_cpu_path(run ? paths[fc->path] : "auto");
-        for (int k = run ? 0 : 1; k < 3 && !test_failed; k++) {
+        for (int k = 0; k < 3 && !test_failed; k++) {
             char mw[224];
             snprintf(mw, sizeof mw, "%s: %s, %s, %d thread(s)", what, rx_mode_name(modes[k]), rx_cpu_path(NULL),
                      rx_threads(0));
@@ -1776,8 +1779,8 @@ static void fwd_case_check(const FwdCase *fc, const char *const *paths, FwdStats
  * fwd_case_check on its inputs. */
 #define FWD_CASES 36
 static void test_forward_fuzz_radix_compact_equal_baseline_equals_double(void) {
-    const char *paths[3];
-    char list[32];
+    const char *paths[RX_PATHS];
+    char list[RX_LIST];
     int n_paths = cpu_paths(paths, list);
     FwdStats st = {0};
     uint64_t rng = 2026;
@@ -1791,8 +1794,8 @@ static void test_forward_fuzz_radix_compact_equal_baseline_equals_double(void) {
         fwd_case_check(&fc, paths, &st);
     }
     summary("%d random models and batches (up to %d tokens; %d with more sequences than compact rows), %d forwards "
-            "on paths {%s} x 1 and 2 threads: radix and compact, full and last-only, logits and embeddings, equal the "
-            "baseline bit for bit; the baseline within %g of the forward in double (worst %.3g logits, %.3g "
+            "on paths {%s} x 1 and 2 threads: every mode, full and last-only, logits and embeddings, equal the "
+            "definition's baseline bit for bit; that within %g of the forward in double (worst %.3g logits, %.3g "
             "embeddings)", st.cases, st.tokens_max, st.more_seqs_than_rows, st.forwards, list, FWD_TOL, st.worst,
             st.worst_embed);
 }
@@ -3474,16 +3477,19 @@ static void test_cli_copies_more_sequences_than_rows(void) {
  * cannot run, is refused with the reason and changes nothing. The programs check $RADIXMLP_CPU before any work: a
  * bad one is one line and exit 2 (radixmlp, bench), a good one runs. */
 static void test_cpu_path_choice_and_env(void) {
-    const char *paths[3], *path0 = rx_cpu_path(NULL), *got;
-    char list[32], cmd[1024], out[4096];
+    const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL), *got;
+    char list[RX_LIST], cmd[1024], out[4096];
     int n = cpu_paths(paths, list);
     got = rx_cpu_path("auto");
     expect(got && !strcmp(got, paths[n - 1]), "auto picks %s, not the widest path this CPU has (%s)", got, list);
+    got = rx_cpu_path("definition");
+    expect(got && !strcmp(got, "definition") && !strcmp(paths[0], "definition"), "rx_cpu_path(\"definition\"): %s, "
+           "'%s'; paths {%s}", got, radix_error(), list);
     rx_cpu_path("portable");
     got = rx_cpu_path("avx3");
     expect(!got && strstr(radix_error(), "no CPU path \"avx3\"") && !strcmp(rx_cpu_path(NULL), "portable"),
            "rx_cpu_path(\"avx3\"): %s, '%s', then %s in effect", got, radix_error(), rx_cpu_path(NULL));
-    if (n < 3) {                                       /* a path the CPU lacks (asked again: cpu_paths noted why) */
+    if (n < RX_PATHS) {                                /* a path the CPU lacks (asked again: cpu_paths noted why) */
         got = rx_cpu_path("avx512");
         expect(!got && strstr(radix_error(), "this CPU cannot run the avx512 path") &&
                !strcmp(rx_cpu_path(NULL), "portable"), "rx_cpu_path(\"avx512\") without AVX-512: %s, '%s'", got,
@@ -3493,10 +3499,26 @@ static void test_cpu_path_choice_and_env(void) {
     if (!have_cli()) return;
     snprintf(cmd, sizeof cmd, "RADIXMLP_CPU=avx3 %s --show-index --tokens %s/batches/mixed.txt", cli(), fixtures());
     expect_one_line("RADIXMLP_CPU=avx3 radixmlp", 2, run_cmd(cmd, out, sizeof out), out,
-                    "RADIXMLP_CPU: no CPU path \"avx3\" (auto, portable, avx2 or avx512)");
+                    "RADIXMLP_CPU: no CPU path \"avx3\" (auto, definition, portable, avx2 or avx512)");
     snprintf(cmd, sizeof cmd, "RADIXMLP_CPU=portable %s --show-index --tokens %s/batches/mixed.txt", cli(), fixtures());
     int rc = run_cmd(cmd, out, sizeof out);
     expect(rc == 0, "'%s': exit %d:\n%s", cmd, rc, out);
+    char dump[2][64];
+    for (int k = 0; k < 2; k++) {                      /* the definition's logits and the default path's: the same */
+        snprintf(dump[k], sizeof dump[k], "/tmp/radixmlp-cpu-%s-%d.f32", k ? "auto" : "definition", (int)getpid());
+        snprintf(cmd, sizeof cmd, "RADIXMLP_CPU=%s %s --model %s/tiny-tied --tokens %s/batches/mixed.txt --cpu "
+                 "--mode radix --dump-logits %s", k ? "auto" : "definition", cli(), fixtures(), fixtures(), dump[k]);
+        rc = run_cmd(cmd, out, sizeof out);
+        expect(rc == 0, "'%s': exit %d:\n%s", cmd, rc, out);
+    }
+    size_t n_def = 0, n_auto = 0;
+    uint8_t *def = read_file(dump[0], &n_def), *fast = read_file(dump[1], &n_auto);
+    expect(def && fast && n_def > 0 && n_def == n_auto && !memcmp(def, fast, n_def), "RADIXMLP_CPU=definition and "
+           "auto: logits files of %zu and %zu bytes, not the same bits", n_def, n_auto);
+    free(def);
+    free(fast);
+    remove(dump[0]);
+    remove(dump[1]);
     int benches = access("./bench", X_OK) == 0;
     if (benches) {
         rc = run_cmd("RADIXMLP_CPU=avx3 ./bench --table 5", out, sizeof out);
@@ -3504,8 +3526,8 @@ static void test_cpu_path_choice_and_env(void) {
                "RADIXMLP_CPU=avx3 ./bench --table 5: exit %d, want 2 and one line:\n%s", rc, out);
     } else note("./bench is not built: its check of RADIXMLP_CPU is not run");
     summary("paths {%s}; auto = %s; an unknown name%s refused, the path unchanged; RADIXMLP_CPU=avx3: exit 2, one "
-            "line, from radixmlp%s", list, paths[n - 1], n < 3 ? " and a path the CPU lacks" : "",
-            benches ? " and bench" : "");
+            "line, from radixmlp%s; RADIXMLP_CPU=definition radixmlp --cpu: the default path's logits, bit for bit",
+            list, paths[n - 1], n < RX_PATHS ? " and a path the CPU lacks" : "", benches ? " and bench" : "");
 }
 
 static void test_show_index_prints_toy_example(void) {
@@ -3641,8 +3663,8 @@ static void test_bench_cpu_table4_quick(void) {
     char *csv = bench_csv(args, out, sizeof out, &rc);
     expect(rc == 0, "'bench %s' exited %d:\n%s", args, rc, out);
     expect(strstr(out, "GFLOP/s") != NULL, "no matmul GFLOP/s line in:\n%s", out);
-    const char *paths[3], *all[3] = {"portable", "avx2", "avx512"};
-    char list[32], want[96];
+    const char *paths[RX_PATHS], *all[3] = {"portable", "avx2", "avx512"};
+    char list[RX_LIST], want[96];
     int n_paths = cpu_paths(paths, list);
     for (int p = 0; p < 3; p++) {              /* a 1-thread rate line for each path the CPU has, and no other */
         int has = 0;
@@ -3653,7 +3675,7 @@ static void test_bench_cpu_table4_quick(void) {
         expect(!strstr(out, want) == !has, "%s: a rate line '%s' %s", list, want, has ? "missing" : "printed");
     }
     snprintf(want, sizeof want, "a loop of %s FMAs", paths[n_paths - 1]);
-    expect(n_paths == 1 || strstr(out, want), "no peak line '%s' (the widest path)", want);
+    expect(!strcmp(paths[n_paths - 1], "portable") || strstr(out, want), "no peak line '%s' (the widest path)", want);
     for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n")) {
         int B, P, S, N, Nc, pP, pS;
         double g, base, radix, compact, rx, cx, pg;
@@ -6468,8 +6490,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 /* Bytes -> a random tiny model and batch (fwd_case_draw), checked as the seeded driver checks its cases
  * (fwd_case_check): radix and compact equal the baseline bit for bit, the baseline near the forward in double. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static const char *paths[3];
-    static char list[32];
+    static const char *paths[RX_PATHS];
+    static char list[RX_LIST];
     static int n_paths;
     if (!n_paths) n_paths = cpu_paths(paths, list);
     FuzzIn in = {data, data + size};
