@@ -1627,7 +1627,7 @@ static int attention_step(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     return radix ? gpu_rows_by_index(w->att, w->att_n, w->gather, w->L.R, qd) : 0;  /* [N, .] -> [N', .] */
 }
 
-/* The rest of layer l (lines 20-28), as layer_attn_mlp_ref. */
+/* The rest of layer l (lines 21-28), as layer_attn_mlp_ref. */
 static int gpu_layer_attn_mlp(GpuModel *g, int l, GpuWork *w, const GpuKvView *kv) {
     const Qwen3Config *c = &g->cfg;
     const GpuLayer *W = &g->layers[l];
