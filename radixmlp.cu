@@ -22,7 +22,8 @@
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
  *                                      from the pool's slots (layout_build_prefill(), kv_store_ref()), and
- *                                      radix_index_build_keyed(): a trie root per cached prefix
+ *                                      radix_index_build_keyed(): its own trie (trie_build_rooted()), a
+ *                                      root per cached prefix, walked with Part I's trie_insert()
  *   Part III, speed                 -> what exists only to be fast, each equal to a Part I definition: OpenMP,
  *                                      packed weights and SIMD tiles (rx_matmul_packed_ref), the vector exp, the
  *                                      tiled attention (attention_fast), flash_attention (tensor cores); the path
@@ -145,12 +146,12 @@ static TrieEntry *trie_table(int64_t n, uint64_t *mask) {
     return (TrieEntry *)calloc(*mask + 1, sizeof(TrieEntry));
 }
 
-/* The trie while it is built. Its nodes are the compact rows, numbered in order of first occurrence; the roots are
- * numbered N, N+1, ... after them (N' <= N, so no node takes a root's number). */
+/* The trie while it is built. Its nodes are the compact rows, numbered in order of first occurrence; the root, the
+ * paper's parent 0, is numbered N after them (N' <= N, so no node takes the root's number). */
 typedef struct {
     const int32_t *ids, *pos;   /* [N] the batch's tokens and positions                                       */
     int32_t *gather;            /* [N'] each node's first occurrence, whose (token, position) is the node's key */
-    int32_t *first_child;       /* [N + n_roots] by node or root; -1: no child yet                             */
+    int32_t *first_child;       /* [N + 1] by node, then the root; -1: no child yet                           */
     TrieEntry *table;            /* second and later children: (parent, key) -> node                          */
     uint64_t mask;
 } Trie;
@@ -183,25 +184,82 @@ static int32_t trie_add(Trie *tr, int32_t parent, int i, int32_t c) {
     return c;
 }
 
-/* Fast path: histories can only be shared if two sequences begin with the same (root, token, position). Returns
- * whether any two do (1 or 0), or -1 (out of memory). */
-static int trie_any_shared_start(const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
-                                 const int32_t *root) {
+/* Lines 8-34 for one sequence, original rows i0 .. i1-1, from parent (line 8: the root): each row finds its node
+ * or adds one (the next compact row, *n_compact), and scatter [i] gets it. */
+static void trie_insert(Trie *tr, int32_t parent, int i0, int i1, int32_t *scatter, int32_t *n_compact) {
+    for (int i = i0; i < i1; i++) {                                    /* line 9 */
+        int32_t child = trie_find(tr, parent, i);                      /* lines 13-23: found? */
+        if (child < 0) child = trie_add(tr, parent, i, (*n_compact)++);     /* lines 24-33: not found: new node */
+        scatter[i] = child;                                            /* line 34 */
+        parent = child;
+    }
+}
+
+/* A trie over N original rows whose first_child has n_ids entries: the N nodes', then the root's (n_ids = N + 1),
+ * set to -1. Returns 0, or -1 (out of memory; nothing is left allocated). */
+static int trie_open(Trie *tr, const int32_t *ids, const int32_t *pos, int32_t *gather, int n, int n_ids) {
+    memset(tr, 0, sizeof *tr);
+    tr->ids = ids;
+    tr->pos = pos;
+    tr->gather = gather;
+    tr->first_child = (int32_t *)malloc((size_t)n_ids * sizeof(int32_t));
+    tr->table = trie_table(n, &tr->mask);
+    if (!tr->first_child || !tr->table) {
+        free(tr->first_child);
+        free(tr->table);
+        return -1;
+    }
+    for (int r = n; r < n_ids; r++) tr->first_child[r] = -1;
+    return 0;
+}
+
+static void trie_close(Trie *tr) {
+    free(tr->first_child);
+    free(tr->table);
+}
+
+/* Fast path: a first token that is new below its parent (1 or 0: whether (parent, token, position) of original row
+ * i was already in table t; it is now). */
+static int trie_seen_start(TrieEntry *t, uint64_t mask, int32_t parent, const int32_t *ids, const int32_t *pos,
+                           int i, int s) {
+    TrieEntry *e = table_entry(t, mask, parent, trie_key(ids[i], pos[i]));
+    int seen = e->node_plus_1 != 0;
+    e->key = trie_key(ids[i], pos[i]);
+    e->parent = parent;
+    e->node_plus_1 = s + 1;
+    return seen;
+}
+
+/* Fast path: histories can only be shared if two sequences begin with the same (token, position). Returns whether
+ * any two do (1 or 0), or -1 (out of memory). */
+static int trie_any_shared_start(const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
     uint64_t mask;
     TrieEntry *t = trie_table(n_seqs, &mask);
     if (!t) return -1;
     int shared = 0;
-    for (int s = 0; s < n_seqs && !shared; s++) {
-        int i = cu[s];
-        if (i == cu[s + 1]) continue;                            /* an empty sequence */
-        TrieEntry *e = table_entry(t, mask, root[s], trie_key(ids[i], pos[i]));
-        shared = e->node_plus_1 != 0;
-        e->key = trie_key(ids[i], pos[i]);
-        e->parent = root[s];
-        e->node_plus_1 = s + 1;
-    }
+    for (int s = 0; s < n_seqs && !shared; s++)
+        if (cu[s] < cu[s + 1]) shared = trie_seen_start(t, mask, 0, ids, pos, cu[s], s);    /* skip empty ones */
     free(t);
     return shared;
+}
+
+/* ix's I_gather [N'] and I_scatter [N] for N original rows. Returns 0, or -1 (out of memory; ix freed). */
+static int trie_index_alloc(RadixIndex *ix, int n) {
+    ix->n_tokens = n;
+    ix->gather = (int32_t *)malloc((size_t)n * sizeof(int32_t));       /* [N'] (N' <= N; the tail stays unused) */
+    ix->scatter = (int32_t *)malloc((size_t)n * sizeof(int32_t));      /* [N]                                  */
+    if (ix->gather && ix->scatter) return 0;
+    radix_index_free(ix);
+    return rx_fail("radix_index_build: out of host memory");
+}
+
+/* The fast path's answer when nothing is shared: the trie is the batch itself, N' = N, identity. */
+static void trie_identity(RadixIndex *ix) {
+    for (int i = 0; i < ix->n_tokens; i++) {
+        ix->gather[i] = i;
+        ix->scatter[i] = i;
+    }
+    ix->n_compact = ix->n_tokens;
 }
 
 /* The shape of a ragged batch as a C API caller hands it over, checked before anything reads it. n_tokens < 0: not
@@ -223,68 +281,28 @@ static int ragged_check(const char *who, const int32_t *input_ids, const int32_t
     return 0;
 }
 
-/* Algorithm 2 on a checked batch (ragged_check): ix gets I_gather [N'] and I_scatter [N]. Sequence s starts at
- * root[s], a number in 0 .. n_roots-1; sequences below different roots share no node. radix_index_build puts every
- * sequence below one root, as the paper does. */
-static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
-                      const int32_t *root, int n_roots) {
+/* Algorithm 2 on a checked batch (ragged_check): ix gets I_gather [N'] and I_scatter [N]. Every sequence starts
+ * at the one root, as in the paper. */
+static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
     const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
-    ix->n_tokens = n;
     if (n == 0) return 0;
-    ix->gather = (int32_t *)malloc((size_t)n * sizeof(int32_t));       /* [N'] (N' <= N; the tail stays unused) */
-    ix->scatter = (int32_t *)malloc((size_t)n * sizeof(int32_t));      /* [N]                                  */
-    int32_t *root_id = (int32_t *)malloc((size_t)n_seqs * sizeof(int32_t));    /* [S] root[s] as a node id */
-    int shared = -1;
-    if (ix->gather && ix->scatter && root_id) {
-        for (int s = 0; s < n_seqs; s++) root_id[s] = n + root[s];
-        shared = trie_any_shared_start(ids, pos, cu, n_seqs, root_id);
-    }
-    if (shared < 0) {
-        free(root_id);
+    if (trie_index_alloc(ix, n)) return -1;
+    int shared = trie_any_shared_start(ids, pos, cu, n_seqs);
+    Trie tr;
+    if (shared < 0 || (shared && trie_open(&tr, ids, pos, ix->gather, n, n + 1))) {
         radix_index_free(ix);
         return rx_fail("radix_index_build: out of host memory");
     }
-    if (!shared) {                              /* nothing shared: the trie is the batch itself, N' = N, identity */
-        for (int i = 0; i < n; i++) {
-            ix->gather[i] = i;
-            ix->scatter[i] = i;
-        }
-        ix->n_compact = n;
-        free(root_id);
+    if (!shared) {
+        trie_identity(ix);
         return 0;
     }
-    uint64_t mask;
-    TrieEntry *table = trie_table(n, &mask);
-    Trie tr = {
-        .ids = ids,
-        .pos = pos,
-        .gather = ix->gather,
-        .first_child = (int32_t *)malloc((size_t)(n + n_roots) * sizeof(int32_t)),
-        .table = table,
-        .mask = mask,
-    };
-    if (!tr.first_child || !tr.table) {
-        free(tr.first_child);
-        free(tr.table);
-        free(root_id);
-        radix_index_free(ix);
-        return rx_fail("radix_index_build: out of host memory");
-    }
-    for (int r = 0; r < n_roots; r++) tr.first_child[n + r] = -1;
+    const int32_t root = n;                                            /* the paper's parent 0 */
     int32_t n_compact = 0;                                             /* N' so far, the next compact row */
-    for (int s = 0; s < n_seqs; s++) {                                 /* line 5 */
-        int32_t parent = root_id[s];                                   /* line 8 */
-        for (int i = cu[s]; i < cu[s + 1]; i++) {                      /* line 9 */
-            int32_t child = trie_find(&tr, parent, i);                 /* lines 13-23: found? */
-            if (child < 0) child = trie_add(&tr, parent, i, n_compact++);   /* lines 24-33: not found: new node */
-            ix->scatter[i] = child;                                    /* line 34 */
-            parent = child;
-        }
-    }
+    for (int s = 0; s < n_seqs; s++)                                   /* line 5 */
+        trie_insert(&tr, root, cu[s], cu[s + 1], ix->scatter, &n_compact);     /* lines 8-34 */
     ix->n_compact = n_compact;
-    free(tr.first_child);
-    free(tr.table);
-    free(root_id);
+    trie_close(&tr);
     return 0;
 }
 
@@ -294,11 +312,7 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
                       const int32_t *cu_seqlens, int n_seqs) {
     memset(ix, 0, sizeof *ix);
     if (ragged_check("radix_index_build", input_ids, position_ids, cu_seqlens, n_seqs, -1)) return -1;
-    int32_t *root = (int32_t *)calloc((size_t)n_seqs + 1, sizeof(int32_t));     /* [S] all 0: one root */
-    if (!root) return rx_fail("radix_index_build: out of host memory");
-    int rc = trie_build(ix, input_ids, position_ids, cu_seqlens, n_seqs, root, 1);
-    free(root);
-    return rc;
+    return trie_build(ix, input_ids, position_ids, cu_seqlens, n_seqs);
 }
 
 void radix_index_free(RadixIndex *ix) {
@@ -1115,36 +1129,29 @@ static __device__ float block_sum(float v) {  /* blockDim.x a multiple of 32; on
 }
 
 /* out[r] = in[idx[r]] for r < gridDim.x; rows of chunks_per_row Chunks, any dtype. This one kernel is every index
- * operation of the paper: the gather and the scatter (Eqs. 5 and 7, as rows_by_index in C), the embedding
- * h0 = E[ids] (idx = token ids, in = E [vocab, hidden]), and, with an output index and stride, the K/V store
- * (gpu_kv_store): out[dst[r] * out_stride] = in[idx[r]], idx NULL meaning r.
- * One block per output row. Chunk is uint4 (one 16-byte load and store per thread) when rows, strides and pointers
- * are 16-byte aligned, else uint16_t (one bf16). */
+ * operation of the paper: the gather and the scatter (Eqs. 5 and 7, as rows_by_index in C) and the embedding
+ * h0 = E[ids] (idx = token ids, in = E [vocab, hidden]). idx NULL means r.
+ * One block per output row. Chunk is uint4 (one 16-byte load and store per thread) when rows and pointers are
+ * 16-byte aligned, else uint16_t (one bf16). */
 template <typename Chunk>
-__global__ void rows_by_index_kernel(Chunk *out, int64_t out_stride, const int32_t *dst, const Chunk *in,
-                                     const int32_t *idx, int64_t chunks_per_row) {
+__global__ void rows_by_index_kernel(Chunk *out, const Chunk *in, const int32_t *idx, int64_t chunks_per_row) {
     const Chunk *from = in + (idx ? idx[blockIdx.x] : blockIdx.x) * chunks_per_row;
-    Chunk *to = out + (dst ? dst[blockIdx.x] : blockIdx.x) * out_stride;
+    Chunk *to = out + blockIdx.x * chunks_per_row;
     for (int64_t c = threadIdx.x; c < chunks_per_row; c += blockDim.x) to[c] = from[c];
-}
-/* out rows out_stride_bytes apart, row r at dst ? dst[r] : r; in rows row_bytes apart, row idx ? idx[r] : r. */
-static int rows_copy_gpu(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
-                         const int32_t *idx, int n_rows, size_t row_bytes) {
-    if (n_rows == 0) return 0;
-    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0) {
-        rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
-                                                      (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
-        LAUNCH_CHECK();
-    } else {
-        rows_by_index_kernel<<<n_rows, INDEX_BLOCK>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
-                                                      (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
-        LAUNCH_CHECK();
-    }
-    return 0;
 }
 int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes) {
     if (row_bytes % 2) return rx_fail("gpu_rows_by_index: rows of %zu bytes; bf16 and fp32 rows are even", row_bytes);
-    return rows_copy_gpu(out, row_bytes, NULL, in, idx, rows_out, row_bytes);
+    if (rows_out == 0) return 0;
+    if (((uintptr_t)out | (uintptr_t)in | row_bytes) % 16 == 0) {
+        rows_by_index_kernel<<<rows_out, INDEX_BLOCK>>>((uint4 *)out, (const uint4 *)in, idx,
+                                                        (int64_t)(row_bytes / 16));
+        LAUNCH_CHECK();
+    } else {
+        rows_by_index_kernel<<<rows_out, INDEX_BLOCK>>>((uint16_t *)out, (const uint16_t *)in, idx,
+                                                        (int64_t)(row_bytes / 2));
+        LAUNCH_CHECK();
+    }
+    return 0;
 }
 
 /* RMSNorm of each row, x [rows, dim] -> out [rows, dim] (input, post-attention and final norm; any space), in the
@@ -2343,12 +2350,44 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
  * visits positions 0..g in the same order.
  *
  * Part II adds three steps here and calls Part I's unchanged: its own entry to the trie (radix_index_build_keyed,
- * over trie_build), its own layout (layout_build_prefill: layout_rows, then attention's half over the wider T), and
- * the store of the new K/V into their slots (kv_store_ref; gpu_kv_store on the GPU). */
+ * over its own trie_build_rooted), its own layout (layout_build_prefill: layout_rows, then attention's half over
+ * the wider T), and the store of the new K/V into their slots (kv_store_ref; gpu_kv_store on the GPU, with its own
+ * kernel, kv_store_kernel). */
+
+/* Algorithm 2 below several roots, Part II's own trie: sequence s starts at root[s], a number in 0 .. n_roots-1,
+ * numbered N + root[s] among the trie's parents (after Part I's N nodes; Part I's one root is N + 0). It calls Part
+ * I's steps: the fast path's start check (trie_seen_start), then trie_insert from each sequence's root. Sequences
+ * below different roots share no node. */
+static int trie_build_rooted(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
+                             const int32_t *root, int n_roots) {
+    const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
+    if (n == 0) return 0;
+    if (trie_index_alloc(ix, n)) return -1;
+    uint64_t mask;
+    TrieEntry *starts = trie_table(n_seqs, &mask);
+    int shared = starts ? 0 : -1;
+    for (int s = 0; s < n_seqs && shared == 0; s++)
+        if (cu[s] < cu[s + 1]) shared = trie_seen_start(starts, mask, n + root[s], ids, pos, cu[s], s);
+    free(starts);
+    Trie tr;
+    if (shared < 0 || (shared && trie_open(&tr, ids, pos, ix->gather, n, n + n_roots))) {
+        radix_index_free(ix);
+        return rx_fail("radix_index_build: out of host memory");
+    }
+    if (!shared) {
+        trie_identity(ix);
+        return 0;
+    }
+    int32_t n_compact = 0;                                             /* N' so far, the next compact row */
+    for (int s = 0; s < n_seqs; s++) trie_insert(&tr, n + root[s], cu[s], cu[s + 1], ix->scatter, &n_compact);
+    ix->n_compact = n_compact;
+    trie_close(&tr);
+    return 0;
+}
 
 /* Part II's entry to the trie. With a KV cache something precedes a sequence: its cached prefix, which the batch
  * does not hold. root_key[s] names it (-1: nothing cached), and each distinct key gets a root of its own
- * (trie_build): sequences with equal keys merge as in Part I, sequences with different keys never meet. */
+ * (trie_build_rooted): sequences with equal keys merge as in Part I, sequences with different keys never meet. */
 int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int32_t *position_ids,
                             const int32_t *cu_seqlens, int n_seqs, const int32_t *root_key) {
     if (!root_key) return radix_index_build(ix, input_ids, position_ids, cu_seqlens, n_seqs);
@@ -2377,7 +2416,7 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
         root[s] = slot->node_plus_1 - 1;
     }
     free(roots);
-    int rc = trie_build(ix, input_ids, position_ids, cu_seqlens, n_seqs, root, n_roots);
+    int rc = trie_build_rooted(ix, input_ids, position_ids, cu_seqlens, n_seqs, root, n_roots);
     free(root);
     return rc;
 }
@@ -2768,13 +2807,39 @@ int gpu_kv_pool_read(const GpuKvPool *p, float *k, float *v) {
     return download_bf16(v, p->v, n);
 }
 
+/* Part II's copy to an index, the K/V store's: out[dst[r] * out_stride] = in[idx[r]] for r < gridDim.x, idx NULL
+ * meaning r; rows_by_index_kernel (Part I's gather and scatter) with an output index and stride, the slots' and the
+ * pool's. One block per row; Chunk as there. */
+template <typename Chunk>
+__global__ void kv_store_kernel(Chunk *out, int64_t out_stride, const int32_t *dst, const Chunk *in,
+                                const int32_t *idx, int64_t chunks_per_row) {
+    const Chunk *from = in + (idx ? idx[blockIdx.x] : blockIdx.x) * chunks_per_row;
+    Chunk *to = out + dst[blockIdx.x] * out_stride;
+    for (int64_t c = threadIdx.x; c < chunks_per_row; c += blockDim.x) to[c] = from[c];
+}
+/* out rows out_stride_bytes apart, row r at dst[r]; in rows row_bytes apart, row idx ? idx[r] : r. */
+static int kv_rows_copy_gpu(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in,
+                            const int32_t *idx, int n_rows, size_t row_bytes) {
+    if (n_rows == 0) return 0;
+    if (((uintptr_t)out | (uintptr_t)in | row_bytes | out_stride_bytes) % 16 == 0) {
+        kv_store_kernel<<<n_rows, INDEX_BLOCK>>>((uint4 *)out, (int64_t)(out_stride_bytes / 16), dst,
+                                                 (const uint4 *)in, idx, (int64_t)(row_bytes / 16));
+        LAUNCH_CHECK();
+    } else {
+        kv_store_kernel<<<n_rows, INDEX_BLOCK>>>((uint16_t *)out, (int64_t)(out_stride_bytes / 2), dst,
+                                                 (const uint16_t *)in, idx, (int64_t)(row_bytes / 2));
+        LAUNCH_CHECK();
+    }
+    return 0;
+}
+
 /* The new tokens' k and v into their slots, as kv_store_ref: kv_dst [N] on the device. */
 static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w, const int32_t *kv_dst) {
     const int32_t *src = w->L.mode == RX_BASELINE ? NULL : w->scatter;
     const size_t row = (size_t)g->cfg.n_kv_heads * g->cfg.head_dim * sizeof(bf16);     /* bytes of one K or V row */
     const size_t stride = kv->row_stride * sizeof(bf16);
-    TRY(rows_copy_gpu((bf16 *)kv->k, stride, kv_dst, w->k, src, w->L.N, row));
-    return rows_copy_gpu((bf16 *)kv->v, stride, kv_dst, w->v, src, w->L.N, row);
+    TRY(kv_rows_copy_gpu((bf16 *)kv->k, stride, kv_dst, w->k, src, w->L.N, row));
+    return kv_rows_copy_gpu((bf16 *)kv->v, stride, kv_dst, w->v, src, w->L.N, row);
 }
 
 /* Part II's prefill, as qwen3_prefill_ref: Part I's layer steps, each layer writing its new K/V into their slots
@@ -2853,7 +2918,8 @@ int gpu_download_bf16(float *host, const void *dev, size_t n) { return download_
 int gpu_rows_to_index(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in, const int32_t *idx,
                       int n_rows, size_t row_bytes) {
     if (row_bytes % 2 || out_stride_bytes % 2) return rx_fail("gpu_rows_to_index: rows and strides of bf16 are even");
-    return rows_copy_gpu(out, out_stride_bytes, dst, in, idx, n_rows, row_bytes);
+    if (n_rows > 0 && !dst) return rx_fail("gpu_rows_to_index: dst is NULL; it holds each row's destination");
+    return kv_rows_copy_gpu(out, out_stride_bytes, dst, in, idx, n_rows, row_bytes);
 }
 int gpu_memory_free(size_t *free_bytes) {
     size_t total = 0;
@@ -3821,6 +3887,7 @@ static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t
  * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
 static const GpuLaunchShape launch_shapes[] = {
     {"rows_by_index_kernel", INDEX_BLOCK, 0, 0},
+    {"kv_store_kernel", INDEX_BLOCK, 0, 0},
     {"rmsnorm_kernel", BLOCK, 0, 0},
     {"qk_norm_rope_kernel", BLOCK, 0, 0},
     {"silu_mul_kernel", BLOCK, 0, 0},

@@ -276,8 +276,8 @@ int  gpu_memory_free(size_t *free_bytes);                       /* the device's 
 /* Each kernel of gpu_forward alone, through the launcher the forward calls, on device buffers, bf16 unless said. */
 /* out [rows_out, row_bytes] = in [*, row_bytes] [idx]: gather, scatter, embedding (idx [rows_out]); row_bytes even. */
 int gpu_rows_by_index(void *out, const void *in, const int32_t *idx, int rows_out, size_t row_bytes);
-/* The K/V store's form of the same kernel: out row dst[r] (rows out_stride_bytes apart) = in row idx[r] (NULL: r),
- * for r < n_rows. */
+/* Part II's K/V store (its own kernel, kv_store_kernel): out row dst[r] (rows out_stride_bytes apart) = in row
+ * idx[r] (NULL: r), for r < n_rows; dst not NULL. */
 int gpu_rows_to_index(void *out, size_t out_stride_bytes, const int32_t *dst, const void *in, const int32_t *idx,
                       int n_rows, size_t row_bytes);
 /* x, out [rows, dim]; w [dim]. */
