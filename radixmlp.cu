@@ -2637,6 +2637,16 @@ static int nonfinite_logits(const float *row, int V, int i, const char *source) 
                    "looks for non-finite weights)", who, row[bad], i, bad);
 }
 
+/* --show-cache after batch b: the cache's counts (audited), then the tree. */
+static int show_cache_after(FILE *out, const RxPrefixCache *c, int b) {
+    RxCacheStats cs;
+    if (rx_cache_audit(c, &cs)) return -1;
+    fprintf(out, "cache after batch %d: %s %d, pages cached %d, pages evicted so far %ld\n", b,
+            cs.kind == RX_CACHE_HASH ? "entries" : "edges", cs.nodes, cs.cached_pages, cs.evicted_pages);
+    rx_cache_draw(out, c);
+    return 0;
+}
+
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
     int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1;
@@ -2712,14 +2722,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
             st->cached_tokens += adm[s]->cached_len;
             if (rx_request_finish(c, adm[s])) goto done;
         }
-        if (o->show_cache) {                               /* --show-cache: the counts, then the tree */
-            RxCacheStats cs;
-            if (rx_cache_audit(c, &cs)) goto done;
-            fprintf(o->show_cache, "cache after batch %d: %s %d, pages cached %d, pages evicted so far %ld\n",
-                    st->n_batches, cs.kind == RX_CACHE_HASH ? "entries" : "edges", cs.nodes, cs.cached_pages,
-                    cs.evicted_pages);
-            rx_cache_draw(o->show_cache, c);
-        }
+        if (o->show_cache && show_cache_after(o->show_cache, c, st->n_batches)) goto done;
     }
     st->ms = rx_now_ms() - t0;
     RxCacheStats cs;
