@@ -6287,18 +6287,46 @@ static const Test tests[] = {
 };
 
 #ifndef RADIXMLP_FUZZ
+/* Does ARG name test t: its group, its name, or group/name as --list prints it? */
+static int test_named(const Test *t, const char *arg) {
+    size_t g = strlen(t->group);
+    return !strcmp(arg, t->group) || !strcmp(arg, t->name) ||
+           (!strncmp(arg, t->group, g) && arg[g] == '/' && !strcmp(arg + g + 1, t->name));
+}
+
 int main(int argc, char **argv) {
-    int n = (int)(sizeof tests / sizeof tests[0]), passed = 0, failed = 0, skipped = 0, ran = 0;
+    int n = (int)(sizeof tests / sizeof tests[0]), passed = 0, failed = 0, skipped = 0;
+    if (argc == 2 && !strcmp(argv[1], "--help")) {
+        printf("usage: test_radixmlp [--list | --help | GROUP|NAME|GROUP/NAME ...]\n"
+               "  no argument      run every test; the last line reads \"N passed, N failed, N skipped\"\n"
+               "  GROUP|NAME ...   run only these groups or tests (GROUP/NAME as --list prints it, or NAME alone)\n"
+               "  --list           print every test as GROUP/NAME, one a line\n"
+               "  --help           this text\n"
+               "Exit status: 0 all selected tests passed or skipped; 1 a test failed; 2 a wrong command line.\n"
+               "GPU tests report themselves skipped without a GPU. RADIXMLP_CPU and OMP_NUM_THREADS choose the C\n"
+               "reference's path and threads; RADIXMLP_CLI and RADIXMLP_DEEP: see the tests that read them.\n");
+        return 0;
+    }
     if (argc == 2 && !strcmp(argv[1], "--list")) {      /* every group and test name, one "group/name" a line */
         for (int i = 0; i < n; i++) printf("%s/%s\n", tests[i].group, tests[i].name);
         return 0;
     }
+    for (int a = 1; a < argc; a++)
+        if (argv[a][0] == '-') {
+            fprintf(stderr, "test_radixmlp: %s: %s (see --help)\n", argv[a],
+                    !strcmp(argv[a], "--list") ? "--list goes alone" : "no such option");
+            return 2;
+        }
+    for (int a = 1; a < argc; a++) {
+        int found = 0;
+        for (int i = 0; i < n; i++) found |= test_named(&tests[i], argv[a]);
+        if (!found) { fprintf(stderr, "test_radixmlp: %s: no test or group of that name (see --list)\n", argv[a]); return 2; }
+    }
     if (rx_check_env()) { fprintf(stderr, "test_radixmlp: %s\n", radix_error()); return 2; }
     for (int i = 0; i < n; i++) {
         int selected = argc < 2;
-        for (int a = 1; a < argc; a++) selected |= !strcmp(argv[a], tests[i].group) || !strcmp(argv[a], tests[i].name);
+        for (int a = 1; a < argc; a++) selected |= test_named(&tests[i], argv[a]);
         if (!selected) continue;
-        ran++;
         printf("%s/%s\n", tests[i].group, tests[i].name);
         fflush(stdout);
         test_failed = test_skipped = 0;
@@ -6310,7 +6338,6 @@ int main(int argc, char **argv) {
         else passed++;
         fflush(stdout);
     }
-    if (!ran) { fprintf(stderr, "test_radixmlp: no test or group named like that\n"); return 2; }
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
