@@ -3495,99 +3495,147 @@ static void silu_mul_fast(float *out, const float *gate, const float *up, size_t
  * a score past a query's own length is computed and dropped, and the value sums run in segments, each query's
  * output stored when its chain reaches its own length, so no later key (a NaN, say) ever reaches an earlier row.
  *
- * Keys and values are first packed per kv head and sequence as rx_pack_weight packs a weight, read through kv_row:
- *   kp [n_kv][T_pad][head_dim]: sequence s's keys in panels of MM_COLS keys, [head_dim][MM_COLS] each
- *   vp [n_kv][T_pad][hd_pad]:     its values in panels of MM_COLS dims, [len_pad][MM_COLS] each
- * with len_pad its length rounded up to MM_COLS, T_pad the sum of the len_pad, hd_pad head_dim rounded up, zeros in the
- * padding. Memory: a copy of every key and value each sequence reads (a shared prefix's once per sequence). */
-static int attention_free(int n_t, int32_t *base, int32_t *len_pad, int32_t *chunk, float *kp, float *vp, float *s) {
-    free(base);
-    free(len_pad);
-    free(chunk);
-    free(kp);
-    free(vp);
-    free(s);
+ * Keys and values are first packed, per kv head, in blocks of MM_COLS keys: keys j .. j+MM_COLS-1 of a sequence
+ * (j a multiple of MM_COLS), read through kv_at, zeros past its end:
+ *   kp [n_kv][n_blocks][head_dim][MM_COLS]        the block's keys as a panel of the scores' weight
+ *   vp [n_kv][n_blocks][hd_pad / MM_COLS][MM_COLS][MM_COLS]   its values, a panel of MM_COLS dims at a time
+ * A block is packed once however many sequences read it: two sequences whose keys j .. j+MM_COLS-1 come from the
+ * same rows (compact mode's shared prefix, read through I_scatter; Part II's cached pages) share one block, so a
+ * prefix of P keys read by B sequences is packed once, not B times. Each sequence keeps the list of its blocks (blk);
+ * O = P V runs its chains across them, block by block, in key order: the same chains, the same bits. */
+typedef struct {
+    int32_t *seq_blk;   /* [n_t] at a sequence's start t0: where its blocks' list begins in blk */
+    int32_t *blk;       /* [sequence blocks] each sequence's blocks, in key order: an index into the packed blocks */
+    int32_t *src;       /* [n_blocks] a packed block's first key (a token), its keys src .. src+n-1 */
+    int32_t *owner;     /* [rows] the first packed block whose first key is this row, -1: none */
+    int32_t *chunk;     /* [n_q * group + 1] the query tiles, below */
+    float *kp, *vp;     /* as above */
+    float *s;           /* [threads][scratch] each thread's scores, weights and packed queries */
+} AttnWork;
+
+static int attention_free(AttnWork *w, int n_t) {
+    free(w->seq_blk);
+    free(w->blk);
+    free(w->src);
+    free(w->owner);
+    free(w->chunk);
+    free(w->kp);
+    free(w->vp);
+    free(w->s);
     return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
+}
+
+/* Keys t .. t+n-1 (one sequence's) of kv head h into a block: kb [head_dim][MM_COLS], vb [hd_pad/MM_COLS][MM_COLS]
+ * [MM_COLS], zeros past n keys and past head_dim dims. */
+static void pack_kv_block(float *kb, float *vb, const KvView *kv, int t, int n, int h, int head_dim, int hd_pad) {
+    memset(kb, 0, sizeof(float) * (size_t)head_dim * MM_COLS);
+    memset(vb, 0, sizeof(float) * (size_t)hd_pad * MM_COLS);
+    for (int c = 0; c < n; c++) {
+        size_t row = kv_at(kv, t + c) + (size_t)h * head_dim;
+        for (int i = 0; i < head_dim; i++) kb[(size_t)i * MM_COLS + c] = kv->k[row + i];
+        for (int i = 0; i < head_dim; i++)                                  /* dim panel i / MM_COLS, key row c */
+            vb[((size_t)(i / MM_COLS) * MM_COLS + c) * MM_COLS + i % MM_COLS] = kv->v[row + i];
+    }
+}
+
+/* The blocks every sequence reads, each packed once: fills w's seq_blk, blk and src; returns the packed count, -1
+ * out of memory. A block of sequence t0 .. t-1 reuses a packed one when both read the same rows, found through the
+ * row of its first key (owner) and checked key by key (two blocks may start alike and part inside). */
+static int attention_blocks(AttnWork *w, const KvView *kv, const int32_t *seq_start, int n_t) {
+    int n_rows = 0, n_seq_blk = 0, n_blocks = 0;
+    for (int t = 0; t < n_t; t++) {
+        int row = (int)(kv_at(kv, t) / kv->row_stride);
+        if (row + 1 > n_rows) n_rows = row + 1;
+        if ((t - seq_start[t]) % MM_COLS == 0) n_seq_blk++;
+    }
+    w->blk = (int32_t *)malloc((size_t)n_seq_blk * sizeof(int32_t));
+    w->src = (int32_t *)malloc((size_t)n_seq_blk * sizeof(int32_t));
+    w->owner = (int32_t *)malloc((size_t)n_rows * sizeof(int32_t));
+    if (!w->blk || !w->src || !w->owner) return -1;
+    for (int r = 0; r < n_rows; r++) w->owner[r] = -1;
+    for (int t = 0, at = 0; t < n_t; t++) {
+        int t0 = seq_start[t], n = 0;
+        if (t == t0) w->seq_blk[t0] = at;
+        if ((t - t0) % MM_COLS) continue;
+        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;  /* keys t .. t+n-1: one block */
+        int row = (int)(kv_at(kv, t) / kv->row_stride), b = w->owner[row], same = b >= 0;
+        for (int c = 0; same && c < MM_COLS; c++) {       /* the same n keys from the same rows, and no more */
+            int mine = c < n, theirs = w->src[b] + c < n_t && seq_start[w->src[b] + c] == seq_start[w->src[b]];
+            same = mine == theirs && (!mine || kv_at(kv, t + c) == kv_at(kv, w->src[b] + c));
+        }
+        if (!same) {
+            b = n_blocks++;
+            w->src[b] = t;
+            if (w->owner[row] < 0) w->owner[row] = b;
+        }
+        w->blk[at++] = b;
+    }
+    return n_blocks;
 }
 
 static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                           const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
     int hd_pad = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
+    AttnWork w;
+    memset(&w, 0, sizeof w);
     if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
     for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
         int g = q_orig ? q_orig[r] : r;
         if (g + 1 > n_t) n_t = g + 1;
+        if (g - seq_start[g] + 1 > longest) longest = g - seq_start[g] + 1;
     }
-    int32_t *base = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));     /* [n_t]: at a sequence's start t0, */
-    int32_t *len_pad = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));    /* its offset in T_pad and its len_pad */
-    int32_t *chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));   /* query tiles, below */
-    float *kp = NULL, *vp = NULL, *s_all = NULL;
-    size_t T_pad = 0;
-    if (!base || !len_pad || !chunk) return attention_free(n_t, base, len_pad, chunk, kp, vp, s_all);
-    for (int t0 = 0, t = 1; t0 < n_t; t0 = t++) {
-        while (t < n_t && seq_start[t] == t0) t++;                         /* positions t0 .. t-1: one sequence */
-        base[t0] = (int32_t)T_pad;
-        len_pad[t0] = (t - t0 + MM_COLS - 1) / MM_COLS * MM_COLS;
-        T_pad += (size_t)len_pad[t0];
-        if (t - t0 > longest) longest = t - t0;
-    }
+    w.seq_blk = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));
+    w.chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));
+    int n_blocks = w.seq_blk && w.chunk ? attention_blocks(&w, kv, seq_start, n_t) : -1;
+    if (n_blocks < 0) return attention_free(&w, n_t);
     /* The queries of kv head kvh, numbered qi = r * group + (h - kvh * group), cut into tiles of at most MM_ROWS
      * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for each kv head). */
     for (int qi = 0; qi < n_q * group; n_chunks++) {
         int first = qi, t0 = seq_start[q_orig ? q_orig[qi / group] : qi / group];
-        chunk[n_chunks] = first;
+        w.chunk[n_chunks] = first;
         while (qi < n_q * group && qi - first < MM_ROWS && seq_start[q_orig ? q_orig[qi / group] : qi / group] == t0)
             qi++;
     }
-    chunk[n_chunks] = n_q * group;
+    w.chunk[n_chunks] = n_q * group;
     int n_threads = rx_threads(0), long_pad = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
-    size_t scratch = (size_t)MM_ROWS * (long_pad + (head_dim > long_pad ? head_dim : long_pad));  /* per thread: below */
-    kp = (float *)calloc((size_t)n_kv_heads * T_pad * head_dim, sizeof(float));
-    vp = (float *)calloc((size_t)n_kv_heads * T_pad * hd_pad, sizeof(float));
-    s_all = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
-    if (!kp || !vp || !s_all) return attention_free(n_t, base, len_pad, chunk, kp, vp, s_all);
+    size_t scratch = (size_t)MM_ROWS * (long_pad + (head_dim > long_pad ? head_dim : long_pad));  /* per thread */
+    size_t k_blk = (size_t)head_dim * MM_COLS, v_blk = (size_t)hd_pad * MM_COLS;      /* floats in a block */
+    w.kp = (float *)aligned_alloc(64, sizeof(float) * (size_t)n_kv_heads * n_blocks * k_blk);   /* 128 B multiples */
+    w.vp = (float *)aligned_alloc(64, sizeof(float) * (size_t)n_kv_heads * n_blocks * v_blk);
+    w.s = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
+    if (!w.kp || !w.vp || !w.s) return attention_free(&w, n_t);
     cpu_path_ready();
-    RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
-    for (int t = 0; t < n_t; t++) {                 /* a panel at a time: keys t .. t+n-1, keys j .. j+n-1 of their */
-        int t0 = seq_start[t], j = t - t0, n = 0;   /* sequence, written into a panel that stays in the L1 cache */
-        if (j % MM_COLS) continue;
-        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;
-        for (int h = 0; h < n_kv_heads; h++) {
-            float *ks = kp + ((size_t)h * T_pad + base[t0] + j) * head_dim;      /* [head_dim][MM_COLS] */
-            float *vs = vp + ((size_t)h * T_pad + base[t0]) * hd_pad + (size_t)j * MM_COLS;
-            for (int c = 0; c < n; c++) {
-                size_t row = kv_at(kv, t + c) + (size_t)h * head_dim;
-                for (int i = 0; i < head_dim; i++) ks[(size_t)i * MM_COLS + c] = kv->k[row + i];
-                for (int i0 = 0; i0 < head_dim; i0 += MM_COLS)                 /* panel i0 / MM_COLS, row j + c */
-                    memcpy(vs + (size_t)i0 * len_pad[t0] + (size_t)c * MM_COLS, kv->v + row + i0,
-                           sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
-            }
-        }
+    RX_OMP(omp parallel for schedule(static) if((size_t)n_blocks * MM_COLS * n_kv_heads * head_dim >= RX_GRAIN))
+    for (int b = 0; b < n_blocks; b++) {
+        int t = w.src[b], n = 0;
+        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == seq_start[t]) n++;
+        for (int h = 0; h < n_kv_heads; h++)
+            pack_kv_block(w.kp + ((size_t)h * n_blocks + b) * k_blk, w.vp + ((size_t)h * n_blocks + b) * v_blk, kv,
+                          t, n, h, head_dim, hd_pad);
     }
     float scale = 1.0f / sqrtf((float)head_dim);
     RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
     for (long task = 0; task < (long)n_kv_heads * n_chunks; task++) {
-        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = chunk[c + 1] - chunk[c], width = 0;
+        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = w.chunk[c + 1] - w.chunk[c], width = 0;
         int len[MM_ROWS], r_of[MM_ROWS], h_of[MM_ROWS];
         const float *xr[MM_ROWS];
-        float *s = s_all + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];    /* S, then P [MM_ROWS][long_pad] */
-        float *xp = s + (size_t)MM_ROWS * long_pad;              /* the tile's Q, then its P, side by side for mm_tile */
+        float *s = w.s + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];  /* S, then P [MM_ROWS][long_pad] */
+        float *xp = s + (size_t)MM_ROWS * long_pad;            /* the tile's Q, then its P, side by side for mm_tile */
         for (int j = 0; j < MM_ROWS; j++) {           /* a tile of fewer than MM_ROWS repeats its last query */
-            int qi = chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
+            int qi = w.chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
             r_of[j] = r;
             h_of[j] = kvh * group + qi % group;
             len[j] = g - seq_start[g] + 1;
             if (len[j] > width) width = len[j];
             xr[j] = q + (size_t)r * qd + (size_t)h_of[j] * head_dim;
         }
-        int t0 = seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]];
-        const float *ks = kp + ((size_t)kvh * T_pad + base[t0]) * head_dim;     /* this sequence's keys, values */
-        const float *vs = vp + ((size_t)kvh * T_pad + base[t0]) * hd_pad;
+        const int32_t *blk = w.blk + w.seq_blk[seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]]];  /* its blocks */
+        const float *kh = w.kp + (size_t)kvh * n_blocks * k_blk, *vh = w.vp + (size_t)kvh * n_blocks * v_blk;
         pack_tile(xp, xr, head_dim);                                       /* [head_dim][MM_ROWS] */
-        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a panel of keys at a time */
+        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a block of keys at a time */
             memset(acc, 0, sizeof acc);
-            mm_tile(acc, xp, ks + (size_t)j0 * head_dim, head_dim);
+            mm_tile(acc, xp, kh + blk[j0 / MM_COLS] * k_blk, head_dim);
             for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long_pad + j0, acc[j], sizeof acc[j]);
         }
         for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
@@ -3607,11 +3655,12 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
         for (int i0 = 0; i0 < head_dim; i0 += MM_COLS) {                   /* O = P V, a panel of dims at a time, */
             memset(acc, 0, sizeof acc);                                    /* keys done .. next-1 at a time */
             for (int done = 0, next; done < width; done = next) {
-                next = width;                              /* the next length a query of the tile stops at */
-                for (int j = 0; j < n; j++)
+                next = width;                              /* the next length a query of the tile stops at, */
+                for (int j = 0; j < n; j++)                /* or the end of done's block */
                     if (len[j] > done && len[j] < next) next = len[j];
-                mm_tile(acc, xp + (size_t)done * MM_ROWS, vs + (size_t)i0 * len_pad[t0] + (size_t)done * MM_COLS,
-                        next - done);
+                if (next > done / MM_COLS * MM_COLS + MM_COLS) next = done / MM_COLS * MM_COLS + MM_COLS;
+                const float *vb = vh + blk[done / MM_COLS] * v_blk + (size_t)i0 * MM_COLS;   /* [MM_COLS keys][..] */
+                mm_tile(acc, xp + (size_t)done * MM_ROWS, vb + (size_t)(done % MM_COLS) * MM_COLS, next - done);
                 for (int j = 0; j < n; j++)
                     if (len[j] == next)
                         memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],
@@ -3619,7 +3668,7 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
             }
         }
     }
-    attention_free(0, base, len_pad, chunk, kp, vp, s_all);
+    attention_free(&w, 0);
     return 0;
 }
 
