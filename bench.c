@@ -1388,7 +1388,7 @@ static int cpu_matmul_rate(int quick)
             int n_rows = v < 2 ? 6 : rows;                  /* the plain loops are slow: 6 rows give their rate */
             /* A reading is calls of the matmul, 30 ms or more: the kernel counts another thread's CPU time at
              * its scheduler tick (4 ms), so a reading of one 2 ms call would miss or double it. */
-            int calls = v ? 4096 / rows : 1;
+            int calls = v >= 2 ? 4096 / rows : 1;          /* the plain loops (v < 2) take 50 ms a call */
             double t[15], c[15], flops = 2.0 * n_rows * in * out * calls;
             const char *path = rx_cpu_path(PATH[v]);
             if (!path || (v == 4 && threads == 1)) continue;   /* a path this CPU lacks; all threads = 1 thread */
