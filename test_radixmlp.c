@@ -1340,7 +1340,8 @@ static void attention_double(const float *q, const float *k, const float *v, dou
 /* rx_attention_ref (the C reference's attention, its tiles of MM_ROWS queries sharing keys) against the definition
  * in double, on sequences of lengths 40, 1, 17, 16, 33, 5, 1, 45, 40, 35 (off and on a block of 32 keys) sharing
  * prefixes of the first (in compact mode a whole block of 32 shared, a last block shared whole, a block that parts
- * after its first key); GQA 3:1 at head_dim 24 (not a multiple of 16), MHA, MQA 8:1 (a row's heads span two tiles). Then:
+ * after its first key); GQA 3:1 at head_dim 24 (not a multiple of 32), MHA, MQA 8:1 (a row's heads span two
+ * tiles). Then:
  *   - compact layout (q_orig = I_gather, kv_row = I_scatter) row j == baseline row I_gather[j] on the scattered
  *     rows, bit for bit;
  *   - every CPU path x 1 and 2 threads: the same bits;
