@@ -1361,7 +1361,6 @@ static int cpu_matmul_rate(int quick)
     float *x = malloc((size_t)max_rows * in * sizeof *x), *w = malloc((size_t)in * out * sizeof *w),
           *wp = NULL, *y = malloc((size_t)max_rows * out * sizeof *y),
           *xp = malloc(rx_packed_x_floats(max_rows, in) * sizeof *xp);
-    if (posix_memalign((void **)&wp, 64, rx_packed_floats(out, in) * sizeof *wp)) wp = NULL;
     RxTensor W = {.dtype = RX_F32, .rank = 2, .shape = {out, in}, .nbytes = (size_t)out * in * sizeof *w};
     if (posix_memalign((void **)&wp, 64, rx_packed_floats(out, in) * sizeof *wp))  /* aligned as model_pack_ref's */
         wp = NULL;

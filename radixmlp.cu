@@ -3502,7 +3502,8 @@ static void silu_mul_fast(float *out, const float *gate, const float *up, size_t
  * A block is packed once however many sequences read it: two sequences whose keys j .. j+MM_COLS-1 come from the
  * same rows (compact mode's shared prefix, read through I_scatter; Part II's cached pages) share one block, so a
  * prefix of P keys read by B sequences is packed once, not B times. Each sequence keeps the list of its blocks (blk);
- * O = P V runs its chains across them, block by block, in key order: the same chains, the same bits. */
+ * O = P V runs its chains across them, block by block, in key order: the same chains, the same bits. Memory: one copy
+ * of the keys and values the batch reads (a shared block's once), in whole blocks. */
 typedef struct {
     int32_t *seq_blk;   /* [n_t] at a sequence's start t0: where its blocks' list begins in blk */
     int32_t *blk;       /* [sequence blocks] each sequence's blocks, in key order: an index into the packed blocks */
