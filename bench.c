@@ -1359,9 +1359,11 @@ static int cpu_matmul_rate(int quick)
     const char *path0 = rx_cpu_path(NULL);
     uint64_t rng = SEED;
     float *x = malloc((size_t)max_rows * in * sizeof *x), *w = malloc((size_t)in * out * sizeof *w),
-          *wp = malloc(rx_packed_floats(out, in) * sizeof *wp), *y = malloc((size_t)max_rows * out * sizeof *y),
+          *wp = NULL, *y = malloc((size_t)max_rows * out * sizeof *y),
           *xp = malloc(rx_packed_x_floats(max_rows, in) * sizeof *xp);
     RxTensor W = {.dtype = RX_F32, .rank = 2, .shape = {out, in}, .nbytes = (size_t)out * in * sizeof *w};
+    if (posix_memalign((void **)&wp, 64, rx_packed_floats(out, in) * sizeof *wp))  /* aligned as model_pack_ref's */
+        wp = NULL;
     if (!x || !w || !wp || !y || !xp) {
         fprintf(stderr, "bench: out of host memory for the matmul\n");
         free(x); free(w); free(wp); free(y); free(xp);
@@ -1374,8 +1376,8 @@ static int cpu_matmul_rate(int quick)
     const char *widest = rx_cpu_path("auto");
     double peak = fma_peak_gflops(widest);
     const int reps = quick ? 5 : 15;                        /* a 64-row call takes ms: the median needs many */
-    printf("matmul [rows, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of %d after a warm-up: GFLOP/s of wall "
-           "time,\n"
+    printf("matmul [rows, %d] @ [%d, %d] (Qwen3-0.6B's gate_proj), median of %d readings (each 4096 / rows calls) "
+           "after a warm-up: GFLOP/s of wall time,\n"
            "and per core: FLOPs / the process's CPU time (what one core delivers while it runs, even on a busy "
            "machine)\n  fp32 peak of one core (a loop of %s FMAs): %.1f GFLOP/s\n", in, in, out, reps, widest, peak);
     for (int rows = 64; rows <= max_rows; rows *= 4) {
@@ -1383,14 +1385,18 @@ static int cpu_matmul_rate(int quick)
         static const char *const PATH[5] = {"portable", "portable", "avx2", "avx512", "auto"};
         for (int v = 0; v < 5; v++) {   /* 0: the plain loop; 1-3: each path on 1 thread; 4: the widest, all threads */
             int n_rows = v < 2 ? 6 : rows;                  /* the plain loops are slow: 6 rows give their rate */
-            double t[15], c[15], flops = 2.0 * n_rows * in * out;
+            /* A reading is calls of the matmul, 30 ms or more: the kernel counts another thread's CPU time at
+             * its scheduler tick (4 ms), so a reading of one 2 ms call would miss or double it. */
+            int calls = v >= 2 ? 4096 / rows : 1;          /* the plain loops (v < 2) take 50 ms a call */
+            double t[15], c[15], flops = 2.0 * n_rows * in * out * calls;
             const char *path = rx_cpu_path(PATH[v]);
             if (!path || (v == 4 && threads == 1)) continue;   /* a path this CPU lacks; all threads = 1 thread */
             rx_threads(v == 4 ? threads : 1);
             for (int r = -1; r < reps; r++) {               /* round -1: the warm-up */
                 double t0 = now_s(), c0 = cpu_s();
-                if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
-                else rx_matmul_packed_ref(y, x, wp, n_rows, in, out, xp);
+                for (int k = 0; k < calls; k++)
+                    if (v == 0) rx_matmul_ref(y, x, w, n_rows, in, out);   /* w read as [out, in]: the same work */
+                    else rx_matmul_packed_ref(y, x, wp, n_rows, in, out, xp);
                 if (r >= 0) {
                     t[r] = now_s() - t0;
                     c[r] = cpu_s() - c0;

@@ -3158,19 +3158,19 @@ int rx_threads(int n) {
  * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
  * weight once for MM_ROWS rows and each x once for MM_COLS outputs:
  *
- *            o0 ... o0+15              every lane of every row of the tile does the same thing:
+ *            o0 ... o0+31              every lane of every row of the tile does the same thing:
  *     r0   [ acc acc ... acc ]            acc = fma(x[r][i], W[o][i], acc)   (one rounding, i = 0, 1, ...)
- *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+15][i] ]  (row i of the panel)
+ *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+31][i] ]  (row i of the panel)
  *     r5   [ acc acc ... acc ]
  *
- * With AVX2 that is 12 accumulators of 8 lanes, two weight vectors and one broadcast x: 15 of the 16 registers.
- * With AVX-512 a whole row of the tile fits one register: 6 accumulators of 16 lanes and one weight vector.
+ * With AVX-512 that is 12 accumulators of 16 lanes; AVX2 runs it as two halves of 3 rows, 12 accumulators of 8
+ * lanes each. One panel layout serves both (and the portable C), so every path reads the same packed weights.
  * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
  * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
  * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is
  * picked at run time (rx_cpu_path): the widest the CPU has; RADIXMLP_CPU=portable|avx2|avx512, or rx_cpu_path(),
  * forces one, and every one gives the same bits. */
-enum { MM_ROWS = 6, MM_COLS = 16 };
+enum { MM_ROWS = 6, MM_COLS = 32 };
 
 size_t rx_packed_floats(int out, int in) {
     return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
@@ -3211,49 +3211,66 @@ static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const
                 acc[j][c] = fmaf(xp[(size_t)i * MM_ROWS + j], panel[(size_t)i * MM_COLS + c], acc[j][c]);
 }
 
-/* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them. */
+/* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them:
+ * 16 registers of 8 lanes hold half the tile, 3 rows x 32 outputs (12 accumulators, four weight vectors, one
+ * broadcast x, all 16), so it runs twice, on rows 0-2 and 3-5 of the same panel. A step is 4 weight loads,
+ * 3 broadcasts and 12 FMAs, 12 independent chains: two 8-lane FMA units with a 4-cycle latency need 8. */
 #ifdef RX_X86
 __attribute__((target("avx2,fma")))
 static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    __m256 a[MM_ROWS][2];
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) {
-        a[j][0] = _mm256_loadu_ps(acc[j]);
-        a[j][1] = _mm256_loadu_ps(acc[j] + 8);
-    }
-    for (int i = 0; i < in; i++) {
-        __m256 w0 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS);         /* W[o0 .. o0+7][i]  */
-        __m256 w1 = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8);     /* W[o0+8 .. o0+15][i] */
-#pragma GCC unroll 6
-        for (int j = 0; j < MM_ROWS; j++) {
-            __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j);
-            a[j][0] = _mm256_fmadd_ps(xv, w0, a[j][0]);
-            a[j][1] = _mm256_fmadd_ps(xv, w1, a[j][1]);
+    enum { HALF = MM_ROWS / 2, NV = MM_COLS / 8 };
+    for (int j0 = 0; j0 < MM_ROWS; j0 += HALF) {
+        __m256 a[HALF][NV];
+#pragma GCC unroll 3
+        for (int j = 0; j < HALF; j++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) a[j][v] = _mm256_loadu_ps(acc[j0 + j] + 8 * v);
+        for (int i = 0; i < in; i++) {
+            __m256 w[NV];                                           /* W[o0 + 8v .. o0 + 8v+7][i] */
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) w[v] = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8 * v);
+#pragma GCC unroll 3
+            for (int j = 0; j < HALF; j++) {
+                __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j0 + j);
+#pragma GCC unroll 4
+                for (int v = 0; v < NV; v++) a[j][v] = _mm256_fmadd_ps(xv, w[v], a[j][v]);
+            }
         }
-    }
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) {
-        _mm256_storeu_ps(acc[j], a[j][0]);
-        _mm256_storeu_ps(acc[j] + 8, a[j][1]);
+#pragma GCC unroll 3
+        for (int j = 0; j < HALF; j++)
+#pragma GCC unroll 4
+            for (int v = 0; v < NV; v++) _mm256_storeu_ps(acc[j0 + j] + 8 * v, a[j][v]);
     }
 }
 
-/* And with AVX-512: a step is one weight load, 6 broadcasts and 6 FMAs (AVX2: 2, 6 and 12). By latency arithmetic
- * (an FMA's result is ready 4 cycles later; not measured here, see docs/results.md): 6 independent chains keep a
- * core that issues one 16-lane FMA a cycle busy (AMD Zen 4); a core with two 512-bit FMA units (Intel Xeon) would
- * want 8, and gets 1.5 FMAs a cycle from 6, still 1.5x its AVX2 rate. */
+/* And with AVX-512, the whole tile at once: 12 accumulators of 16 lanes (6 rows x 2 registers), a step 2 weight
+ * loads, 6 broadcasts and 12 FMAs. The shape is chosen for a core with two 512-bit FMA units (Intel Xeon): with a
+ * 4-cycle latency it needs 8 independent chains to issue two FMAs a cycle, and 12 leave room to hide the loads; 8
+ * loads a step (two ports) take 4 cycles against the FMAs' 6, where 12 rows x 16 would need 13 loads, more cycles
+ * than its FMAs. A core with one (AMD Zen 4) needs only 4. Measured on Zen 4: docs/results.md. */
 __attribute__((target("avx512f")))
 static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    __m512 a[MM_ROWS];
+    enum { NV = MM_COLS / 16 };
+    __m512 a[MM_ROWS][NV];
 #pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_loadu_ps(acc[j]);
+    for (int j = 0; j < MM_ROWS; j++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) a[j][v] = _mm512_loadu_ps(acc[j] + 16 * v);
     for (int i = 0; i < in; i++) {
-        __m512 w = _mm512_loadu_ps(panel + (size_t)i * MM_COLS);          /* W[o0 .. o0+15][i] */
+        __m512 w[NV];                                               /* W[o0 + 16v .. o0 + 16v+15][i] */
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) w[v] = _mm512_loadu_ps(panel + (size_t)i * MM_COLS + 16 * v);
 #pragma GCC unroll 6
-        for (int j = 0; j < MM_ROWS; j++) a[j] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(size_t)i * MM_ROWS + j]), w, a[j]);
+        for (int j = 0; j < MM_ROWS; j++) {
+            __m512 xv = _mm512_set1_ps(xp[(size_t)i * MM_ROWS + j]);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) a[j][v] = _mm512_fmadd_ps(xv, w[v], a[j][v]);
+        }
     }
 #pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++) _mm512_storeu_ps(acc[j], a[j]);
+    for (int j = 0; j < MM_ROWS; j++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc[j] + 16 * v, a[j][v]);
 }
 #endif
 
@@ -3405,7 +3422,9 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
 static int pack_once(float **panels, const Qwen3Model *m, const RxTensor *W) {
     float **wp = &panels[W - m->tensors];             /* W's entry: its index in the model's tensor table */
     if (*wp) return 0;
-    if (!(*wp = (float *)malloc(sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
+    /* 64-byte aligned: a panel's row is a whole number of cache lines, so no vector load of it straddles two (a
+     * straddling load costs about a tenth of the AVX2 tile's rate on AMD Zen 4) */
+    if (!(*wp = (float *)aligned_alloc(64, sizeof(float) * rx_packed_floats((int)W->shape[0], (int)W->shape[1]))))
         return rx_fail("out of host memory for the packed weight %s", W->name);
     rx_pack_weight(*wp, W);
     return 0;
@@ -3476,103 +3495,152 @@ static void silu_mul_fast(float *out, const float *gate, const float *up, size_t
  * a score past a query's own length is computed and dropped, and the value sums run in segments, each query's
  * output stored when its chain reaches its own length, so no later key (a NaN, say) ever reaches an earlier row.
  *
- * Keys and values are first packed per kv head and sequence as rx_pack_weight packs a weight, read through kv_row:
- *   kp [n_kv][T16][head_dim]: sequence s's keys in panels of MM_COLS keys, [head_dim][MM_COLS] each
- *   vp [n_kv][T16][hd16]:     its values in panels of MM_COLS dims, [len16][MM_COLS] each
- * with len16 its length rounded up to MM_COLS, T16 the sum of the len16, hd16 head_dim rounded up, zeros in the
- * padding. Memory: a copy of every key and value each sequence reads (a shared prefix's once per sequence). */
-static int attention_free(int n_t, int32_t *base, int32_t *len16, int32_t *chunk, float *kp, float *vp, float *s) {
-    free(base);
-    free(len16);
-    free(chunk);
-    free(kp);
-    free(vp);
-    free(s);
+ * Keys and values are first packed, per kv head, in blocks of MM_COLS keys: keys j .. j+MM_COLS-1 of a sequence
+ * (j a multiple of MM_COLS), read through kv_at, zeros past its end:
+ *   kp [n_kv][n_blocks][head_dim][MM_COLS]        the block's keys as a panel of the scores' weight
+ *   vp [n_kv][n_blocks][hd_pad / MM_COLS][MM_COLS][MM_COLS]   its values, a panel of MM_COLS dims at a time
+ * A block is packed once however many sequences read it: two sequences whose keys j .. j+MM_COLS-1 come from the
+ * same rows (compact mode's shared prefix, read through I_scatter; Part II's cached pages) share one block, so a
+ * prefix of P keys read by B sequences is packed once, not B times. Each sequence keeps the list of its blocks (blk);
+ * O = P V runs its chains across them, block by block, in key order: the same chains, the same bits. Memory: one copy
+ * of the keys and values the batch reads (a shared block's once), in whole blocks. */
+typedef struct {
+    int32_t *seq_blk;   /* [n_t] at a sequence's start t0: where its blocks' list begins in blk */
+    int32_t *blk;       /* [sequence blocks] each sequence's blocks, in key order: an index into the packed blocks */
+    int32_t *src;       /* [n_blocks] a packed block's first key (a token), its keys src .. src+n-1 */
+    int32_t *owner;     /* [rows] the first packed block whose first key is this row, -1: none */
+    int32_t *chunk;     /* [n_q * group + 1] the query tiles, below */
+    float *kp, *vp;     /* as above */
+    float *s;           /* [threads][scratch] each thread's scores, weights and packed queries */
+} AttnWork;
+
+static int attention_free(AttnWork *w, int n_t) {
+    free(w->seq_blk);
+    free(w->blk);
+    free(w->src);
+    free(w->owner);
+    free(w->chunk);
+    free(w->kp);
+    free(w->vp);
+    free(w->s);
     return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
+}
+
+/* Keys t .. t+n-1 (one sequence's) of kv head h into a block: kb [head_dim][MM_COLS], vb [hd_pad/MM_COLS][MM_COLS]
+ * [MM_COLS], zeros past n keys and past head_dim dims. */
+static void pack_kv_block(float *kb, float *vb, const KvView *kv, int t, int n, int h, int head_dim, int hd_pad) {
+    memset(kb, 0, sizeof(float) * (size_t)head_dim * MM_COLS);
+    memset(vb, 0, sizeof(float) * (size_t)hd_pad * MM_COLS);
+    for (int c = 0; c < n; c++) {
+        size_t row = kv_at(kv, t + c) + (size_t)h * head_dim;
+        for (int i = 0; i < head_dim; i++) kb[(size_t)i * MM_COLS + c] = kv->k[row + i];
+        for (int i = 0; i < head_dim; i++)                                  /* dim panel i / MM_COLS, key row c */
+            vb[((size_t)(i / MM_COLS) * MM_COLS + c) * MM_COLS + i % MM_COLS] = kv->v[row + i];
+    }
+}
+
+/* The blocks every sequence reads, each packed once: fills w's seq_blk, blk and src; returns the packed count, -1
+ * out of memory. A block of sequence t0 .. t-1 reuses a packed one when both read the same rows, found through the
+ * row of its first key (owner) and checked key by key (two blocks may start alike and part inside). */
+static int attention_blocks(AttnWork *w, const KvView *kv, const int32_t *seq_start, int n_t) {
+    int n_rows = 0, n_seq_blk = 0, n_blocks = 0;
+    for (int t = 0; t < n_t; t++) {
+        int row = (int)(kv_at(kv, t) / kv->row_stride);
+        if (row + 1 > n_rows) n_rows = row + 1;
+        if ((t - seq_start[t]) % MM_COLS == 0) n_seq_blk++;
+    }
+    w->blk = (int32_t *)malloc((size_t)n_seq_blk * sizeof(int32_t));
+    w->src = (int32_t *)malloc((size_t)n_seq_blk * sizeof(int32_t));
+    w->owner = (int32_t *)malloc((size_t)n_rows * sizeof(int32_t));
+    if (!w->blk || !w->src || !w->owner) return -1;
+    for (int r = 0; r < n_rows; r++) w->owner[r] = -1;
+    for (int t = 0, at = 0; t < n_t; t++) {
+        int t0 = seq_start[t], n = 0;
+        if (t == t0) w->seq_blk[t0] = at;
+        if ((t - t0) % MM_COLS) continue;
+        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;  /* keys t .. t+n-1: one block */
+        int row = (int)(kv_at(kv, t) / kv->row_stride), b = w->owner[row], same = b >= 0;
+        for (int c = 0; same && c < MM_COLS; c++) {       /* the same n keys from the same rows, and no more */
+            int mine = c < n, theirs = w->src[b] + c < n_t && seq_start[w->src[b] + c] == seq_start[w->src[b]];
+            same = mine == theirs && (!mine || kv_at(kv, t + c) == kv_at(kv, w->src[b] + c));
+        }
+        if (!same) {
+            b = n_blocks++;
+            w->src[b] = t;
+            if (w->owner[row] < 0) w->owner[row] = b;
+        }
+        w->blk[at++] = b;
+    }
+    return n_blocks;
 }
 
 static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                           const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
-    int hd16 = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
+    int hd_pad = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
+    AttnWork w;
+    memset(&w, 0, sizeof w);
     if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
     for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
         int g = q_orig ? q_orig[r] : r;
         if (g + 1 > n_t) n_t = g + 1;
+        if (g - seq_start[g] + 1 > longest) longest = g - seq_start[g] + 1;
     }
-    int32_t *base = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));     /* [n_t]: at a sequence's start t0, */
-    int32_t *len16 = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));    /* its offset in T16 and its len16 */
-    int32_t *chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));   /* query tiles, below */
-    float *kp = NULL, *vp = NULL, *s_all = NULL;
-    size_t T16 = 0;
-    if (!base || !len16 || !chunk) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
-    for (int t0 = 0, t = 1; t0 < n_t; t0 = t++) {
-        while (t < n_t && seq_start[t] == t0) t++;                         /* positions t0 .. t-1: one sequence */
-        base[t0] = (int32_t)T16;
-        len16[t0] = (t - t0 + MM_COLS - 1) / MM_COLS * MM_COLS;
-        T16 += (size_t)len16[t0];
-        if (t - t0 > longest) longest = t - t0;
-    }
+    w.seq_blk = (int32_t *)malloc((size_t)n_t * sizeof(int32_t));
+    w.chunk = (int32_t *)malloc(((size_t)n_q * group + 1) * sizeof(int32_t));
+    int n_blocks = w.seq_blk && w.chunk ? attention_blocks(&w, kv, seq_start, n_t) : -1;
+    if (n_blocks < 0) return attention_free(&w, n_t);
     /* The queries of kv head kvh, numbered qi = r * group + (h - kvh * group), cut into tiles of at most MM_ROWS
      * consecutive ones of one sequence: tile c is queries chunk[c] .. chunk[c+1]-1 (the same cuts for each kv head). */
     for (int qi = 0; qi < n_q * group; n_chunks++) {
         int first = qi, t0 = seq_start[q_orig ? q_orig[qi / group] : qi / group];
-        chunk[n_chunks] = first;
+        w.chunk[n_chunks] = first;
         while (qi < n_q * group && qi - first < MM_ROWS && seq_start[q_orig ? q_orig[qi / group] : qi / group] == t0)
             qi++;
     }
-    chunk[n_chunks] = n_q * group;
-    int n_threads = rx_threads(0), long16 = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
-    size_t scratch = (size_t)MM_ROWS * (long16 + (head_dim > long16 ? head_dim : long16));  /* per thread: below */
-    kp = (float *)calloc((size_t)n_kv_heads * T16 * head_dim, sizeof(float));
-    vp = (float *)calloc((size_t)n_kv_heads * T16 * hd16, sizeof(float));
-    s_all = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
-    if (!kp || !vp || !s_all) return attention_free(n_t, base, len16, chunk, kp, vp, s_all);
+    w.chunk[n_chunks] = n_q * group;
+    int n_threads = rx_threads(0), long_pad = (longest + MM_COLS - 1) / MM_COLS * MM_COLS;
+    size_t scratch = (size_t)MM_ROWS * (long_pad + (head_dim > long_pad ? head_dim : long_pad));  /* per thread */
+    size_t k_blk = (size_t)head_dim * MM_COLS, v_blk = (size_t)hd_pad * MM_COLS;      /* floats in a block */
+    w.kp = (float *)aligned_alloc(64, sizeof(float) * (size_t)n_kv_heads * n_blocks * k_blk);   /* 128 B multiples */
+    w.vp = (float *)aligned_alloc(64, sizeof(float) * (size_t)n_kv_heads * n_blocks * v_blk);
+    w.s = (float *)malloc((size_t)n_threads * scratch * sizeof(float));
+    if (!w.kp || !w.vp || !w.s) return attention_free(&w, n_t);
     cpu_path_ready();
-    RX_OMP(omp parallel for schedule(static) if((size_t)n_t * n_kv_heads * head_dim >= RX_GRAIN))
-    for (int t = 0; t < n_t; t++) {                 /* a panel at a time: keys t .. t+n-1, keys j .. j+n-1 of their */
-        int t0 = seq_start[t], j = t - t0, n = 0;   /* sequence, written into a panel that stays in the L1 cache */
-        if (j % MM_COLS) continue;
-        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == t0) n++;
-        for (int h = 0; h < n_kv_heads; h++) {
-            float *ks = kp + ((size_t)h * T16 + base[t0] + j) * head_dim;      /* [head_dim][MM_COLS] */
-            float *vs = vp + ((size_t)h * T16 + base[t0]) * hd16 + (size_t)j * MM_COLS;
-            for (int c = 0; c < n; c++) {
-                size_t row = kv_at(kv, t + c) + (size_t)h * head_dim;
-                for (int i = 0; i < head_dim; i++) ks[(size_t)i * MM_COLS + c] = kv->k[row + i];
-                for (int i0 = 0; i0 < head_dim; i0 += MM_COLS)                 /* panel i0 / MM_COLS, row j + c */
-                    memcpy(vs + (size_t)i0 * len16[t0] + (size_t)c * MM_COLS, kv->v + row + i0,
-                           sizeof(float) * (size_t)(head_dim - i0 < MM_COLS ? head_dim - i0 : MM_COLS));
-            }
-        }
+    RX_OMP(omp parallel for schedule(static) if((size_t)n_blocks * MM_COLS * n_kv_heads * head_dim >= RX_GRAIN))
+    for (int b = 0; b < n_blocks; b++) {
+        int t = w.src[b], n = 0;
+        while (n < MM_COLS && t + n < n_t && seq_start[t + n] == seq_start[t]) n++;
+        for (int h = 0; h < n_kv_heads; h++)
+            pack_kv_block(w.kp + ((size_t)h * n_blocks + b) * k_blk, w.vp + ((size_t)h * n_blocks + b) * v_blk, kv,
+                          t, n, h, head_dim, hd_pad);
     }
     float scale = 1.0f / sqrtf((float)head_dim);
     RX_OMP(omp parallel for schedule(dynamic) if((double)n_q * n_heads * longest * head_dim >= RX_GRAIN))
     for (long task = 0; task < (long)n_kv_heads * n_chunks; task++) {
-        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = chunk[c + 1] - chunk[c], width = 0;
+        int kvh = (int)(task / n_chunks), c = (int)(task % n_chunks), n = w.chunk[c + 1] - w.chunk[c], width = 0;
         int len[MM_ROWS], r_of[MM_ROWS], h_of[MM_ROWS];
         const float *xr[MM_ROWS];
-        float *s = s_all + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];    /* S, then P [MM_ROWS][long16] */
-        float *xp = s + (size_t)MM_ROWS * long16;              /* the tile's Q, then its P, side by side for mm_tile */
+        float *s = w.s + (size_t)rx_thread() * scratch, acc[MM_ROWS][MM_COLS];  /* S, then P [MM_ROWS][long_pad] */
+        float *xp = s + (size_t)MM_ROWS * long_pad;            /* the tile's Q, then its P, side by side for mm_tile */
         for (int j = 0; j < MM_ROWS; j++) {           /* a tile of fewer than MM_ROWS repeats its last query */
-            int qi = chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
+            int qi = w.chunk[c] + (j < n ? j : n - 1), r = qi / group, g = q_orig ? q_orig[r] : r;
             r_of[j] = r;
             h_of[j] = kvh * group + qi % group;
             len[j] = g - seq_start[g] + 1;
             if (len[j] > width) width = len[j];
             xr[j] = q + (size_t)r * qd + (size_t)h_of[j] * head_dim;
         }
-        int t0 = seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]];
-        const float *ks = kp + ((size_t)kvh * T16 + base[t0]) * head_dim;     /* this sequence's keys, values */
-        const float *vs = vp + ((size_t)kvh * T16 + base[t0]) * hd16;
+        const int32_t *blk = w.blk + w.seq_blk[seq_start[q_orig ? q_orig[r_of[0]] : r_of[0]]];  /* its blocks */
+        const float *kh = w.kp + (size_t)kvh * n_blocks * k_blk, *vh = w.vp + (size_t)kvh * n_blocks * v_blk;
         pack_tile(xp, xr, head_dim);                                       /* [head_dim][MM_ROWS] */
-        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a panel of keys at a time */
+        for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a block of keys at a time */
             memset(acc, 0, sizeof acc);
-            mm_tile(acc, xp, ks + (size_t)j0 * head_dim, head_dim);
-            for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long16 + j0, acc[j], sizeof acc[j]);
+            mm_tile(acc, xp, kh + blk[j0 / MM_COLS] * k_blk, head_dim);
+            for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long_pad + j0, acc[j], sizeof acc[j]);
         }
         for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
-            float *p = s + (size_t)j * long16, mx = -INFINITY, z = 0.0f;
+            float *p = s + (size_t)j * long_pad, mx = -INFINITY, z = 0.0f;
             RX_SIMD
             for (int k = 0; k < len[j]; k++) p[k] *= scale;
             RX_SIMD_MAX(mx)
@@ -3583,16 +3651,17 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
             for (int k = 0; k < len[j]; k++) p[k] /= z;
             for (int k = len[j]; k < width; k++) p[k] = 0.0f;              /* read, never stored (below) */
         }
-        for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long16;
+        for (int j = 0; j < MM_ROWS; j++) xr[j] = s + (size_t)(j < n ? j : n - 1) * long_pad;
         pack_tile(xp, xr, width);                                          /* [width][MM_ROWS] */
         for (int i0 = 0; i0 < head_dim; i0 += MM_COLS) {                   /* O = P V, a panel of dims at a time, */
             memset(acc, 0, sizeof acc);                                    /* keys done .. next-1 at a time */
             for (int done = 0, next; done < width; done = next) {
-                next = width;                              /* the next length a query of the tile stops at */
-                for (int j = 0; j < n; j++)
+                next = width;                              /* the next length a query of the tile stops at, */
+                for (int j = 0; j < n; j++)                /* or the end of done's block */
                     if (len[j] > done && len[j] < next) next = len[j];
-                mm_tile(acc, xp + (size_t)done * MM_ROWS, vs + (size_t)i0 * len16[t0] + (size_t)done * MM_COLS,
-                        next - done);
+                if (next > done / MM_COLS * MM_COLS + MM_COLS) next = done / MM_COLS * MM_COLS + MM_COLS;
+                const float *vb = vh + blk[done / MM_COLS] * v_blk + (size_t)i0 * MM_COLS;   /* [MM_COLS keys][..] */
+                mm_tile(acc, xp + (size_t)done * MM_ROWS, vb + (size_t)(done % MM_COLS) * MM_COLS, next - done);
                 for (int j = 0; j < n; j++)
                     if (len[j] == next)
                         memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],
@@ -3600,7 +3669,7 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
             }
         }
     }
-    attention_free(0, base, len16, chunk, kp, vp, s_all);
+    attention_free(&w, 0);
     return 0;
 }
 

@@ -192,7 +192,8 @@ void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int di
 void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out);
 /* Part III (speed): the same y = x @ w^T, bit for bit, tiled, vectorized across outputs and threaded (what the
  * forward runs on every path but "definition"), on the weight packed by rx_pack_weight: W [out, in] of any dtype ->
- * wp, rx_packed_floats(out, in) floats in panels of 16 outputs (out*in, rounded up to whole panels). xp: room for x
+ * wp, rx_packed_floats(out, in) floats in panels of 32 outputs (out*in, rounded up to whole panels; any alignment
+ * works, 64 bytes runs fastest). xp: room for x
  * packed into tiles of 6 rows, rx_packed_x_floats(rows, in) floats (the caller's, so that a forward allocates it
  * once); x NULL: xp already holds x, packed by a call with the same rows and in. */
 size_t rx_packed_floats(int out, int in);
