@@ -10,7 +10,7 @@ Each is timed as bench times the C reference: one warm-up, then the median of --
 CPU ms (all threads). Also torch's F.linear at bench's matmul shape, [rows, 1024] @ [1024, 3072]^T, 64 and 256 rows,
 GFLOP/s per core (FLOPs / process CPU seconds). Run with the thread count bench used:
 
-    OMP_NUM_THREADS=1 /work/venv-torch/bin/python docs/bench_torch_cpu.py --threads 1
+    OMP_NUM_THREADS=1 python docs/bench_torch_cpu.py --threads 1      # a Python with torch and transformers
 """
 import argparse
 import statistics

@@ -12,7 +12,7 @@ whole history, as bench's "off" row does. One warm-up, then the median of --reps
 this process's CPU ms (all threads); prompt tok/s and generated tok/s over the whole run, as bench prints them.
 Run with the thread count bench used:
 
-    OMP_NUM_THREADS=1 /work/venv/bin/python docs/bench_torch_generate.py --threads 1
+    OMP_NUM_THREADS=1 python docs/bench_torch_generate.py --threads 1      # a Python with torch and transformers
 """
 import argparse
 import statistics
