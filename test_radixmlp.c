@@ -4964,16 +4964,17 @@ static void test_prefill_rejects_bad_inputs(void) {
     int32_t ids[] = {5, 6, 7, 8, 9, 10}, pos[] = {4, 5, 6, 4, 5, 6};
     int lens[] = {3, 3};
     struct { const char *what, *msg; int32_t cached[2], key[2], p0[2], p1[2], pos0; int layers; } cases[] = {
-        {"cached_len not a multiple of the page size", "cached_len 3 is not a multiple of the page size 4",
-         {3, 4}, {0, 0}, {0, 1}, {0, 2}, 4, 2},
+        {"negative cached_len", "sequence 0: cached_len -4 is negative", {-4, 4}, {0, 0}, {0, 1}, {0, 2}, 4, 2},
+        {"a decode step's own partial page shared", "page 0 is written by sequence 0 and also written by sequence 1",
+         {3, 3}, {0, 0}, {0, 1}, {0, 2}, 3, 2},
         {"page id = n_pages", "page table entry 1 is page 8, outside the pool's 8 pages",
          {4, 4}, {0, 0}, {0, 8}, {0, 2}, 4, 2},
         {"negative page id", "page table entry 0 is page -1", {4, 4}, {0, 0}, {-1, 1}, {0, 2}, 4, 2},
         {"positions not after cached_len", "new token 0 is at position 3; after 4 cached tokens it must be at 4",
          {4, 4}, {0, 0}, {0, 1}, {0, 2}, 3, 2},
-        {"cached tokens without a prefix key", "prefix key -1; it must be the last cached page, 0",
+        {"cached tokens without a prefix key", "prefix key -1; it must be the page of the last cached token, 0",
          {4, 4}, {-1, 0}, {0, 1}, {0, 2}, 4, 2},
-        {"a prefix key that names another prefix", "sequence 1: prefix key 2; it must be the last cached page, 0",
+        {"a prefix key that names another prefix", "sequence 1: prefix key 2; it must be the page of the last cached token, 0",
          {4, 4}, {0, 2}, {0, 1}, {0, 2}, 4, 2},
         {"one page written by two sequences", "page 1 is written by sequence 0 and also written by sequence 1",
          {4, 4}, {0, 0}, {0, 1}, {0, 1}, 4, 2},
@@ -5011,13 +5012,19 @@ static void test_prefill_rejects_bad_inputs(void) {
  * batches of 1 to 4, 1 to 1024, or 1024; a pool with room for the whole trace, or one just above the largest
  * request, which forces eviction. Style 3 (byte 0): every request a copy of one short one, batch 1024, as a
  * reranking batch of duplicates: more sequences than compact rows in one prefill. Every page comes back at the end. */
-enum { SRV_REQS = 64, SRV_LEN = 48 };
+enum { SRV_REQS = 64, SRV_LEN = 48, SRV_GEN = 6 };
 typedef struct {
     int n_req, lens[SRV_REQS];
     int32_t toks[SRV_REQS][SRV_LEN];
+    int32_t after[SRV_REQS];           /* generating traces: request s may continue an earlier one (@K)        */
+    int32_t eos[1];
+    RxGenerate gen;                    /* gen.max_new 0: a prefill-only trace (o.gen NULL)                     */
     RxServeOptions o;
 } SrvCase;
-typedef struct { int traces, requests, duplicates, batch_max; long cached, evicted; } SrvStats;
+typedef struct {
+    int traces, requests, duplicates, batch_max, preemptions;
+    long cached, cached_generated, evicted, steps_checked, generated;
+} SrvStats;
 
 static void srv_case_draw(FuzzIn *in, SrvCase *sc, int vocab) {
     int32_t stems[3][SRV_LEN];
@@ -5054,8 +5061,49 @@ static void srv_case_draw(FuzzIn *in, SrvCase *sc, int vocab) {
         .show_cache = NULL,
         .gpu = NULL,
     };
+    for (int i = 0; i < 6; i++) d[i] = (uint8_t)fuzz_byte(in);    /* generation: max_new, T, top-k, top-p, eos */
+    int gen = style != 3 && d[0] % 3 != 0;
+    sc->gen = (RxGenerate){
+        .max_new = gen ? 1 + d[1] % SRV_GEN : 0,
+        .temperature = d[2] & 1 ? 0.0f : 0.5f + (d[2] >> 1) % 4 * 0.5f,
+        .top_k = d[3] % 3 == 0 ? 0 : 1 + d[3] % 40,
+        .top_p = d[4] % 2 ? 1.0f : 0.5f + (d[4] >> 1) % 5 * 0.1f,
+        .seed = d[5],
+        .eos = sc->eos,
+        .n_eos = d[5] % 4 == 0,
+    };
+    sc->eos[0] = (int32_t)(d[1] % vocab);
+    for (int s = 0; s < sc->n_req; s++) {           /* a turn 2: only of a turn 1, to stay within the positions */
+        int k = gen && s > 0 && fuzz_byte(in) % 3 == 0 ? fuzz_byte(in) % s : -1;
+        sc->after[s] = k >= 0 && sc->after[k] < 0 ? k : -1;
+        int most = (sc->after[s] >= 0 ? sc->lens[k] + sc->gen.max_new : 0) + sc->lens[s] + sc->gen.max_new;
+        if (most > big) big = most;
+    }
+    if (gen) {
+        o.gen = &sc->gen;
+        o.after = sc->after;
+    }
     if (tight) o.n_pages = (big + o.page_size - 1) / o.page_size + fuzz_byte(in) % 4;   /* one request, and a bit */
     sc->o = o;
+}
+
+/* rx_serve's on_logits in the fuzzer: every logits row of every step, prefill or decode, equals a full forward of
+ * the history that gave it, without the cache, bit for bit. */
+typedef struct { const Qwen3Model *m; const char *what; long checked; float *ref; } StepCheck;
+static int srv_step_check(void *ctx, int request, const int32_t *history, int len, const float *logits) {
+    StepCheck *k = (StepCheck *)ctx;
+    RxBatch b;
+    char what[300];
+    if (rx_batch_make(&b, &history, &len, 1) || qwen3_forward_ref_last(k->m, &b, RX_BASELINE, k->ref, NULL)) {
+        expect(0, "%s: the recomputation of request %d: %s", k->what, request, radix_error());
+        rx_batch_free(&b);
+        return -1;
+    }
+    rx_batch_free(&b);
+    snprintf(what, sizeof what, "%s: request %d, the logits of its history of %d tokens vs a full forward", k->what,
+             request, len);
+    k->checked++;
+    return expect_identical(what, logits, k->ref, (size_t)k->m->cfg.vocab_size) ? 0 : -1;
 }
 
 static void srv_case_check(const Qwen3Model *m, const SrvCase *sc, SrvStats *st) {
@@ -5066,12 +5114,33 @@ static void srv_case_check(const Qwen3Model *m, const SrvCase *sc, SrvStats *st)
     RxServeStats ss;
     for (int s = 0; s < n; s++) ptr[s] = sc->toks[s];
     char what[160];
-    snprintf(what, sizeof what, "%d requests, %s, page %d, pool %d, batch %d, %s, %s", n,
-             rx_cache_kind_name(sc->o.cache), sc->o.page_size, sc->o.n_pages, sc->o.batch, sc->o.lpm ? "lpm" : "fcfs",
-             rx_mode_name(sc->o.mode));
-    int ok = !rx_serve(m, ptr, sc->lens, n, &sc->o, got, NULL, cached_of, &ss);
+    snprintf(what, sizeof what, "%d requests, %s, page %d, pool %d, batch %d, %s, %s, generate %d (T %g, top-k %d, "
+             "top-p %g, %d eos)", n, rx_cache_kind_name(sc->o.cache), sc->o.page_size, sc->o.n_pages, sc->o.batch,
+             sc->o.lpm ? "lpm" : "fcfs", rx_mode_name(sc->o.mode), sc->gen.max_new, sc->gen.temperature,
+             sc->gen.top_k, sc->gen.top_p, sc->gen.n_eos);
+    SrvCase c = *sc;                   /* the options point into this copy */
+    int32_t out[SRV_REQS][SRV_GEN];
+    int n_out[SRV_REQS];
+    StepCheck k = {.m = m, .what = what, .checked = 0, .ref = floats((size_t)V)};
+    if (c.o.gen) {
+        c.o.gen = &c.gen;
+        c.o.after = c.after;
+        c.gen.eos = c.eos;
+        c.gen.out = &out[0][0];
+        c.gen.n_out = n_out;
+        c.gen.on_logits = srv_step_check;
+        c.gen.ctx = &k;
+    }
+    int ok = !rx_serve(m, ptr, sc->lens, n, &c.o, got, NULL, cached_of, &ss);
     expect(ok, "%s: rx_serve: %s", what, radix_error());
+    for (int s = 0; ok && c.o.gen && s < n && !test_failed; s++) {      /* it stops at max_new or its first eos */
+        int stops = n_out[s] == c.gen.max_new || (c.gen.n_eos && n_out[s] > 0 && out[s][n_out[s] - 1] == c.eos[0]);
+        for (int j = 0; j + 1 < n_out[s] && c.gen.n_eos; j++) stops &= out[s][j] != c.eos[0];
+        expect(n_out[s] >= 1 && n_out[s] <= c.gen.max_new && stops, "%s: request %d generated %d tokens, not stopping "
+               "at max_new %d or its first eos %d", what, s, n_out[s], c.gen.max_new, c.eos[0]);
+    }
     for (int s = 0; ok && s < n && !test_failed; s++) {
+        if (c.o.gen && c.after[s] >= 0) continue;        /* a turn 2's prompt is not its line: the steps checked it */
         RxBatch b;
         if (rx_batch_make(&b, &ptr[s], &sc->lens[s], 1) || qwen3_forward_ref(m, &b, RX_BASELINE, all)) {
             expect(0, "%s: the recomputation of request %d: %s", what, s, radix_error());
@@ -5093,8 +5162,15 @@ static void srv_case_check(const Qwen3Model *m, const SrvCase *sc, SrvStats *st)
     st->traces++;
     st->requests += n;
     st->cached += ok ? ss.cached_tokens : 0;
+    st->cached_generated += ok ? ss.cached_generated : 0;
     st->evicted += ok ? ss.evicted_pages : 0;
+    st->preemptions += ok ? ss.preemptions : 0;
+    st->generated += ok ? ss.generated_tokens : 0;
+    st->steps_checked += k.checked;
+    expect(!ok || !c.o.gen || k.checked >= ss.generated_tokens, "%s: %ld logits rows checked for %ld tokens generated",
+           what, k.checked, ss.generated_tokens);
     if (sc->o.batch > st->batch_max) st->batch_max = sc->o.batch;
+    free(k.ref);
     free(got);
     free(all);
 }
@@ -5113,12 +5189,17 @@ static void test_cache_serve_fuzz_equals_recomputation_without_cache(void) {
         srv_case_draw(&in, &sc, cfg.vocab_size);
         srv_case_check(&m, &sc, &st);
     }
-    expect(st.cached > 0 && st.evicted > 0 && st.duplicates > 0 && st.batch_max == 1024,
-           "the traces must hit the cache (%ld tokens), evict (%ld pages), repeat requests (%d) and reach batch 1024 "
-           "(%d)", st.cached, st.evicted, st.duplicates, st.batch_max);
-    summary("%d random traces, %d requests (%d duplicates; batches up to %d; %ld tokens from the cache, %ld pages "
-            "evicted): each request's logits equal its own forward without the cache, bit for bit; no page leaked",
-            st.traces, st.requests, st.duplicates, st.batch_max, st.cached, st.evicted);
+    expect(st.cached > 0 && st.evicted > 0 && st.duplicates > 0 && st.batch_max == 1024 && st.preemptions > 0 &&
+           st.cached_generated > 0 && st.generated > 0 && st.steps_checked >= st.generated,
+           "the traces must hit the cache (%ld tokens, %ld generated by an earlier turn), evict (%ld pages), repeat "
+           "requests (%d), reach batch 1024 (%d), preempt (%d) and check every step (%ld rows, %ld generated)",
+           st.cached, st.cached_generated, st.evicted, st.duplicates, st.batch_max, st.preemptions, st.steps_checked,
+           st.generated);
+    summary("%d random traces, %d requests (%d duplicates; batches up to %d; %ld tokens from the cache, %ld of them "
+            "generated; %ld pages evicted; %d preemptions; %ld tokens generated): each prompt's and each decode step's "
+            "logits equal a forward of the whole history without the cache, bit for bit (%ld rows); no page leaked",
+            st.traces, st.requests, st.duplicates, st.batch_max, st.cached, st.cached_generated, st.evicted,
+            st.preemptions, st.generated, st.steps_checked);
     qwen3_free(&m);
 }
 
@@ -6042,8 +6123,8 @@ static void test_cli_requests_nonfinite_logits_fail_naming_the_line(void) {
         at_dir(args, sizeof args, runs[i], d);
         snprintf(cmd, sizeof cmd, "%s --cpu --model %s --requests %s/t.txt %s", cli(), d, d, args);
         int rc = run_cmd(cmd, out, sizeof out);
-        snprintf(want, sizeof want, "radixmlp: %s/t.txt:2: the last-token logits [n_requests, vocab] hold nan at row "
-                 "1, column 0", d);
+        snprintf(want, sizeof want, "radixmlp: %s/t.txt:2: the logits [vocab] of its last token hold nan at column 0",
+                 d);
         const char *err = strstr(out, "radixmlp: "), *nl = err ? strchr(err, '\n') : NULL;
         int written = 0;
         for (int k = 0; k < 2; k++) {
