@@ -5203,6 +5203,151 @@ static void test_cache_serve_fuzz_equals_recomputation_without_cache(void) {
     qwen3_free(&m);
 }
 
+/* ---- generation ---- */
+/* A conversation trace for the generation tests: 8 requests of 5 to 16 tokens, four after one 8-token stem, a
+ * repeat, and two turn 2s (@K: requests 5 and 7 continue 0 and 2). */
+enum { GEN_REQS = 8, GEN_NEW = 9 };
+typedef struct {
+    int32_t toks[GEN_REQS][16], after[GEN_REQS], out[GEN_REQS][GEN_NEW];
+    const int32_t *ptr[GEN_REQS];
+    int lens[GEN_REQS], n_out[GEN_REQS];
+} GenTrace;
+static void gen_trace(GenTrace *t, int vocab) {
+    uint64_t rng = 2024;
+    memset(t, 0, sizeof *t);
+    for (int s = 0; s < GEN_REQS; s++) {
+        t->lens[s] = 5 + rng_int(&rng, 12);
+        for (int i = 0; i < t->lens[s]; i++) t->toks[s][i] = s < 4 && i < 8 ? 7 + i : 1 + rng_int(&rng, vocab - 1);
+        t->ptr[s] = t->toks[s];
+        t->after[s] = s == 5 ? 0 : s == 7 ? 2 : -1;
+    }
+    t->lens[6] = t->lens[1];
+    memcpy(t->toks[6], t->toks[1], sizeof t->toks[1]);
+}
+
+/* Serves the trace with options o (o->gen: its generation settings, into t->out and t->n_out). 0 or -1. */
+static int gen_serve(const Qwen3Model *m, GenTrace *t, RxServeOptions o, RxGenerate g, RxServeStats *st) {
+    g.out = &t->out[0][0];
+    g.n_out = t->n_out;
+    o.gen = &g;
+    o.after = t->after;
+    o.model_id = 9;
+    return rx_serve(m, t->ptr, t->lens, GEN_REQS, &o, NULL, NULL, NULL, st);
+}
+
+/* Seeded sampling: each request draws from its own generator, so its tokens are the same whatever else happens: the
+ * batch size, the schedule, the cache, a pool tight enough to evict and preempt, the mode, the threads and the CPU
+ * path. Greedy likewise. The reference: batch 1, no cache, the definition path, one thread. */
+static void test_generation_same_tokens_across_batches_schedules_threads_paths(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 12)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
+    char list[RX_LIST];
+    int n_paths = cpu_paths(paths, list), threads0 = rx_threads(0), runs = 0, preemptions = 0;
+    GenTrace ref, got;
+    int32_t greedy[GEN_REQS][GEN_NEW];
+    gen_trace(&ref, cfg.vocab_size);
+    RxServeOptions base = {.cache = RX_CACHE_OFF, .page_size = 4, .n_pages = 0, .batch = 1, .lpm = 0,
+                           .mode = RX_BASELINE};
+    for (int sampled = 0; sampled < 2 && !test_failed; sampled++) {
+        RxGenerate g = {.max_new = GEN_NEW, .temperature = sampled ? 4.0f : 0.0f, .top_k = sampled ? 200 : 0,
+                        .top_p = sampled ? 0.9f : 1.0f, .seed = 31};
+        RxServeStats st;
+        rx_cpu_path("definition");
+        rx_threads(1);
+        if (gen_serve(&m, &ref, base, g, &st)) { expect(0, "the reference run: %s", radix_error()); break; }
+        struct { RxCacheKind cache; int pages, batch, lpm; RxMode mode; } v[] = {
+            {RX_CACHE_RADIX, 0, 3, 0, RX_COMPACT}, {RX_CACHE_RADIX, 10, 4, 1, RX_RADIX},
+            {RX_CACHE_HASH, 11, 8, 0, RX_COMPACT}, {RX_CACHE_HASH, 14, 2, 1, RX_AUTO}, {RX_CACHE_OFF, 10, 8, 0, RX_RADIX},
+        };
+        for (int p = 0; p < n_paths && !test_failed; p++)
+            for (size_t k = 0; k < sizeof v / sizeof v[0] && !test_failed; k++) {
+                RxServeOptions o = {.cache = v[k].cache, .page_size = 4, .n_pages = v[k].pages, .batch = v[k].batch,
+                                    .lpm = v[k].lpm, .mode = v[k].mode};
+                gen_trace(&got, cfg.vocab_size);
+                rx_cpu_path(paths[p]);
+                rx_threads(1 + (int)(k % 2));
+                int rc = gen_serve(&m, &got, o, g, &st);
+                expect(rc == 0, "%s, %s pool %d batch %d: rx_serve: %s", paths[p], rx_cache_kind_name(o.cache),
+                       o.n_pages, o.batch, radix_error());
+                for (int s = 0; rc == 0 && s < GEN_REQS && !test_failed; s++)
+                    expect(got.n_out[s] == ref.n_out[s] &&
+                           !memcmp(got.out[s], ref.out[s], sizeof(int32_t) * (size_t)ref.n_out[s]),
+                           "%s, %s, %s, pool %d, batch %d, %s: request %d generated other tokens than the reference",
+                           sampled ? "sampled" : "greedy", paths[p], rx_cache_kind_name(o.cache), o.n_pages, o.batch,
+                           o.lpm ? "lpm" : "fcfs", s);
+                preemptions += st.preemptions;
+                runs++;
+            }
+        note("%s: request 1 generated %d %d %d %d ...", sampled ? "sampled (T 4, top-k 200, top-p 0.9)" : "greedy",
+             ref.out[1][0], ref.out[1][1], ref.out[1][2], ref.out[1][3]);
+        if (!sampled) memcpy(greedy, ref.out, sizeof greedy);
+        else expect(memcmp(greedy, ref.out, sizeof greedy), "sampling drew the greedy tokens: a test of nothing");
+        /* A pool of 9 pages: request 7 (31 prompt tokens + 9 to generate: 10 pages) is refused, the rest served. */
+        RxServeOptions o = {.cache = RX_CACHE_RADIX, .page_size = 4, .n_pages = 9, .batch = 4, .mode = RX_COMPACT};
+        gen_trace(&got, cfg.vocab_size);
+        int rc = gen_serve(&m, &got, o, g, &st);
+        expect(rc != 0 && strstr(radix_error(), "request 7: refused: 31 prompt tokens and 9 to generate need 10 "
+                                 "pages of 4 tokens, but the KV pool has only 9") && st.refused == 1 &&
+               got.n_out[7] == 0 && st.request_pages == 0, "a pool of 9 pages: rc %d, %d refused, %d pages held: %s",
+               rc, st.refused, st.request_pages, radix_error());
+        for (int s = 0; s < 7 && !test_failed; s++)
+            expect(got.n_out[s] == ref.n_out[s] && !memcmp(got.out[s], ref.out[s], sizeof got.out[s]),
+                   "a pool of 9 pages: request %d, served beside a refused one, generated other tokens", s);
+        note("a pool of 9 pages -> %s", radix_error());
+    }
+    rx_cpu_path(path0);
+    rx_threads(threads0);
+    expect(preemptions > 0, "no run preempted a request (%d runs)", runs);
+    summary("%d runs (greedy and sampled; radix, hash and no cache; batch 1 to 8; fcfs and lpm; pools that evict and "
+            "preempt, %d preemptions; 1 and 2 threads; paths %s): every request's tokens equal the reference's; in a "
+            "pool it cannot fit alone one request is refused in one line and the others are served",
+            runs, preemptions, list);
+    qwen3_free(&m);
+}
+
+/* Multi-turn: a turn 2 (@K) hits turn 1's prompt and its generated tokens, page-aligned, with either cache; its
+ * tokens and logits equal a run without the cache (the step check compares every logits row with a full forward). */
+static void test_generation_turn_two_hits_turn_one_generated_tokens(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 13)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    int32_t turn1[10], turn2[5], out[2][8], cached_of[2];
+    int n_out[2], lens[2] = {10, 5};
+    for (int i = 0; i < 10; i++) turn1[i] = 3 + 17 * i % 500;
+    for (int i = 0; i < 5; i++) turn2[i] = 100 + i;
+    const int32_t *ptr[2] = {turn1, turn2}, after[2] = {-1, 0};
+    StepCheck k = {.m = &m, .what = "multi-turn", .checked = 0, .ref = floats((size_t)cfg.vocab_size)};
+    int32_t ref_out[2][8];
+    for (int kind = 0; kind < 3 && !test_failed; kind++) {           /* off (the reference), radix, hash */
+        RxCacheKind c = kind == 0 ? RX_CACHE_OFF : kind == 1 ? RX_CACHE_RADIX : RX_CACHE_HASH;
+        RxGenerate g = {.max_new = 8, .temperature = 0, .top_p = 1, .out = &out[0][0], .n_out = n_out,
+                        .on_logits = srv_step_check, .ctx = &k};
+        RxServeOptions o = {.cache = c, .page_size = 4, .batch = 2, .mode = RX_COMPACT, .model_id = 1, .gen = &g,
+                            .after = after};
+        RxServeStats st;
+        int rc = rx_serve(&m, ptr, lens, 2, &o, NULL, NULL, cached_of, &st);
+        expect(rc == 0, "%s: rx_serve: %s", rx_cache_kind_name(c), radix_error());
+        if (rc) break;
+        /* turn 2's prompt: 10 + 8 + 5 = 23 tokens; turn 1 cached its whole pages of 10 + 7 tokens with K/V: 4 pages,
+         * 16 tokens, 6 of them generated */
+        int want = kind ? 16 : 0;
+        expect(st.prompt_tokens == 10 + 23 && cached_of[1] == want && st.cached_generated == (kind ? 6 : 0),
+               "%s: turn 2 cached %d tokens (%ld generated) of %ld prompt tokens; expected %d (%d generated) of 33",
+               rx_cache_kind_name(c), cached_of[1], st.cached_generated, st.prompt_tokens, want, kind ? 6 : 0);
+        if (kind == 0) memcpy(ref_out, out, sizeof out);
+        expect(!memcmp(out, ref_out, sizeof out), "%s: the turns generated other tokens than without the cache",
+               rx_cache_kind_name(c));
+        note("%-5s turn 2: %d of 23 prompt tokens cached, %ld of them generated by turn 1", rx_cache_kind_name(c),
+             cached_of[1], st.cached_generated);
+    }
+    summary("turn 2 (@1) hits turn 1's prompt and 6 of its generated tokens (4 pages of 4) with radix and hash, none "
+            "with the cache off; its tokens and every logits row (%ld) equal a run without the cache", k.checked);
+    free(k.ref);
+    qwen3_free(&m);
+}
+
 /* ---- the --requests CLI ---- */
 /* 14 requests for tiny-bf16 (vocab 512): three system prompts of 9, 13 and 20 tokens, questions that share their
  * first tokens, a repeat, a one-token request, and one request unlike the others; written to dir/requests.txt. */
@@ -6353,6 +6498,9 @@ static const Test tests[] = {
     {"prefill", "rejects_bad_inputs", test_prefill_rejects_bad_inputs},
     {"cache", "serve_fuzz_equals_recomputation_without_cache",
      test_cache_serve_fuzz_equals_recomputation_without_cache},
+    {"cache", "generation_same_tokens_across_batches_schedules_threads_paths",
+     test_generation_same_tokens_across_batches_schedules_threads_paths},
+    {"cache", "generation_turn_two_hits_turn_one_generated_tokens", test_generation_turn_two_hits_turn_one_generated_tokens},
     {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
     {"cache", "cli_show_cache_draws_splits_and_evictions", test_cli_show_cache_draws_splits_and_evictions},
