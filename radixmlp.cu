@@ -5542,6 +5542,12 @@ static const char *usage =
     "                --show-batches a line per forward: N tokens = cached + new, N' new histories, rows computed;\n"
     "                --show-cache the cache after each forward (the radix tree's edges and their pages).\n"
     "                On the GPU when there is one (gpu_prefill, K/V in device memory); --cpu: the C reference.\n"
+    "                [--generate N [--out FILE] [--temperature T [--top-k K] [--top-p P] [--seed S]] [--ignore-eos]]\n"
+    "                --generate N: each request then generates up to N tokens, greedy, or sampled at --temperature T\n"
+    "                (top-k, top-p; --seed S, default 0: request i draws from its own generator, seeded by S and i);\n"
+    "                it stops at the config's eos_token_id unless --ignore-eos. A line may begin with @K: a turn whose\n"
+    "                prompt is request K's prompt and generated tokens, then the line's tokens. --out FILE: each\n"
+    "                request's generated ids, one line each, in file order. Generated pages are cached too.\n"
     "       A flag that does not apply to the chosen action is an error. The text goes to stdout: an output file may\n"
     "       not be stdout (--dump-logits /dev/stdout, or the file stdout is sent to); /dev/null is fine.\n"
     "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
@@ -5818,22 +5824,44 @@ done:
     return rc;
 }
 
-/* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. */
+/* --out: request i's generated ids [n_out[i]] on line i, space-separated, in the requests file's order. */
+static int write_generated(const char *path, const RxGenerate *g, int n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < g->n_out[i]; j++) fprintf(f, "%s%d", j ? " " : "", g->out[(size_t)i * g->max_new + j]);
+        fprintf(f, "\n");
+    }
+    if (rx_close_output(f, path)) return -1;
+    printf("wrote %s: %d lines of generated token ids\n", path, n);
+    return 0;
+}
+
+/* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. With
+ * o->gen, each request generates after its prefill (greedy or sampled; it stops at the config's eos_token_id unless
+ * ignore_eos); a line "@K ..." is a turn after request K. */
 static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump,
-                        int force_cpu) {
+                        const char *out, int ignore_eos, int force_cpu) {
     Qwen3Model m;
     RxBatch file;
     GpuModel *g = NULL;
+    int32_t *after = NULL;
     if (qwen3_load(&m, dir)) return -1;
-    if (rx_batch_read(&file, path)) { qwen3_free(&m); return -1; }
-    int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1;
+    if (rx_requests_read(&file, &after, path)) { qwen3_free(&m); return -1; }
+    int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1, N = o->gen ? o->gen->max_new : 0;
+    RxGenerate gen;                         /* the options' settings, with this model's eos and the outputs */
+    memset(&gen, 0, sizeof gen);
+    if (o->gen) gen = *o->gen;
     const int32_t **seqs = (const int32_t **)malloc((size_t)n * sizeof(int32_t *));   /* [n_requests] */
     int *lens = (int *)malloc((size_t)n * sizeof(int));                              /* [n_requests] */
     int32_t *batch_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                 /* [n_requests] */
     int32_t *cached_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                /* [n_requests] */
+    int *prompt_of = (int *)malloc((size_t)n * sizeof(int));                         /* [n_requests] */
+    int *n_out = (int *)calloc((size_t)n, sizeof(int));                              /* [n_requests] */
+    int32_t *gen_out = (int32_t *)rx_alloc((size_t)n * (N ? N : 1) * sizeof(int32_t), "the generated ids");
     float *logits = dump ? (float *)rx_alloc((size_t)n * V * sizeof(float), "the logits [n_requests, vocab]") : NULL;
     RxServeStats st;
-    if (!seqs || !lens || !batch_of || !cached_of || (dump && !logits)) {
+    if (!seqs || !lens || !batch_of || !cached_of || !prompt_of || !n_out || !gen_out || (dump && !logits)) {
         rx_fail("out of host memory for %d requests", n);
         goto done;
     }
@@ -5844,19 +5872,29 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     o->source = path;                       /* a message names request i by its line, path:i+1 */
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
+    o->after = after;
+    gen.eos = m.cfg.eos_token_id;           /* a request stops at the config's eos_token_id (an int or a list) */
+    gen.n_eos = ignore_eos ? 0 : m.cfg.n_eos;
+    gen.out = gen_out;
+    gen.n_out = n_out;
+    o->gen = N ? &gen : NULL;
     if (rx_batch_check(&file, &m.cfg, path)) goto done;
-    for (int s = 0; s < n && o->n_pages; s++)       /* --cache-pages: every request must fit into the pool */
-        if ((lens[s] + o->page_size - 1) / o->page_size > o->n_pages) {
-            rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path, s + 1,
-                    lens[s], (lens[s] + o->page_size - 1) / o->page_size, o->page_size, o->n_pages);
+    for (int s = 0; s < n && o->n_pages; s++) {     /* --cache-pages: every request must fit into the pool */
+        int most = lens[s] + (N ? N - 1 : 0), pages = (most + o->page_size - 1) / o->page_size;
+        if (after[s] < 0 && pages > o->n_pages) {
+            rx_fail("%s:%d: a request of %d tokens%s needs %d pages of %d tokens, but --cache-pages is %d", path, s + 1,
+                    most, N ? " (its prompt and what it generates)" : "", pages, o->page_size, o->n_pages);
             goto done;
         }
+    }
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
     if (o->show_cache)
         printf("--show-cache: 'model %llu' is this checkpoint's id in the cache (a hash of its path): K/V computed by "
                "one model is never offered to another\n", (unsigned long long)o->model_id);
     if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
+    for (int s = 0; s < n; s++)                         /* an @K turn's prompt: K's prompt and output, then its line */
+        prompt_of[s] = (after[s] >= 0 ? prompt_of[after[s]] + n_out[after[s]] : 0) + lens[s];
     printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
            " %s%s, mode %s: %.1f ms\n", n, st.prompt_tokens, rx_cache_kind_name(o->cache), o->page_size, st.pool_pages,
            o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
@@ -5867,19 +5905,26 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     if (stats) {                                        /* a CSV row per request */
         FILE *f = fopen(stats, "w");
         if (!f) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
-        fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
-        for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
+        fprintf(f, "request,batch,prompt_tokens,cached_tokens,generated_tokens\n");
+        for (int s = 0; s < n; s++)
+            fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
         if (rx_close_output(f, stats)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
+    if (out && write_generated(out, &gen, n)) goto done;
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
            "tokens)\n",
            n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
            100.0 * st.cached_tokens / st.prompt_tokens);
+    if (N)
+        printf("generated tokens %ld; of the cached tokens %ld were generated by earlier turns; preemptions %d (%ld "
+               "tokens prefilled again)\n", st.generated_tokens, st.cached_generated, st.preemptions,
+               st.recomputed_tokens);
     printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, "
            "pages in use by the cache %d of %d\n",
-           st.rows_computed, st.prompt_tokens - st.cached_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
+           st.rows_computed, st.prompt_tokens - st.cached_tokens + st.generated_tokens - (N ? n : 0) +
+           st.recomputed_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
     if (st.request_pages || st.held_after_flush) {
         rx_fail("%d pages held by requests at the end, %d pages not free after the final flush: a leak",
                 st.request_pages, st.held_after_flush);
@@ -5888,7 +5933,8 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     printf("after the final flush: 0 pages held by requests, all %d pages free (no leak)\n", st.pool_pages);
     rc = 0;
 done:
-    free(seqs); free(lens); free(batch_of); free(cached_of); free(logits);
+    free(seqs); free(lens); free(batch_of); free(cached_of); free(prompt_of); free(n_out); free(gen_out);
+    free(logits); free(after);
     rx_batch_free(&file); gpu_model_free(g); qwen3_free(&m);
     return rc;
 }
@@ -5902,6 +5948,18 @@ static int usage_error(const char *fmt, ...) {
     fprintf(stderr, "\n");
     va_end(ap);
     return 2;
+}
+
+/* A real flag value in [lo, hi] (lo_open: above lo), or exit code 2 from main. */
+static int parse_real(const char *flag, const char *s, double lo, int lo_open, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(lo_open ? v > lo : v >= lo) || !(v <= hi))
+        return usage_error("%s takes a number %s %g and at most %g, not '%s'", flag, lo_open ? "above" : "from", lo, hi,
+                           s);
+    *out = (float)v;
+    return 0;
 }
 
 /* An integer flag value in [lo, hi], or exit code 2 from main. */
@@ -5955,7 +6013,8 @@ enum { DEMO, CHECK, SHOW_INDEX, RUN, SERVE, N_ACTIONS };
 static const char *const ACTION_NAME[N_ACTIONS] = {"the demo", "--check", "--show-index",
                                                     "--model DIR --tokens FILE", "--requests FILE"};
 enum { F_MODEL, F_TOKENS, F_REQUESTS, F_CHECK, F_SHOW_INDEX, F_MODE, F_DUMP, F_CPU, F_LAST_ONLY, F_EMBED, F_CACHE,
-       F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, N_FLAGS };
+       F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, F_GENERATE, F_OUT,
+       F_TEMPERATURE, F_TOP_K, F_TOP_P, F_SEED, F_IGNORE_EOS, N_FLAGS };
 #define ON(a) (1 << (a))
 static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAGS] = {   /* in the enum's order */
     {"--model", 1, ON(CHECK) | ON(RUN) | ON(SERVE)}, {"--tokens", 1, ON(SHOW_INDEX) | ON(RUN)},
@@ -5964,7 +6023,9 @@ static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAG
     {"--last-only", 0, ON(RUN)}, {"--embed", 1, ON(RUN)}, {"--prefix-cache", 1, ON(SERVE)},
     {"--page-size", 1, ON(SERVE)}, {"--cache-pages", 1, ON(SERVE)}, {"--batch", 1, ON(SERVE)},
     {"--schedule", 1, ON(SERVE)}, {"--stats", 1, ON(SERVE)}, {"--show-batches", 0, ON(SERVE)},
-    {"--show-cache", 0, ON(SERVE)},
+    {"--show-cache", 0, ON(SERVE)}, {"--generate", 1, ON(SERVE)}, {"--out", 1, ON(SERVE)},
+    {"--temperature", 1, ON(SERVE)}, {"--top-k", 1, ON(SERVE)}, {"--top-p", 1, ON(SERVE)}, {"--seed", 1, ON(SERVE)},
+    {"--ignore-eos", 0, ON(SERVE)},
 };
 
 int main(int argc, char **argv) {
@@ -6008,6 +6069,23 @@ int main(int argc, char **argv) {
         return usage_error("running a checkpoint needs both --model and --tokens");
     if (embed && (dump || last_only))
         return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
+    for (int f = F_OUT; f < N_FLAGS; f++)                   /* the generation flags go with --generate N */
+        if (val[f] && !val[F_GENERATE]) return usage_error("%s goes with --generate N", FLAGS[f].name);
+    RxGenerate gen;                                          /* run_requests adds the eos ids and the outputs */
+    memset(&gen, 0, sizeof gen);
+    gen.top_p = 1;
+    int seed = 0;
+    if ((val[F_GENERATE] && parse_count("--generate", val[F_GENERATE], 1, 1 << 20, &gen.max_new)) ||
+        (val[F_TEMPERATURE] && parse_real("--temperature", val[F_TEMPERATURE], 0, 0, 100, &gen.temperature)) ||
+        (val[F_TOP_K] && parse_count("--top-k", val[F_TOP_K], 1, 1 << 22, &gen.top_k)) ||
+        (val[F_TOP_P] && parse_real("--top-p", val[F_TOP_P], 0, 1, 1, &gen.top_p)) ||
+        (val[F_SEED] && parse_count("--seed", val[F_SEED], 0, INT32_MAX, &seed)))
+        return 2;
+    gen.seed = (uint64_t)seed;
+    for (int f = F_TOP_K; f <= F_SEED; f++)                 /* sampling's own flags need a temperature to sample at */
+        if (val[f] && gen.temperature == 0)
+            return usage_error("%s applies to sampling: give --temperature T above 0 (without it: greedy)",
+                               FLAGS[f].name);
     RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
     RxServeOptions so = {
         .cache = RX_CACHE_RADIX,
@@ -6039,14 +6117,17 @@ int main(int argc, char **argv) {
     so.mode = mode;
     so.trace = val[F_SHOW_BATCHES] ? stdout : NULL;
     so.show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
-    const char *outputs[3][2] = {{"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}};
+    const char *outputs[4][2] = {{"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}, {"--out", val[F_OUT]}};
     int rc = 0;
     const char *input = action == SERVE ? requests : tokens;
-    for (int k = 0; k < 3 && !rc; k++)
+    for (int k = 0; k < 4 && !rc; k++)
         if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1], outputs, k, input, model);
     if (rc == 2) return 2;
     if (!rc) {
-        if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump, force_cpu);
+        if (action == SERVE) {
+            so.gen = gen.max_new ? &gen : NULL;
+            rc = run_requests(model, requests, &so, stats, dump, val[F_OUT], !!val[F_IGNORE_EOS], force_cpu);
+        }
         else if (action == CHECK) rc = check_model(model);
         else if (action == SHOW_INDEX) rc = show_index(tokens);
         else if (action == RUN) rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);

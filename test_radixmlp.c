@@ -3276,6 +3276,13 @@ static void test_cli_rejects_flags_of_other_actions(void) {
         {"--dump-logits OUT", "", "", "--dump-logits does not apply to the demo"},
         {"--check", "--show-index", R, "choose one of --check, --show-index and --requests"},
         {M, T, "--cpu --cpu", "--cpu is given twice"},
+        {M, T, "--generate 4", "--generate does not apply to --model DIR --tokens FILE; it goes with --requests FILE"},
+        {R, M, "--out OUT", "--out goes with --generate N"},
+        {R, M, "--temperature 0.5", "--temperature goes with --generate N"},
+        {R, M, "--ignore-eos", "--ignore-eos goes with --generate N"},
+        {R, M, "--generate 4 --top-k 5", "--top-k applies to sampling: give --temperature T above 0"},
+        {R, M, "--generate 4 --temperature 0 --seed 3", "--seed applies to sampling: give --temperature T above 0"},
+        {R, M, "--generate 4 --top-p 0.5 --out OUT", "--top-p applies to sampling: give --temperature T above 0"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
@@ -5348,6 +5355,68 @@ static void test_generation_turn_two_hits_turn_one_generated_tokens(void) {
     qwen3_free(&m);
 }
 
+/* --generate on the command line: a conversation file (turn 2s and a turn 3 included) gives the same --out with the
+ * cache off, radix and hash, in batches, in a pool tight enough to preempt; so do sampled runs (--temperature, --seed).
+ * The stats count each turn's whole prompt; the summary counts the cached tokens an earlier turn generated. */
+static void test_cli_generate_same_output_with_and_without_cache(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-gen-XXXXXX", cmd[2048], out[16384], path[300];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const char *req = "5 6 7 8 9 10 11 12 13 14\n5 6 7 8 9 10 11 12 20 21\n30 31 32 33 34\n@1 40 41 42\n@4 50\n";
+    write_file(dir, "r.txt", req, strlen(req));
+    const char *runs[] = {
+        "--prefix-cache off --batch 1",
+        "--prefix-cache radix --page-size 4 --batch 3",
+        "--prefix-cache hash --page-size 4 --batch 4 --schedule lpm",
+        "--prefix-cache radix --page-size 4 --batch 4 --cache-pages 10",
+        "--prefix-cache hash --page-size 2 --batch 4 --cache-pages 19 --mode baseline",
+    };
+    int n_runs = (int)(sizeof runs / sizeof runs[0]), preempted = 0, cached_generated = 0;
+    for (int sampled = 0; sampled < 2 && !test_failed; sampled++) {
+        char *first = NULL;
+        for (int k = 0; k < n_runs && !test_failed; k++) {
+            snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s/r.txt %s --generate 8 %s --out "
+                     "%s/o.txt --stats %s/s.csv", cli(), fixtures(), dir, runs[k],
+                     sampled ? "--temperature 3 --top-k 100 --seed 5" : "", dir, dir);
+            int rc = run_cmd(cmd, out, sizeof out);
+            size_t len = 0, slen = 0;
+            snprintf(path, sizeof path, "%s/o.txt", dir);
+            char *o = (char *)read_file(path, &len);
+            snprintf(path, sizeof path, "%s/s.csv", dir);
+            char *csv = (char *)read_file(path, &slen);
+            expect(rc == 0 && o && csv, "'%s': exit %d\n%s", cmd, rc, out);
+            if (rc || !o || !csv) { free(o); free(csv); break; }
+            int lines = 0, ids = 0, p3 = 0, p4 = 0;
+            for (char *q = o; *q; q++) { lines += *q == '\n'; ids += *q != ' ' && *q != '\n' && (q == o || q[-1] == ' ' ||
+                                                                                        q[-1] == '\n'); }
+            const char *r3 = strstr(csv, "\n3,"), *r4 = strstr(csv, "\n4,");
+            int ok = r3 && r4 && sscanf(r3, "\n3,%*d,%d", &p3) == 1 && sscanf(r4, "\n4,%*d,%d", &p4) == 1;
+            expect(lines == 5 && ids == 40 && ok && p3 == 10 + 8 + 3 && p4 == p3 + 8 + 1,
+                   "%s: %d lines, %d ids (want 5, 40); turn prompts %d and %d (want 21 and 30)", runs[k], lines, ids,
+                   p3, p4);
+            if (!first) first = o;
+            else expect(!strcmp(o, first), "%s%s: --out differs from the run without the cache:\n%s---\n%s", runs[k],
+                        sampled ? " (sampled)" : "", o, first);
+            const char *pre = strstr(out, "preemptions "), *cg = strstr(out, "of the cached tokens ");
+            int n_pre = 0, n_cg = 0;
+            if (pre) sscanf(pre, "preemptions %d", &n_pre);
+            if (cg) sscanf(cg, "of the cached tokens %d", &n_cg);
+            preempted += n_pre;
+            cached_generated += n_cg;
+            note("%-7s %-72s preemptions %d, cached generated tokens %d", sampled ? "sampled" : "greedy", runs[k], n_pre,
+                 n_cg);
+            if (o != first) free(o);
+            free(csv);
+        }
+        free(first);
+    }
+    expect(preempted > 0 && cached_generated > 0, "no run preempted (%d) or hit generated tokens (%d)", preempted,
+           cached_generated);
+    summary("%d runs of --generate 8 over 5 requests (two turn 2s): --out is the same with the cache off, radix and "
+            "hash, in pools that preempt (%d preemptions); stats count each turn's whole prompt", 2 * n_runs, preempted);
+    remove_dir(dir);
+}
+
 /* ---- the --requests CLI ---- */
 /* 14 requests for tiny-bf16 (vocab 512): three system prompts of 9, 13 and 20 tokens, questions that share their
  * first tokens, a repeat, a one-token request, and one request unlike the others; written to dir/requests.txt. */
@@ -5463,11 +5532,12 @@ static void test_cli_requests_match_full_recomputation(void) {
         /* the stats: the header, one row per request in file order, cached tokens as the definition says */
         int rows = 0, bad = 0, cached_sum = 0;
         char *line = strtok(csv, "\n");
-        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens"),
+        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens,generated_tokens"),
                "stats header '%s'", line ? line : "");
         for (line = strtok(NULL, "\n"); line; line = strtok(NULL, "\n"), rows++) {
-            int r, b, pt, ct;
-            if (sscanf(line, "%d,%d,%d,%d", &r, &b, &pt, &ct) != 4 || r != rows || pt != lens[rows] || ct % runs[k].P ||
+            int r, b, pt, ct, gt;
+            if (sscanf(line, "%d,%d,%d,%d,%d", &r, &b, &pt, &ct, &gt) != 5 || r != rows || pt != lens[rows] || gt ||
+                ct % runs[k].P ||
                 ct > lens[rows] - 1 || (runs[k].exact_cache && !strstr(runs[k].flags, "lpm") &&
                                         (b != rows / runs[k].B || ct != (strstr(runs[k].flags, "off") ? 0 :
                                          expected_cached(seqs, lens, rows, runs[k].B, runs[k].P))))) {
@@ -6370,7 +6440,20 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
     write_file(dir, "t.txt", "1 2 3\n1 2 4\n", 12);
     write_file(dir, "bad.txt", "1 2 3\n1 999 4\n", 14);
+    write_file(dir, "turn.txt", "1 2 3\n@2 4 5\n", 13);
+    write_file(dir, "turn2.txt", "1 2 3\n@1 4 5 6\n", 15);
     const struct { const char *args; int rc; const char *msg; } cases[] = {
+        {"--requests @/t.txt --generate 0", 2, "--generate takes an integer from 1 to 1048576, not '0'"},
+        {"--requests @/t.txt --generate 2 --temperature 1 --top-p 1.5", 2,
+         "--top-p takes a number above 0 and at most 1, not '1.5'"},
+        {"--requests @/t.txt --generate 2 --temperature -1", 2,
+         "--temperature takes a number from 0 and at most 100, not '-1'"},
+        {"--requests @/turn.txt", 1, "K, K an earlier line's number (1 to 1)"},     /* at_dir would replace an at */
+        {"--tokens @/turn2.txt", 1, "' is not part of a token id"},                 /* sign in the message        */
+        {"--requests @/t.txt --generate 3 --cache-pages 1 --page-size 4", 1, "t.txt:1: a request of 5 tokens (its "
+         "prompt and what it generates) needs 2 pages of 4 tokens, but --cache-pages is 1"},
+        {"--requests @/turn2.txt --generate 4 --cache-pages 2 --page-size 4", 1, "turn2.txt:2: refused: 10 prompt "
+         "tokens and 4 to generate need 4 pages of 4 tokens, but the KV pool has only 2 (1 request refused)"},
         {"--tokens @/t.txt --dump-logits @/t.txt", 2, "--dump-logits @/t.txt: that is the input @/t.txt"},
         {"--requests @/t.txt --cache-pages 16777216 --page-size 4096", 2,
          "--cache-pages 16777216 x --page-size 4096 is 68719476736 token slots; a KV pool holds at most 2147483647"},
@@ -6501,6 +6584,7 @@ static const Test tests[] = {
     {"cache", "generation_same_tokens_across_batches_schedules_threads_paths",
      test_generation_same_tokens_across_batches_schedules_threads_paths},
     {"cache", "generation_turn_two_hits_turn_one_generated_tokens", test_generation_turn_two_hits_turn_one_generated_tokens},
+    {"cache", "cli_generate_same_output_with_and_without_cache", test_cli_generate_same_output_with_and_without_cache},
     {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
     {"cache", "cli_show_cache_draws_splits_and_evictions", test_cli_show_cache_draws_splits_and_evictions},
