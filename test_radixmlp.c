@@ -573,6 +573,10 @@ static void test_config_parsing(void) {
          "\"architectures\" names \"LlamaForCausalLM\"; this code computes \"Qwen3ForCausalLM\" and \"Qwen3Model\""},
         {"architectures a string", "[\"Qwen3ForCausalLM\"]", "\"Qwen3ForCausalLM\"",
          "\"architectures\" must be an array"},
+        {"eos_token_id a string", "\"rope_scaling\":null", "\"eos_token_id\":\"</s>\"",
+         "\"eos_token_id\" must be a token id or a list of at most 8"},
+        {"eos_token_id -1", "\"rope_scaling\":null", "\"eos_token_id\":[151645,-1]", "\"eos_token_id\" must be"},
+        {"nine eos ids", "\"rope_scaling\":null", "\"eos_token_id\":[1,2,3,4,5,6,7,8,9]", "a list of at most 8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char buf[1024];
@@ -592,6 +596,17 @@ static void test_config_parsing(void) {
     expect(rc == 0 && c.rope_theta == 5e5 && c.head_dim == 128 && c.n_kv_heads == 32 && !c.tie_word_embeddings,
            "top-level rope_theta and Qwen3Config's defaults: rc %d '%s', head_dim %d (want 128), kv %d (want 32)", rc,
            radix_error(), c.head_dim, c.n_kv_heads);
+    /* eos_token_id: absent or null, none; an int, one; a list, each (Qwen3's instruct models list two) */
+    const char *eos[] = {"", ",\"eos_token_id\":null", ",\"eos_token_id\":151645", ",\"eos_token_id\":[151645,151643]"};
+    for (int e = 0; e < 4; e++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "{\"model_type\":\"qwen3\",\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,"
+                 "\"num_hidden_layers\":1,\"num_attention_heads\":64%s}", eos[e]);
+        rc = rx_parse_config(&c, buf, strlen(buf), "config.json");
+        int want = e < 2 ? 0 : e - 1;
+        expect(rc == 0 && c.n_eos == want && (want < 1 || c.eos_token_id[0] == 151645) &&
+               (want < 2 || c.eos_token_id[1] == 151643), "'%s': rc %d, %d eos ids (want %d)", eos[e], rc, c.n_eos, want);
+    }
     const char *kv_null = "{\"model_type\":\"qwen3\","
                           "\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
                           "\"num_attention_heads\":4,\"num_key_value_heads\":null}";
