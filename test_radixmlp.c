@@ -5929,6 +5929,94 @@ static void test_gpu_prefill_matches_c_reference_on_random_traces(void) {
     gpu_prefill_traces(&big, RX_ATTN_FLASH, pages + 1, 2, 150, 950);
 }
 
+/* Generation on the GPU: rx_serve with o->gpu decodes through gpu_prefill on the device pool. Each step's logits
+ * are within the bf16 budget of the C reference's forward of the same history. Where the C reference's top-2 margin
+ * exceeds twice the budget (each of the two logits may move by one budget), the GPU's greedy token is the C
+ * reference's; where it does not, the two may part, and the C reference is then asked about the GPU's history. A
+ * request whose every margin held generates exactly the C reference's tokens. */
+typedef struct { const Qwen3Model *m; double tol_rel; float *ref; long rows, compared; int *parted; } GpuGenCheck;
+static int gpu_gen_step(void *ctx, int request, const int32_t *history, int len, const float *logits) {
+    GpuGenCheck *k = (GpuGenCheck *)ctx;
+    const int V = k->m->cfg.vocab_size;
+    RxBatch b;
+    char what[160];
+    if (rx_batch_make(&b, &history, &len, 1) || qwen3_forward_ref_last(k->m, &b, RX_BASELINE, k->ref, NULL)) {
+        expect(0, "the C reference of request %d: %s", request, radix_error());
+        rx_batch_free(&b);
+        return -1;
+    }
+    rx_batch_free(&b);
+    double d, tol;
+    char why[WHY];
+    snprintf(what, sizeof what, "request %d, a history of %d tokens: the GPU's logits vs the C reference's", request,
+             len);
+    if (!close_verdict(logits, k->ref, (size_t)V, k->tol_rel, &d, &tol, why)) {
+        expect(0, "%s: %s", what, why);
+        return -1;
+    }
+    int top = 0, second = -1, got = 0;
+    for (int i = 1; i < V; i++) {
+        if (k->ref[i] > k->ref[top]) { second = top; top = i; }
+        else if (second < 0 || k->ref[i] > k->ref[second]) second = i;
+        if (logits[i] > logits[got]) got = i;
+    }
+    k->rows++;
+    if (k->ref[top] - k->ref[second] <= 2 * tol) { k->parted[request] = 1; return 0; }
+    k->compared++;
+    expect(got == top, "%s: greedy token %d, the C reference's %d by a margin of %g > 2 x %g", what, got, top,
+           k->ref[top] - k->ref[second], tol);
+    return got == top ? 0 : -1;
+}
+
+static void test_gpu_generation_within_bf16_budget_of_c_reference(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    for (int dims = 0; dims < 2 && !test_failed; dims++) {            /* the naive kernel, then the flash kernel */
+        Qwen3Config cfg = part2_config(dims ? 128 : 32);
+        Qwen3Model m;
+        GpuModel *g = NULL;
+        if (qwen3_random(&m, &cfg, 60 + dims) || gpu_model_upload(&g, &m) ||
+            gpu_set_attention(g, dims ? RX_ATTN_FLASH : RX_ATTN_NAIVE)) {
+            expect(0, "setup: %s", radix_error());
+            gpu_model_free(g);
+            qwen3_free(&m);
+            return;
+        }
+        int parted[GEN_REQS] = {0}, same = 0, preemptions = 0;
+        GpuGenCheck k = {.m = &m, .tol_rel = rx_bf16_tolerance(&cfg), .ref = floats((size_t)cfg.vocab_size),
+                         .rows = 0, .compared = 0, .parted = parted};
+        GenTrace ref, got;
+        gen_trace(&ref, cfg.vocab_size);
+        RxGenerate gen = {.max_new = GEN_NEW, .top_p = 1};
+        RxServeStats st;
+        RxServeOptions o = {.cache = RX_CACHE_OFF, .page_size = 4, .batch = 1, .mode = RX_BASELINE};
+        expect(gen_serve(&m, &ref, o, gen, &st) == 0, "the C reference's run: %s", radix_error());
+        gen.on_logits = gpu_gen_step;
+        gen.ctx = &k;
+        for (int c = 0; c < 2 && !test_failed; c++) {
+            RxServeOptions og = {.cache = c ? RX_CACHE_HASH : RX_CACHE_RADIX, .page_size = 4, .n_pages = c ? 0 : 10,
+                                 .batch = 4, .mode = RX_COMPACT, .gpu = g};
+            gen_trace(&got, cfg.vocab_size);
+            expect(gen_serve(&m, &got, og, gen, &st) == 0, "the GPU's run: %s", radix_error());
+            preemptions += st.preemptions;
+            for (int s = 0; s < GEN_REQS && !test_failed; s++) {
+                if (parted[s] || (got.after[s] >= 0 && parted[got.after[s]])) continue;
+                expect(got.n_out[s] == ref.n_out[s] && !memcmp(got.out[s], ref.out[s], sizeof got.out[s]),
+                       "request %d: every margin held, yet the GPU generated other tokens than the C reference", s);
+                same++;
+            }
+        }
+        expect(k.compared > 0 && same > 0 && preemptions > 0, "head_dim %d: %ld steps compared, %d requests the "
+               "same, %d preemptions: the test compared nothing or did not preempt", cfg.head_dim, k.compared, same,
+               preemptions);
+        note("head_dim %3d (%s): %ld steps within %.4g x max|ref| of the C reference; greedy tokens equal at %ld with "
+             "a margin above twice that; %d of %d requests generated the C reference's tokens; %d preemptions",
+             cfg.head_dim, dims ? "flash" : "naive", k.rows, k.tol_rel, k.compared, same, 2 * GEN_REQS, preemptions);
+        free(k.ref);
+        gpu_model_free(g);
+        qwen3_free(&m);
+    }
+}
+
 /* --requests on the GPU: without --cpu the CLI serves with gpu_prefill and says so; the last-token logits within the
  * bf16 budget of each request's full recomputation on the C reference, and not equal to it (the C reference's are,
  * bit for bit: cli/requests_match_full_recomputation); the same leak audit. --cpu says the C
@@ -6557,6 +6645,7 @@ static const Test tests[] = {
     {"gpu", "attention_timer_runs_every_layout", test_gpu_attention_timer},
     {"gpu", "prefill_matches_c_reference_on_random_traces", test_gpu_prefill_matches_c_reference_on_random_traces},
     {"gpu", "cli_requests_runs_on_the_gpu", test_gpu_cli_requests_runs_on_the_gpu},
+    {"gpu", "generation_within_bf16_budget_of_c_reference", test_gpu_generation_within_bf16_budget_of_c_reference},
     {"gpu", "new_pool_is_nan_over_zeroed_memory", test_gpu_new_pool_is_nan_over_zeroed_memory},
     {"gpu", "kernels_index_rows_past_2_31_elements", test_gpu_kernels_index_rows_past_2_31_elements},
     {"gpu", "device_memory_returns_to_where_it_started", test_gpu_device_memory_returns_to_where_it_started},
