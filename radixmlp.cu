@@ -5545,9 +5545,9 @@ static const char *usage =
     "                [--generate N [--out FILE] [--temperature T [--top-k K] [--top-p P] [--seed S]] [--ignore-eos]]\n"
     "                --generate N: each request then generates up to N tokens, greedy, or sampled at --temperature T\n"
     "                (top-k, top-p; --seed S, default 0: request i draws from its own generator, seeded by S and i);\n"
-    "                it stops at the config's eos_token_id unless --ignore-eos. A line may begin with @K: a turn whose\n"
-    "                prompt is request K's prompt and generated tokens, then the line's tokens. --out FILE: each\n"
-    "                request's generated ids, one line each, in file order. Generated pages are cached too.\n"
+    "                it stops at the config's eos_token_id unless --ignore-eos. A line may begin with @K: a turn\n"
+    "                whose prompt is request K's prompt and generated tokens, then the line's tokens. --out FILE:\n"
+    "                each request's generated ids, one line each, in file order. Generated pages are cached too.\n"
     "       A flag that does not apply to the chosen action is an error. The text goes to stdout: an output file may\n"
     "       not be stdout (--dump-logits /dev/stdout, or the file stdout is sent to); /dev/null is fine.\n"
     "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
@@ -6117,7 +6117,8 @@ int main(int argc, char **argv) {
     so.mode = mode;
     so.trace = val[F_SHOW_BATCHES] ? stdout : NULL;
     so.show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
-    const char *outputs[4][2] = {{"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}, {"--out", val[F_OUT]}};
+    const char *outputs[4][2] = {
+        {"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}, {"--out", val[F_OUT]}};
     int rc = 0;
     const char *input = action == SERVE ? requests : tokens;
     for (int k = 0; k < 4 && !rc; k++)

@@ -7,6 +7,7 @@
  * Each test prints what it compared. The last line is "N passed, N failed, N skipped"; the exit code is non-zero
  * on any failure. GPU tests report themselves skipped, with the reason, where there is no CUDA device.
  * Fixtures (tiny Qwen3 checkpoints and transformers' logits) are read from $RADIXMLP_FIXTURES or ./fixtures. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -600,12 +601,13 @@ static void test_config_parsing(void) {
     const char *eos[] = {"", ",\"eos_token_id\":null", ",\"eos_token_id\":151645", ",\"eos_token_id\":[151645,151643]"};
     for (int e = 0; e < 4; e++) {
         char buf[512];
-        snprintf(buf, sizeof buf, "{\"model_type\":\"qwen3\",\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,"
-                 "\"num_hidden_layers\":1,\"num_attention_heads\":64%s}", eos[e]);
+        snprintf(buf, sizeof buf, "{\"model_type\":\"qwen3\",\"vocab_size\":8,\"hidden_size\":8,"
+                 "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":64%s}", eos[e]);
         rc = rx_parse_config(&c, buf, strlen(buf), "config.json");
         int want = e < 2 ? 0 : e - 1;
         expect(rc == 0 && c.n_eos == want && (want < 1 || c.eos_token_id[0] == 151645) &&
-               (want < 2 || c.eos_token_id[1] == 151643), "'%s': rc %d, %d eos ids (want %d)", eos[e], rc, c.n_eos, want);
+               (want < 2 || c.eos_token_id[1] == 151643), "'%s': rc %d, %d eos ids (want %d)", eos[e], rc, c.n_eos,
+               want);
     }
     const char *kv_null = "{\"model_type\":\"qwen3\","
                           "\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
@@ -4996,7 +4998,8 @@ static void test_prefill_rejects_bad_inputs(void) {
          {4, 4}, {0, 0}, {0, 1}, {0, 2}, 3, 2},
         {"cached tokens without a prefix key", "prefix key -1; it must be the page of the last cached token, 0",
          {4, 4}, {-1, 0}, {0, 1}, {0, 2}, 4, 2},
-        {"a prefix key that names another prefix", "sequence 1: prefix key 2; it must be the page of the last cached token, 0",
+        {"a prefix key that names another prefix",
+         "sequence 1: prefix key 2; it must be the page of the last cached token, 0",
          {4, 4}, {0, 2}, {0, 1}, {0, 2}, 4, 2},
         {"one page written by two sequences", "page 1 is written by sequence 0 and also written by sequence 1",
          {4, 4}, {0, 0}, {0, 1}, {0, 1}, 4, 2},
@@ -5281,7 +5284,8 @@ static void test_generation_same_tokens_across_batches_schedules_threads_paths(v
         if (gen_serve(&m, &ref, base, g, &st)) { expect(0, "the reference run: %s", radix_error()); break; }
         struct { RxCacheKind cache; int pages, batch, lpm; RxMode mode; } v[] = {
             {RX_CACHE_RADIX, 0, 3, 0, RX_COMPACT}, {RX_CACHE_RADIX, 10, 4, 1, RX_RADIX},
-            {RX_CACHE_HASH, 11, 8, 0, RX_COMPACT}, {RX_CACHE_HASH, 14, 2, 1, RX_AUTO}, {RX_CACHE_OFF, 10, 8, 0, RX_RADIX},
+            {RX_CACHE_HASH, 11, 8, 0, RX_COMPACT}, {RX_CACHE_HASH, 14, 2, 1, RX_AUTO},
+            {RX_CACHE_OFF, 10, 8, 0, RX_RADIX},
         };
         for (int p = 0; p < n_paths && !test_failed; p++)
             for (size_t k = 0; k < sizeof v / sizeof v[0] && !test_failed; k++) {
@@ -5402,8 +5406,10 @@ static void test_cli_generate_same_output_with_and_without_cache(void) {
             expect(rc == 0 && o && csv, "'%s': exit %d\n%s", cmd, rc, out);
             if (rc || !o || !csv) { free(o); free(csv); break; }
             int lines = 0, ids = 0, p3 = 0, p4 = 0;
-            for (char *q = o; *q; q++) { lines += *q == '\n'; ids += *q != ' ' && *q != '\n' && (q == o || q[-1] == ' ' ||
-                                                                                        q[-1] == '\n'); }
+            for (char *q = o; *q; q++) {                   /* lines, and ids: where a run of digits starts */
+                lines += *q == '\n';
+                ids += isdigit((unsigned char)*q) && (q == o || !isdigit((unsigned char)q[-1]));
+            }
             const char *r3 = strstr(csv, "\n3,"), *r4 = strstr(csv, "\n4,");
             int ok = r3 && r4 && sscanf(r3, "\n3,%*d,%d", &p3) == 1 && sscanf(r4, "\n4,%*d,%d", &p4) == 1;
             expect(lines == 5 && ids == 40 && ok && p3 == 10 + 8 + 3 && p4 == p3 + 8 + 1,
@@ -5418,8 +5424,8 @@ static void test_cli_generate_same_output_with_and_without_cache(void) {
             if (cg) sscanf(cg, "of the cached tokens %d", &n_cg);
             preempted += n_pre;
             cached_generated += n_cg;
-            note("%-7s %-72s preemptions %d, cached generated tokens %d", sampled ? "sampled" : "greedy", runs[k], n_pre,
-                 n_cg);
+            note("%-7s %-72s preemptions %d, cached generated tokens %d", sampled ? "sampled" : "greedy", runs[k],
+                 n_pre, n_cg);
             if (o != first) free(o);
             free(csv);
         }
@@ -5428,7 +5434,8 @@ static void test_cli_generate_same_output_with_and_without_cache(void) {
     expect(preempted > 0 && cached_generated > 0, "no run preempted (%d) or hit generated tokens (%d)", preempted,
            cached_generated);
     summary("%d runs of --generate 8 over 5 requests (two turn 2s): --out is the same with the cache off, radix and "
-            "hash, in pools that preempt (%d preemptions); stats count each turn's whole prompt", 2 * n_runs, preempted);
+            "hash, in pools that preempt (%d preemptions); stats count each turn's whole prompt", 2 * n_runs,
+            preempted);
     remove_dir(dir);
 }
 
@@ -6687,7 +6694,8 @@ static const Test tests[] = {
      test_cache_serve_fuzz_equals_recomputation_without_cache},
     {"cache", "generation_same_tokens_across_batches_schedules_threads_paths",
      test_generation_same_tokens_across_batches_schedules_threads_paths},
-    {"cache", "generation_turn_two_hits_turn_one_generated_tokens", test_generation_turn_two_hits_turn_one_generated_tokens},
+    {"cache", "generation_turn_two_hits_turn_one_generated_tokens",
+     test_generation_turn_two_hits_turn_one_generated_tokens},
     {"cache", "cli_generate_same_output_with_and_without_cache", test_cli_generate_same_output_with_and_without_cache},
     {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
