@@ -2992,7 +2992,10 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
             const float *row = blogits + (size_t)s * V;
             int i = (int)(r - S.req);
             if (nonfinite_logits(row, V, i, o)) goto done;
-            if (o->gen && o->gen->on_logits && o->gen->on_logits(o->gen->ctx, i, r->tokens, r->len, row)) goto done;
+            if (o->gen && o->gen->on_logits && o->gen->on_logits(o->gen->ctx, i, r->tokens, r->len, row)) {
+                rx_fail("rx_serve: on_logits stopped the run at request %d's history of %d tokens", i, r->len);
+                goto done;
+            }
             if (S.turn[i].n_gen == 0) {                   /* its prompt's last token: the prefill's logits */
                 if (last_logits) memcpy(last_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
                 if (batch_of) batch_of[i] = st->n_batches;
