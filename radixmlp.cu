@@ -24,6 +24,9 @@
  *                                      from the pool's slots (layout_build_prefill(), kv_store_ref()), and
  *                                      radix_index_build_keyed(): its own trie (trie_build_rooted()), a
  *                                      root per cached prefix, walked with Part I's trie_insert()
+ *   Part II: generation, Sec. 6     -> rx_serve(): a decode step is a one-token prefill on the cached history;
+ *                                      pages grow (rx_request_grow), evict, preempt; generated pages are cached
+ *                                      (rx_request_cache) for the next turn; rx_sample() picks each token
  *   Part III, speed                 -> what exists only to be fast, each equal to a Part I definition: OpenMP,
  *                                      packed weights and SIMD tiles (rx_matmul_packed_ref), the vector exp, the
  *                                      tiled attention (attention_fast), flash_attention (tensor cores); the path
@@ -31,7 +34,7 @@
  *
  * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1, from
  * the definitions) -> the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV
- * pool, the prefix caches, prefill and serving -> GPU entry points for the tests and benchmarks -> Part III: speed
+ * pool, the prefix caches, prefill, sampling, serving and generation -> GPU entry points for the tests and benchmarks -> Part III: speed
  * (threads, packed panels and SIMD tiles, the CPU paths, the tiled attention) -> the plumbing (errors, JSON,
  * safetensors, config, loading, token files) -> main().
  *
