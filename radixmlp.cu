@@ -2696,7 +2696,8 @@ typedef struct {                     /* what the steps of one rx_serve share    
     Turn *turn;                      /* [n] */
     Waiting *wait; int n_wait;       /* [n] waiting, in the order they are offered admission                    */
     RxRequest **run; int n_run;      /* [batch] running, oldest admission first                                */
-    const int32_t *const *tokens; const int *lens;
+    const int32_t *const *tokens;    /* [n] each request's own tokens (its line)                               */
+    const int *lens;                 /* [n]                                                                     */
     int n_done, refused_first;
     int32_t *cached_of;              /* [n] the caller's, may be NULL                                           */
     RxServeStats *st;
@@ -2704,8 +2705,9 @@ typedef struct {                     /* what the steps of one rx_serve share    
 
 static int max_new_of(const RxServeOptions *o) { return o->gen ? o->gen->max_new : 0; }
 
-/* Request i's prompt, once it can be known: its own tokens after request after[i]'s whole history. 1: not yet. */
-static int build_prompt(Sched *S, int i) {        /* 0: built, 1: not yet, 2: its earlier turn was refused */
+/* Request i's prompt, once it can be known: its own tokens after request after[i]'s whole history. Returns 0 (built),
+ * 1 (not yet: its earlier turn has not finished) or 2 (its earlier turn was refused). */
+static int build_prompt(Sched *S, int i) {
     Turn *t = &S->turn[i];
     int k = S->o->after ? S->o->after[i] : -1, n = 0;
     if (t->prompt_len) return 0;
