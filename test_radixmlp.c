@@ -5159,8 +5159,9 @@ static void srv_case_check(const Qwen3Model *m, const SrvCase *sc, SrvStats *st)
     int ok = !rx_serve(m, ptr, sc->lens, n, &c.o, got, NULL, cached_of, &ss);
     expect(ok, "%s: rx_serve: %s", what, radix_error());
     for (int s = 0; ok && c.o.gen && s < n && !test_failed; s++) {      /* it stops at max_new or its first eos */
-        int stops = n_out[s] == c.gen.max_new || (c.gen.n_eos && n_out[s] > 0 && out[s][n_out[s] - 1] == c.eos[0]);
-        for (int j = 0; j + 1 < n_out[s] && c.gen.n_eos; j++) stops &= out[s][j] != c.eos[0];
+        const int32_t *row = &out[0][0] + (size_t)s * c.gen.max_new;      /* out is [n, max_new] */
+        int stops = n_out[s] == c.gen.max_new || (c.gen.n_eos && n_out[s] > 0 && row[n_out[s] - 1] == c.eos[0]);
+        for (int j = 0; j + 1 < n_out[s] && c.gen.n_eos; j++) stops &= row[j] != c.eos[0];
         expect(n_out[s] >= 1 && n_out[s] <= c.gen.max_new && stops, "%s: request %d generated %d tokens, not stopping "
                "at max_new %d or its first eos %d", what, s, n_out[s], c.gen.max_new, c.eos[0]);
     }
