@@ -1626,9 +1626,110 @@ static int write_cpu_svg(const char *path, const Point *pt, int n, int B, const 
     return 0;
 }
 
+/* ---- Part II: generation on the cache, a multi-turn chat ------------------------------------------------------ */
+/* 8 conversations of 3 turns on a random Qwen3 of the demo's shape (vocab 2048, hidden 256, 4 layers): turn 1 is a
+ * shared 32-token system prompt and 16 tokens of its own; turns 2 and 3 (@K) repeat the conversation so far and add
+ * 8 tokens. Each turn generates 16 tokens (greedy, no eos), 8 requests running at once, page size 8. With the cache
+ * off every turn prefills its whole prompt; hash and radix find the system prompt and the earlier turns, generated
+ * tokens included. A step mixes prompts and decode tokens, so both rates are over the run's whole time. */
+#define GEN_CONV 8
+#define GEN_TURNS 3
+static int generate_table(int reps, int gpu, int quick)
+{
+    static const Col cols[] = {
+        {"cache", "cache"}, {"prompt tok", "prompt_tokens"}, {"cached tok", "cached_tokens"},
+        {"of them generated", "cached_generated"}, {"hit rate", "hit_rate"}, {"generated tok", "generated_tokens"},
+        {"ms", "ms"}, {"CPU ms", "cpu_ms"}, {"prompt tok/s", "prompt_tok_s"}, {"generated tok/s", "generated_tok_s"},
+        {"x off", "x_off"}};
+    static const RxCacheKind KINDS[3] = {RX_CACHE_OFF, RX_CACHE_HASH, RX_CACHE_RADIX};
+    const Qwen3Config cfg = {.vocab_size = 2048, .hidden_size = 256, .intermediate_size = 768, .n_layers = 4,
+                             .n_heads = 8, .n_kv_heads = 4, .head_dim = 64, .max_position_embeddings = 4096,
+                             .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1};
+    const int n = GEN_CONV * GEN_TURNS, max_new = 16;
+    int32_t toks[GEN_CONV * GEN_TURNS][48], after[GEN_CONV * GEN_TURNS], lens[GEN_CONV * GEN_TURNS];
+    const int32_t *ptr[GEN_CONV * GEN_TURNS];
+    uint64_t rng = SEED;
+    for (int i = 0; i < n; i++) {                   /* request i: turn i / GEN_CONV of conversation i % GEN_CONV */
+        int turn = i / GEN_CONV;
+        lens[i] = turn ? 8 : 48;
+        after[i] = turn ? i - GEN_CONV : -1;
+        for (int k = 0; k < lens[i]; k++)
+            toks[i][k] = !turn && k < 32 ? 100 + k : 1 + (int32_t)(splitmix(&rng) % (cfg.vocab_size - 1));
+        ptr[i] = toks[i];
+    }
+    Qwen3Model m;
+    GpuModel *g = NULL;
+    char dev[128];
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)n * max_new);
+    int *n_out = malloc(sizeof(int) * (size_t)n);
+    if (qwen3_random(&m, &cfg, SEED)) { fprintf(stderr, "bench: qwen3_random: %s\n", radix_error()); return 1; }
+    if (gpu && gpu_model_upload(&g, &m)) {
+        fprintf(stderr, "bench: gpu_model_upload: %s\n", radix_error());
+        qwen3_free(&m);
+        return 1;
+    }
+    cpu_name(dev, sizeof dev);
+    if (g) snprintf(dev, sizeof dev, "%s", gpu_device_name());
+    if (g) printf("gpu: %s; gpu_prefill (bf16), ms = the steps' GPU time (CUDA events).", dev);
+    else printf("cpu: %s, %d thread%s (OMP_NUM_THREADS); the C reference (fp32).", dev, rx_threads(0),
+                rx_threads(0) == 1 ? "" : "s");
+    printf(" A random Qwen3 (vocab 2048, hidden 256, 4 layers);\n%d conversations x %d turns, --generate %d, batch 8, "
+           "page size 8, mode compact; median of %d runs; CPU ms: this process's CPU time.\n\n", GEN_CONV, GEN_TURNS,
+           max_new, reps);
+    table_begin(g ? "Part II: generation, a multi-turn chat, off vs hash vs radix (GPU timings)"
+                  : "Part II: generation, a multi-turn chat, off vs hash vs radix (CPU timings)", cols, 11,
+                g ? "gpu" : "cpu");
+    RxServeStats st[3];
+    double ms[3], cpu_ms[3], *t = malloc(sizeof(double) * 2 * (size_t)reps * 3);
+    int rc = 0;
+    for (int round = -1; round < reps && !rc; round++)
+        for (int k = 0; k < 3 && !rc; k++) {
+            RxGenerate gen = {.max_new = max_new, .top_p = 1, .out = out, .n_out = n_out};
+            RxServeOptions o = {.cache = KINDS[k], .page_size = 8, .batch = 8, .mode = RX_COMPACT, .model_id = 1,
+                                .gpu = g, .gen = &gen, .after = after};
+            struct timespec c0, c1;
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+            rc = rx_serve(&m, ptr, lens, n, &o, NULL, NULL, NULL, &st[k]);
+            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+            if (rc) fprintf(stderr, "bench: rx_serve failed: %s\n", radix_error());
+            if (round < 0 || rc) continue;
+            t[(k * reps + round) * 2] = g ? st[k].gpu_ms : st[k].ms;
+            t[(k * reps + round) * 2 + 1] = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) * 1e-6;
+            if (round == 0) fprintf(stderr, "bench: generation, %s\n", rx_cache_kind_name(KINDS[k]));
+        }
+    for (int k = 0; k < 3 && !rc; k++) {
+        double w[64], c[64];
+        for (int r = 0; r < reps && r < 64; r++) {
+            w[r] = t[(k * reps + r) * 2];
+            c[r] = t[(k * reps + r) * 2 + 1];
+        }
+        ms[k] = median(w, reps < 64 ? reps : 64);
+        cpu_ms[k] = median(c, reps < 64 ? reps : 64);
+    }
+    for (int k = 0; k < 3 && !rc; k++) {
+        Row row = {0};
+        cell(&row, "%s", rx_cache_kind_name(KINDS[k])); cell(&row, "%ld", st[k].prompt_tokens);
+        cell(&row, "%ld", st[k].cached_tokens); cell(&row, "%ld", st[k].cached_generated);
+        cell(&row, "%.1f%%", 100.0 * st[k].cached_tokens / st[k].prompt_tokens);
+        cell(&row, "%ld", st[k].generated_tokens); cell(&row, "%.1f", ms[k]); cell(&row, "%.1f", cpu_ms[k]);
+        cell(&row, "%.0f", st[k].prompt_tokens / ms[k] * 1e3); cell(&row, "%.0f", st[k].generated_tokens / ms[k] * 1e3);
+        cell(&row, "%.2fx", ms[0] / ms[k]);
+        table_row(&row, dev);
+    }
+    if (!rc) printf("\nHit rate: cached / prompt tokens; \"of them generated\": cached tokens an earlier turn "
+                    "generated.\n%s\n", quick ? "(--quick: fewer repeats)" : "");
+    free(t);
+    free(out);
+    free(n_out);
+    gpu_model_free(g);
+    qwen3_free(&m);
+    return rc;
+}
+
 /* ---- main: arguments, the GPU check, dispatch ---------------------------------------------------------------- */
 static const char *USAGE =
     "usage: bench (--table 2|4|5|6 [--cpu] | --attention | --workload reranker | --prefix-cache [--gpu]\n"
+    "             | --generate [--gpu]\n"
     "             | --replot CSV --svg FILE) [options]\n"
     "  --table 4             Qwen3-4B forward latency, B = 32, prefix P x suffix S (the paper's Table 4); needs a GPU\n"
     "  --table 2             Amdahl model vs observed speedup at P = 2048, S = 256, three models (Table 2); GPU\n"
@@ -1642,6 +1743,9 @@ static const char *USAGE =
     "  --prefix-cache        Part II: the KV prefix cache, six radix vs hash scenarios, off vs hash vs radix, on a\n"
     "                        random Qwen3 of fixtures/tiny-bf16's shape; the C reference (no GPU needed)\n"
     "  --prefix-cache --gpu  the same served on the GPU (gpu_prefill), GPU times\n"
+    "  --generate            Part II: generation on the cache, a multi-turn chat (8 x 3 turns, 16 tokens each),\n"
+    "                        off vs hash vs radix: prompt and generated tokens/s; the C reference (no GPU needed)\n"
+    "  --generate --gpu      the same on the GPU (gpu_prefill), GPU times\n"
     "  --replot CSV          re-plot a CSV written by --table 4 --csv, or fixtures/table4-paper.csv; needs --svg\n"
     "options, each at most once, and only where it applies (anything else is an error):\n"
     "  --model 0.6b|4b|8b    --table 4, --attention (default 4b); --table 2 [--cpu] and --workload: that model only\n"
@@ -1664,17 +1768,19 @@ static int usage_error(const char *msg, const char *arg)
 }
 
 /* What a command line runs, and for each flag the runs it applies to: any other flag is an error. */
-enum { R_T4, R_T4_CPU, R_T2, R_T2_CPU, R_T5, R_T6, R_ATTENTION, R_RERANKER, R_CACHE, R_CACHE_GPU, R_REPLOT, N_RUNS };
+enum { R_T4, R_T4_CPU, R_T2, R_T2_CPU, R_T5, R_T6, R_ATTENTION, R_RERANKER, R_CACHE, R_CACHE_GPU, R_GEN, R_GEN_GPU,
+       R_REPLOT, N_RUNS };
 static const char *const RUN_NAME[N_RUNS] = {"--table 4", "--table 4 --cpu", "--table 2", "--table 2 --cpu",
     "--table 5", "--table 6", "--attention", "--workload reranker", "--prefix-cache", "--prefix-cache --gpu",
-    "--replot"};
-enum { F_TABLE, F_WORKLOAD, F_ATTENTION, F_CACHE, F_REPLOT, F_CPU, F_GPU, F_MODEL, F_REPS, F_QUICK, F_CSV, F_SVG,
-       N_FLAGS };
+    "--generate", "--generate --gpu", "--replot"};
+enum { F_TABLE, F_WORKLOAD, F_ATTENTION, F_CACHE, F_GENERATE, F_REPLOT, F_CPU, F_GPU, F_MODEL, F_REPS, F_QUICK, F_CSV,
+       F_SVG, N_FLAGS };
 #define ON(r) (1 << (r))
 #define ALL ((1 << N_RUNS) - 1)
 static const struct { const char *name; int takes_value, runs; } FLAGS[N_FLAGS] = {   /* in the enum's order */
     {"--table", 1, ALL}, {"--workload", 1, ALL}, {"--attention", 0, ALL}, {"--prefix-cache", 0, ALL},
-    {"--replot", 1, ALL}, {"--cpu", 0, ON(R_T4_CPU) | ON(R_T2_CPU)}, {"--gpu", 0, ON(R_CACHE_GPU)},
+    {"--generate", 0, ALL}, {"--replot", 1, ALL}, {"--cpu", 0, ON(R_T4_CPU) | ON(R_T2_CPU)},
+    {"--gpu", 0, ON(R_CACHE_GPU) | ON(R_GEN_GPU)},
     {"--model", 1, ON(R_T4) | ON(R_T2) | ON(R_T2_CPU) | ON(R_ATTENTION) | ON(R_RERANKER)},
     {"--reps", 1, ALL & ~ON(R_T5) & ~ON(R_REPLOT)}, {"--quick", 0, ALL & ~ON(R_REPLOT)},
     {"--csv", 1, ALL & ~ON(R_REPLOT)}, {"--svg", 1, ON(R_T4) | ON(R_T4_CPU) | ON(R_REPLOT)},
@@ -1706,13 +1812,15 @@ int main(int argc, char **argv)
         return usage_error("--table takes 2, 4, 5 or 6, not", val[F_TABLE]);
     if (val[F_WORKLOAD] && strcmp(val[F_WORKLOAD], "reranker"))
         return usage_error("--workload takes reranker, not", val[F_WORKLOAD]);
-    if (!!val[F_TABLE] + !!val[F_WORKLOAD] + !!val[F_ATTENTION] + !!val[F_CACHE] + !!val[F_REPLOT] != 1)
+    if (!!val[F_TABLE] + !!val[F_WORKLOAD] + !!val[F_ATTENTION] + !!val[F_CACHE] + !!val[F_GENERATE] +
+        !!val[F_REPLOT] != 1)
         return usage_error("choose exactly one of --table N, --attention, --workload reranker, --prefix-cache, "
-                           "--replot CSV", NULL);
+                           "--generate, --replot CSV", NULL);
     table = val[F_TABLE] ? val[F_TABLE][0] - '0' : 0;
     run = table == 4 ? (val[F_CPU] ? R_T4_CPU : R_T4) : table == 2 ? (val[F_CPU] ? R_T2_CPU : R_T2)
         : table == 5 ? R_T5 : table == 6 ? R_T6 : val[F_ATTENTION] ? R_ATTENTION : val[F_WORKLOAD] ? R_RERANKER
-        : val[F_CACHE] ? (val[F_GPU] ? R_CACHE_GPU : R_CACHE) : R_REPLOT;
+        : val[F_CACHE] ? (val[F_GPU] ? R_CACHE_GPU : R_CACHE) : val[F_GENERATE] ? (val[F_GPU] ? R_GEN_GPU : R_GEN)
+        : R_REPLOT;
     for (int f = 0; f < N_FLAGS; f++)
         if (val[f] && !(FLAGS[f].runs & ON(run))) {
             char msg[160];
@@ -1745,10 +1853,10 @@ int main(int argc, char **argv)
         int n;
         char title[256] = "";
         rc = read_t4_csv(val[F_REPLOT], pts, 64, &n, title, sizeof title) || write_svg(svg, pts, n, title);
-    } else if (!cpu && run != R_T5 && run != R_CACHE && !gpu_available()) {
+    } else if (!cpu && run != R_T5 && run != R_CACHE && run != R_GEN && !gpu_available()) {
         fprintf(stderr, "bench: %s needs a CUDA device: %s%s%s\n", RUN_NAME[run], radix_error(),
                 run == R_T4 || run == R_T2 ? "; on the CPU: add --cpu" : "",
-                run == R_CACHE_GPU ? "; on the CPU: leave out --gpu" : "");
+                run == R_CACHE_GPU || run == R_GEN_GPU ? "; on the CPU: leave out --gpu" : "");
         return 1;
     } else if (csv && !(g_csv = fopen(csv, "w"))) {
         fprintf(stderr, "bench: cannot write %s: %s\n", csv, strerror(errno));
@@ -1767,7 +1875,7 @@ int main(int argc, char **argv)
             if (!rc && svg) rc = write_cpu_svg(svg, pts, n, quick ? 4 : 8, title);
         } else if (!rc) rc = cpu_table2(model, reps, quick);
     } else {
-        if (run != R_T5 && run != R_CACHE) print_device();
+        if (run != R_T5 && run != R_CACHE && run != R_GEN) print_device();
         if (table == 4) {
             Point pts[16];
             int n = 0;
@@ -1782,6 +1890,7 @@ int main(int argc, char **argv)
         else if (table == 5) rc = table5(quick);
         else if (table == 6) rc = table6(quick ? reps : 4 * reps);
         else if (run == R_CACHE || run == R_CACHE_GPU) rc = prefix_cache_tables(reps, gpu);
+        else if (run == R_GEN || run == R_GEN_GPU) rc = generate_table(reps, gpu, quick);
         else rc = reranker(model, reps, quick);
     }
     if (g_csv && rx_close_output(g_csv, csv)) {

@@ -24,6 +24,9 @@
  *                                      from the pool's slots (layout_build_prefill(), kv_store_ref()), and
  *                                      radix_index_build_keyed(): its own trie (trie_build_rooted()), a
  *                                      root per cached prefix, walked with Part I's trie_insert()
+ *   Part II: generation, Sec. 6     -> rx_serve(): a decode step is a one-token prefill on the cached history;
+ *                                      pages grow (rx_request_grow), evict, preempt; generated pages are cached
+ *                                      (rx_request_cache) for the next turn; rx_sample() picks each token
  *   Part III, speed                 -> what exists only to be fast, each equal to a Part I definition: OpenMP,
  *                                      packed weights and SIMD tiles (rx_matmul_packed_ref), the vector exp, the
  *                                      tiled attention (attention_fast), flash_attention (tensor cores); the path
@@ -31,7 +34,7 @@
  *
  * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1, from
  * the definitions) -> the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV
- * pool, the prefix caches, prefill and serving -> GPU entry points for the tests and benchmarks -> Part III: speed
+ * pool, the prefix caches, prefill, sampling, serving and generation -> GPU entry points for the tests and benchmarks -> Part III: speed
  * (threads, packed panels and SIMD tiles, the CPU paths, the tiled attention) -> the plumbing (errors, JSON,
  * safetensors, config, loading, token files) -> main().
  *
@@ -2314,8 +2317,34 @@ int rx_request_admit(RxPrefixCache *c, RxRequest *r) {
         }
     }
     r->cached_len = m * P;
+    r->kv_len = m * P;
     r->prefix_key = m ? r->pages[m - 1] : -1;
     r->state = RX_REQ_RUNNING;
+    return 0;
+}
+
+int rx_request_grow(RxPrefixCache *c, RxRequest *r, int len) {
+    int need = (len + c->P - 1) / c->P;
+    if (need <= r->n_pages) return 0;
+    int32_t *grown = (int32_t *)realloc(r->pages, (size_t)need * sizeof(int32_t));
+    if (!grown) return rx_fail("out of host memory for a page table of %d pages", need);
+    r->pages = grown;
+    for (; r->n_pages < need; r->n_pages++) {
+        if (c->pool->n_free == 0) rx_cache_evict(c, need - r->n_pages);
+        if ((r->pages[r->n_pages] = rx_kv_page_alloc(c->pool)) < 0) return 1;
+    }
+    return 0;
+}
+
+int rx_request_cache(RxPrefixCache *c, RxRequest *r) {
+    int n_pages = r->kv_len / c->P, m;
+    if (rx_cache_insert(c, r->model_id, r->tokens, r->kv_len, r->pages) < 0) return -1;
+    if (c->kind != RX_CACHE_RADIX || n_pages == 0) return 0;
+    int32_t at = radix_walk_split(c, r->model_id, r->tokens, n_pages, &m);  /* the node its cached pages end at */
+    if (at < 0) return -1;
+    radix_touch(c, at, +1);                              /* lock the path to it, then let go of the old one: */
+    if (r->lock_node >= 0) radix_touch(c, r->lock_node, -1);   /* a prefix of it (the same tokens)          */
+    r->lock_node = at;
     return 0;
 }
 
@@ -2496,8 +2525,7 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
     int P = p->page_size;
     for (int s = 0; s < b->n_seqs; s++) {
         int cached = pf->cached_len[s], L = b->cu_seqlens[s + 1] - b->cu_seqlens[s];
-        if (cached < 0 || cached % P)
-            return rx_fail("prefill: sequence %d: cached_len %d is not a multiple of the page size %d", s, cached, P);
+        if (cached < 0) return rx_fail("prefill: sequence %d: cached_len %d is negative", s, cached);
         for (int j = 0; j < L; j++)
             if (b->position_ids[b->cu_seqlens[s] + j] != cached + j)
                 return rx_fail("prefill: sequence %d: new token %d is at position %d; after %d cached tokens it "
@@ -2507,20 +2535,22 @@ static int prefill_check(const Qwen3Config *c, const RxBatch *b, const RxPrefill
             if (pf->pages[s][j] < 0 || pf->pages[s][j] >= p->n_pages)
                 return rx_fail("prefill: sequence %d: page table entry %d is page %d, outside the pool's %d pages",
                                s, j, pf->pages[s][j], p->n_pages);
-        /* The key must name the cached prefix. The last cached page does: its K/V depend on every token before it. */
-        int32_t want = cached > 0 ? pf->pages[s][cached / P - 1] : -1;
+        /* The key must name the cached prefix. The page of its last token does: its K/V depend on every token
+         * before it. A decode step's history ends inside the request's own page, which no one else holds. */
+        int32_t want = cached > 0 ? pf->pages[s][(cached - 1) / P] : -1;
         if (pf->prefix_key[s] != want)
-            return rx_fail("prefill: sequence %d: prefix key %d; it must be the last cached page, %d (-1: none cached)",
-                           s, pf->prefix_key[s], want);
+            return rx_fail("prefill: sequence %d: prefix key %d; it must be the page of the last cached token, %d "
+                           "(-1: none cached)", s, pf->prefix_key[s], want);
     }
-    /* A page a sequence writes (its own, from cached_len on) is its alone: no other sequence writes or reads it. */
+    /* A page a sequence writes (its own, from cached_len on, the one holding both its last cached and first new
+     * token included) is its alone: no other sequence writes or reads it. */
     int32_t *writer = (int32_t *)rx_alloc(sizeof(int32_t) * (size_t)p->n_pages, "the prefill's page owners");
     if (!writer) return -1;
     for (int i = 0; i < p->n_pages; i++) writer[i] = -1;
     int rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++)         /* pass 0: claim the written pages; pass 1: check the reads */
         for (int s = 0; s < b->n_seqs && !rc; s++) {
-            int first_own = pf->cached_len[s] / P;     /* pages [0, first_own) cached, [first_own, n) its own */
+            int first_own = pf->cached_len[s] / P;     /* pages [0, first_own) read only, [first_own, n) written */
             int n = (pf->cached_len[s] + b->cu_seqlens[s + 1] - b->cu_seqlens[s] + P - 1) / P;
             for (int j = pass ? 0 : first_own; j < (pass ? first_own : n) && !rc; j++) {
                 int32_t pg = pf->pages[s][j];
@@ -2587,12 +2617,61 @@ int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, in
     return 0;
 }
 
+/* -------------------------------------------------------------------------------------- part ii: sampling a token */
+/* Greedy is the argmax. Sampling, as transformers' warpers do it in this order: temperature, then top-k, then top-p
+ * (the nucleus: the most likely tokens until their probability reaches p), then one draw. Each request draws from
+ * its own generator, so its tokens do not depend on the batch it shares a step with, the schedule, the threads or
+ * the CPU path (which give the same logits, bit for bit). */
+uint64_t rx_sampler_seed(uint64_t seed, int request) { return hash_mix(seed ^ hash_mix((uint64_t)request + 1)); }
+
+typedef struct { double p; int32_t id; } Candidate;
+static int by_p_then_id(const void *a, const void *b) {
+    const Candidate *x = (const Candidate *)a, *y = (const Candidate *)b;
+    return x->p != y->p ? (y->p > x->p ? 1 : -1) : (x->id > y->id) - (x->id < y->id);
+}
+
+int32_t rx_sample(const float *z, int V, const RxGenerate *g, uint64_t *rng) {
+    int32_t best = 0;                                            /* the lowest id of the largest logit */
+    for (int32_t i = 1; i < V; i++)
+        if (z[i] > z[best]) best = i;
+    if (g->temperature == 0) return best;
+    Candidate *c = (Candidate *)rx_alloc((size_t)V * sizeof *c, "the sampler's candidates [vocab]");
+    if (!c) return -1;
+    for (int32_t i = 0; i < V; i++) {                            /* unnormalised softmax(z / T), in double */
+        c[i].id = i;
+        c[i].p = exp(((double)z[i] - z[best]) / g->temperature);
+    }
+    qsort(c, (size_t)V, sizeof *c, by_p_then_id);
+    int k = g->top_k > 0 && g->top_k < V ? g->top_k : V, n = 0;
+    double sum = 0, kept = 0;
+    for (int i = 0; i < k; i++) sum += c[i].p;
+    while (n < k && (n == 0 || kept < g->top_p * sum)) kept += c[n++].p;     /* the nucleus: c[0..n) */
+    double u = (double)(rx_rand(rng) >> 11) * 0x1p-53 * kept;                /* uniform in [0, kept) */
+    int32_t tok = c[n - 1].id;
+    for (int i = 0; i < n; i++)
+        if ((u -= c[i].p) < 0) { tok = c[i].id; break; }
+    free(c);
+    return tok;
+}
+
 /* --------------------------------------------------------------------------- part ii: serving requests in batches */
-/* A serving engine's scheduler loop, as SGLang's RadixAttention scheduler runs it. Requests wait in a queue; each
- * round admits up to `batch` of them, in arrival order (fcfs) or longest cached prefix first (lpm: sorting by matched
- * length visits the tree depth first, so a prefix is reused while it is cached), and stops at the first one that
- * finds no room. One prefill (qwen3_prefill_ref, or gpu_prefill with o->gpu) computes their uncached suffixes as one
- * ragged batch, and each request finishes. At the end the pool is audited and the cache flushed. */
+/* A serving engine's scheduler loop, as SGLang's RadixAttention scheduler and nano-vllm run it, one forward a step:
+ *
+ *   step: grow     each running request's page table covers its tokens; when the pool runs dry, evict (LRU), then
+ *                  preempt the newest running request (its pages freed; requeued first, to prefill again)
+ *         admit    waiting requests, up to `batch` running, in arrival order (fcfs) or longest cached prefix first
+ *                  (lpm: sorting by matched length visits the tree depth first, so a prefix is reused while it is
+ *                  cached); the first one that finds no room waits for the next step
+ *         forward  one prefill (qwen3_prefill_ref, or gpu_prefill with o->gpu) of every running request's tokens
+ *                  that have no K/V yet: a new request's uncached prompt, a decoding request's newest token
+ *         sample   each request's next token from its logits; it finishes at max_new or an end-of-sequence token
+ *
+ * A decode step is a prefill of one token on the cached history, so the same forward serves both, and one step mixes
+ * new prompts with running requests' single tokens (continuous batching). RadixMLP stays inside each step: two new
+ * prompts after the same cached prefix merge; a decoding request's history ends in its own page, so its one token
+ * is a row of its own (the paper's Sec. 6: in decoding "KV caching remains more suitable"). Whole pages of prompt and
+ * generated tokens go into the cache at each page boundary and at the end (rx_request_cache), so a later turn that
+ * repeats this conversation (@K) finds its answer cached too. At the end the pool is audited and the cache flushed. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
 
 static int by_cached_then_index(const void *a, const void *b) {
@@ -2600,41 +2679,197 @@ static int by_cached_then_index(const void *a, const void *b) {
     return x->cached != y->cached ? (y->cached > x->cached ? 1 : -1) : (x->index > y->index) - (x->index < y->index);
 }
 
-/* The next batch into adm[]: up to o->batch waiting requests in the scheduler's order. Returns how many, or -1.
- *   req [n_requests] every request; wait [*n_wait] the waiting ones (admitted ones leave it); adm [o->batch] out. */
-static int admit_batch(RxPrefixCache *c, RxRequest *req, Waiting *wait, int *n_wait, const RxServeOptions *o,
-                       RxRequest **adm) {
-    if (o->lpm) {
-        for (int w = 0; w < *n_wait; w++) {
-            const RxRequest *r = &req[wait[w].index];
-            wait[w].cached = rx_cache_lookup(c, r->model_id, r->tokens, r->len - 1, NULL);
-        }
-        qsort(wait, (size_t)*n_wait, sizeof *wait, by_cached_then_index);
+/* A request's conversation beside its RxRequest, whose tokens point into hist. */
+typedef struct {
+    int32_t *hist;                   /* [cap] the history: its prompt, then the tokens it generated             */
+    uint8_t *generated;              /* [cap] 1 where hist holds a token some turn generated                    */
+    int cap, prompt_len, n_gen;      /* prompt_len: 0 until the prompt is built (an @K turn: once K finishes)   */
+    int state;                       /* 0 waiting or running, 1 finished, 2 refused                            */
+    int admissions;                  /* 0 before its first; more after preemptions                             */
+    uint64_t rng;                    /* its own generator: its tokens do not depend on who shares its steps   */
+} Turn;
+
+typedef struct {                     /* what the steps of one rx_serve share                                  */
+    const RxServeOptions *o;
+    RxPrefixCache *c;
+    RxRequest *req;                  /* [n] */
+    Turn *turn;                      /* [n] */
+    Waiting *wait; int n_wait;       /* [n] waiting, in the order they are offered admission                    */
+    RxRequest **run; int n_run;      /* [batch] running, oldest admission first                                */
+    const int32_t *const *tokens;    /* [n] each request's own tokens (its line)                               */
+    const int *lens;                 /* [n]                                                                     */
+    int n_done, refused_first;
+    int32_t *cached_of;              /* [n] the caller's, may be NULL                                           */
+    RxServeStats *st;
+} Sched;
+
+static int max_new_of(const RxServeOptions *o) { return o->gen ? o->gen->max_new : 0; }
+
+/* Request i's prompt, once it can be known: its own tokens after request after[i]'s whole history. Returns 0 (built),
+ * 1 (not yet: its earlier turn has not finished) or 2 (its earlier turn was refused). */
+static int build_prompt(Sched *S, int i) {
+    Turn *t = &S->turn[i];
+    int k = S->o->after ? S->o->after[i] : -1, n = 0;
+    if (t->prompt_len) return 0;
+    if (k >= 0 && S->turn[k].state != 1) return S->turn[k].state == 2 ? 2 : 1;
+    if (k >= 0) {
+        n = S->turn[k].prompt_len + S->turn[k].n_gen;
+        memcpy(t->hist, S->turn[k].hist, (size_t)n * sizeof(int32_t));
+        memcpy(t->generated, S->turn[k].generated, (size_t)n);
     }
-    int n = 0;                                             /* the first n of wait[] are admitted, in order */
-    for (; n < *n_wait && n < o->batch; n++) {
-        adm[n] = &req[wait[n].index];
-        int rc = rx_request_admit(c, adm[n]);
-        if (rc < 0) return -1;
-        if (rc > 0) break;                                 /* no room until this batch finishes */
-    }
-    memmove(wait, wait + n, (size_t)(*n_wait - n) * sizeof *wait);
-    *n_wait -= n;
-    return n;
+    memcpy(t->hist + n, S->tokens[i], (size_t)S->lens[i] * sizeof(int32_t));
+    memset(t->generated + n, 0, (size_t)S->lens[i]);
+    t->prompt_len = n + S->lens[i];
+    rx_request_init(&S->req[i], t->hist, t->prompt_len, S->o->model_id);
+    return 0;
 }
 
-/* A NaN or Inf in request i's last-token logits row [vocab] is an error, never a result (with or without a caller
- * that keeps the logits): the first one, by request (source:line when the requests came from a file), row and
- * column of the logits [n_requests, vocab]. */
-static int nonfinite_logits(const float *row, int V, int i, const char *source) {
+static void refuse(Sched *S, int i) {
+    if (S->st->refused++ == 0) S->refused_first = i;
+    S->turn[i].state = 2;
+    S->n_done++;
+}
+
+/* The most pages request i ever holds: prompt and generated tokens but the last (whose K/V is never computed). */
+static int pages_at_most(const Sched *S, int i) {
+    int tokens = S->turn[i].prompt_len + (max_new_of(S->o) > 0 ? max_new_of(S->o) - 1 : 0);
+    return (tokens + S->o->page_size - 1) / S->o->page_size;
+}
+
+/* Admits waiting requests while fewer than o->batch run, in the scheduler's order; skips a turn whose conversation
+ * is still running, refuses one that could never fit, stops at the first that finds no room. */
+static int admit_step(Sched *S) {
+    const RxServeOptions *o = S->o;
+    for (int w = 0; w < S->n_wait; w++) {
+        int i = S->wait[w].index;
+        if (build_prompt(S, i) == 2) refuse(S, i);
+        const RxRequest *r = &S->req[i];
+        S->wait[w].cached = S->turn[i].prompt_len && o->lpm ? rx_cache_lookup(S->c, r->model_id, r->tokens,
+                                                                               r->len - 1, NULL) : -1;
+    }
+    if (o->lpm) qsort(S->wait, (size_t)S->n_wait, sizeof *S->wait, by_cached_then_index);
+    int kept = 0, full = S->n_run == o->batch;
+    for (int w = 0; w < S->n_wait; w++) {
+        int i = S->wait[w].index, rc = 1;
+        Turn *t = &S->turn[i];
+        RxRequest *r = &S->req[i];
+        if (t->state == 2) continue;                              /* refused with its earlier turn */
+        if (!full && t->prompt_len && pages_at_most(S, i) > S->c->pool->n_pages) { refuse(S, i); continue; }
+        if (!full && t->prompt_len && (rc = rx_request_admit(S->c, r)) < 0) return -1;
+        if (rc) {                                                 /* waits: its turn 1 runs, or no room */
+            full |= t->prompt_len > 0;
+            S->wait[kept++] = S->wait[w];
+            continue;
+        }
+        S->run[S->n_run++] = r;
+        full = S->n_run == o->batch;
+        if (t->admissions++) {
+            S->st->recomputed_tokens += r->len - r->cached_len;
+            continue;
+        }
+        if (S->cached_of) S->cached_of[i] = r->cached_len;
+        S->st->prompt_tokens += t->prompt_len;
+        S->st->cached_tokens += r->cached_len;
+        for (int p = 0; p < r->cached_len; p++) S->st->cached_generated += t->generated[p];
+    }
+    S->n_wait = kept;
+    return 0;
+}
+
+/* Preempts the newest running request: its pages go back (what it cached stays cached), it waits first in line, and
+ * when admitted again it prefills its prompt and generated tokens, as many as the cache no longer holds. */
+static void preempt_newest(Sched *S) {
+    RxRequest *r = S->run[--S->n_run];
+    int i = (int)(r - S->req);
+    rx_request_abort(S->c, r);
+    rx_request_init(r, S->turn[i].hist, S->turn[i].prompt_len + S->turn[i].n_gen, S->o->model_id);
+    memmove(S->wait + 1, S->wait, (size_t)S->n_wait * sizeof *S->wait);
+    S->wait[0].index = i;
+    S->n_wait++;
+    S->st->preemptions++;
+}
+
+/* Every running request's page table covers its tokens, oldest first; a request that cannot grow preempts the newest
+ * (itself, if it is the newest). The oldest always grows: it fits alone (admit_step refuses what does not). */
+static int grow_step(Sched *S) {
+    for (int s = 0; s < S->n_run; s++) {
+        RxRequest *r = S->run[s];
+        int rc;
+        while ((rc = rx_request_grow(S->c, r, r->len)) == 1) {
+            preempt_newest(S);
+            if (S->n_run == s) return 0;                          /* it was the newest */
+        }
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
+static int is_eos(const RxGenerate *g, int32_t tok) {
+    for (int e = 0; e < g->n_eos; e++)
+        if (g->eos[e] == tok) return 1;
+    return 0;
+}
+
+/* After a forward: request r's logits row [vocab]. Samples its next token; finishes it at max_new or an
+ * end-of-sequence token, else caches its pages when it completed one. Returns 1 when it finished, 0, or -1. */
+static int after_forward(Sched *S, RxRequest *r, const float *row, int V) {
+    const RxGenerate *g = S->o->gen;
+    const int i = (int)(r - S->req);
+    const int P = S->o->page_size;
+    const int completed_page = r->len / P > r->kv_len / P;
+    Turn *t = &S->turn[i];
+    int finished = 1;
+    r->kv_len = r->len;                                           /* the forward wrote K/V of every token */
+    if (g) {
+        int32_t tok = rx_sample(row, V, g, &t->rng);
+        if (tok < 0) return -1;
+        t->hist[r->len] = tok;
+        t->generated[r->len] = 1;
+        r->len++;
+        t->n_gen++;
+        S->st->generated_tokens++;
+        finished = t->n_gen == g->max_new || is_eos(g, tok);
+    }
+    if (!finished) return completed_page && rx_request_cache(S->c, r) ? -1 : 0;
+    r->len = r->kv_len;                                           /* the last token sampled has no K/V to cache */
+    if (rx_request_finish(S->c, r)) return -1;
+    t->state = 1;
+    S->n_done++;
+    if (g && g->out) memcpy(g->out + (size_t)i * g->max_new, t->hist + t->prompt_len, (size_t)t->n_gen * 4);
+    if (g && g->n_out) g->n_out[i] = t->n_gen;
+    return 1;
+}
+
+/* How a message names request i: source:line when the requests came from a file, else "request i". */
+static const char *request_name(const RxServeOptions *o, int i, char *buf, size_t n) {
+    if (o->source) snprintf(buf, n, "%s:%d", o->source, i + 1);
+    else snprintf(buf, n, "request %d", i);
+    return buf;
+}
+
+/* A NaN or Inf in request i's logits row [vocab] is an error, never a result (with or without a caller that keeps
+ * the logits): the first one, by request (source:line when the requests came from a file) and column. */
+static int nonfinite_logits(const float *row, int V, int i, const RxServeOptions *o) {
     size_t bad;
     char who[300];
     rx_max_abs_diff(row, NULL, (size_t)V, &bad);
     if (bad == (size_t)V) return 0;
-    if (source) snprintf(who, sizeof who, "%s:%d", source, i + 1);
-    else snprintf(who, sizeof who, "request %d", i);
-    return rx_fail("%s: the last-token logits [n_requests, vocab] hold %g at row %d, column %zu (radixmlp --check "
-                   "looks for non-finite weights)", who, row[bad], i, bad);
+    return rx_fail("%s: the logits [vocab] of its last token hold %g at column %zu (radixmlp --check looks for "
+                   "non-finite weights)",
+                   request_name(o, i, who, sizeof who), row[bad], bad);
+}
+
+/* The refusal rx_serve ends with: the first request that could never fit. */
+static int refused_message(const Sched *S) {
+    const int i = S->refused_first;
+    const int k = S->o->after ? S->o->after[i] : -1;
+    char who[300];
+    request_name(S->o, i, who, sizeof who);
+    if (!S->turn[i].prompt_len) return rx_fail("%s: refused: it continues request %d, which was refused", who, k + 1);
+    return rx_fail("%s: refused: %d prompt tokens and %d to generate need %d pages of %d tokens, but the KV pool has "
+                   "only %d (%d request%s refused)", who, S->turn[i].prompt_len, max_new_of(S->o),
+                   pages_at_most(S, i), S->o->page_size, S->c->pool->n_pages, S->st->refused,
+                   S->st->refused == 1 ? "" : "s");
 }
 
 /* --show-cache after batch b: the cache's counts (audited), then the tree. */
@@ -2647,6 +2882,35 @@ static int show_cache_after(FILE *out, const RxPrefixCache *c, int b) {
     return 0;
 }
 
+/* Each request's conversation buffers (cap: its prompt at most, its earlier turns' included, and max_new), and the
+ * pages for all at once (*need). */
+static int turns_alloc(Turn *turn, const int *lens, int n, const RxServeOptions *o, int64_t *need) {
+    *need = 0;
+    for (int s = 0; s < n; s++) {
+        int k = o->after ? o->after[s] : -1;
+        if (lens[s] < 1) return rx_fail("rx_serve: request %d is empty", s);
+        if (k < -1 || k >= s) return rx_fail("rx_serve: request %d continues request %d, which is not earlier", s, k);
+        int64_t cap = (int64_t)(k >= 0 ? turn[k].cap : 0) + lens[s] + max_new_of(o);
+        if (cap > INT32_MAX / 2) return rx_fail("rx_serve: request %d would hold %lld tokens", s, (long long)cap);
+        turn[s].cap = (int)cap;
+        turn[s].hist = (int32_t *)rx_alloc((size_t)cap * sizeof(int32_t), "a request's tokens");
+        turn[s].generated = (uint8_t *)rx_alloc((size_t)cap, "a request's tokens");
+        if (!turn[s].hist || !turn[s].generated) return -1;
+        turn[s].rng = rx_sampler_seed(o->gen ? o->gen->seed : 0, s);
+        *need += (cap + o->page_size - 1) / o->page_size;
+    }
+    if (*need * o->page_size > INT32_MAX)
+        return rx_fail("rx_serve: %lld pages of %d tokens are too many for one pool", (long long)*need, o->page_size);
+    return 0;
+}
+
+static int gen_check(const RxGenerate *g) {
+    if (g && (g->max_new < 1 || !(g->temperature >= 0) || g->top_k < 0 || !(g->top_p > 0 && g->top_p <= 1) ||
+              g->n_eos < 0))
+        return rx_fail("rx_serve: generation needs max_new >= 1, temperature >= 0, top_k >= 0 and top_p in (0, 1]");
+    return 0;
+}
+
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
     int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1;
@@ -2654,52 +2918,65 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     double t0;
     memset(st, 0, sizeof *st);
     if (P < 1 || B < 1 || o->n_pages < 0) return rx_fail("rx_serve: page size %d and batch %d must be >= 1", P, B);
-    for (int s = 0; s < n_req; s++) {
-        if (lens[s] < 1) return rx_fail("rx_serve: request %d is empty", s);
-        need += (lens[s] + P - 1) / P;
-        st->prompt_tokens += lens[s];
-    }
-    if (need * P > INT32_MAX)
-        return rx_fail("rx_serve: %lld pages of %d tokens are too many for one pool", (long long)need, P);
+    if (gen_check(o->gen)) return -1;
     RxKvPool pool;
-    RxPrefixCache *c = NULL;
     GpuKvPool *gpu_kv = NULL;                              /* o->gpu: the K/V on the device, the bookkeeping here */
     RxBatch sfx = {0, 0, NULL, NULL, NULL};
-    RxRequest *req = (RxRequest *)calloc((size_t)n_req + 1, sizeof(RxRequest));
-    Waiting *wait = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
-    RxRequest **adm = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));             /* [batch] admitted      */
-    int32_t *cached_len = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch] per sequence  */
-    int32_t *prefix_key = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch]               */
-    const int32_t **tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));      /* [batch] page tables   */
-    const int32_t **seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));        /* [batch] suffixes      */
-    int *sfx_lens = (int *)calloc((size_t)B, sizeof(int));                                /* [batch]               */
-    float *blogits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a batch's logits [batch, vocab]");
+    Sched S;
+    memset(&S, 0, sizeof S);
+    S.o = o;
+    S.tokens = tokens;
+    S.lens = lens;
+    S.cached_of = cached_of;
+    S.st = st;
+    S.req = (RxRequest *)calloc((size_t)n_req + 1, sizeof(RxRequest));
+    S.turn = (Turn *)calloc((size_t)n_req + 1, sizeof(Turn));
+    S.wait = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
+    S.run = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));                         /* [batch] running     */
+    int32_t *cached_len = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch] per sequence */
+    int32_t *prefix_key = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch]              */
+    const int32_t **tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));      /* [batch] page tables  */
+    const int32_t **seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));        /* [batch] new tokens   */
+    int *sfx_lens = (int *)calloc((size_t)B, sizeof(int));                                /* [batch]              */
+    float *blogits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a step's logits [batch, vocab]");
     memset(&pool, 0, sizeof pool);
-    if (!req || !wait || !adm || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens || !blogits) {
+    if (!S.req || !S.turn || !S.wait || !S.run || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens ||
+        !blogits) {
         rx_fail("out of host memory for serving %d requests", n_req);
         goto done;
     }
+    if (turns_alloc(S.turn, lens, n_req, o, &need)) goto done;
     if (rx_kv_pool_init(&pool, o->n_pages ? o->n_pages : (int)need, P, o->gpu ? 0 : m->cfg.n_layers,
                         o->gpu ? 0 : m->cfg.n_kv_heads * m->cfg.head_dim) ||
-        (o->gpu && gpu_kv_pool_create(&gpu_kv, o->gpu, &pool)) || rx_cache_create(&c, o->cache, &pool))
+        (o->gpu && gpu_kv_pool_create(&gpu_kv, o->gpu, &pool)) || rx_cache_create(&S.c, o->cache, &pool))
         goto done;
     for (int s = 0; s < n_req; s++) {
-        rx_request_init(&req[s], tokens[s], lens[s], o->model_id);
-        wait[s].index = s;
+        rx_request_init(&S.req[s], NULL, 0, o->model_id);
+        S.wait[s].index = s;
+        if (o->gen && o->gen->n_out) o->gen->n_out[s] = 0;
     }
+    S.n_wait = n_req;
+    st->pool_pages = pool.n_pages;
     t0 = rx_now_ms();
-    for (int n_wait = n_req; n_wait > 0; st->n_batches++) {
-        int n = admit_batch(c, req, wait, &n_wait, o, adm), rows = 0;   /* >= 1: nothing is running now */
-        if (n < 0) goto done;
-        for (int s = 0; s < n; s++) {                     /* the batch: sequence s is adm[s]'s uncached suffix */
-            cached_len[s] = adm[s]->cached_len;
-            tables[s] = adm[s]->pages;
-            prefix_key[s] = adm[s]->prefix_key;
-            seqs[s] = adm[s]->tokens + cached_len[s];
-            sfx_lens[s] = adm[s]->len - cached_len[s];
+    while (S.n_done < n_req) {
+        if (grow_step(&S) || admit_step(&S)) goto done;
+        if (S.n_run == 0) {
+            if (S.n_done == n_req) break;                  /* the last ones were refused */
+            rx_fail("rx_serve: %d requests wait and none can run", S.n_wait);   /* cannot happen: no hang if it does */
+            goto done;
+        }
+        int n = S.n_run, rows = 0, news = 0;
+        for (int s = 0; s < n; s++) {                     /* sequence s: run[s]'s tokens without K/V */
+            const RxRequest *r = S.run[s];
+            cached_len[s] = r->kv_len;
+            tables[s] = r->pages;
+            prefix_key[s] = r->kv_len ? r->pages[(r->kv_len - 1) / P] : -1;   /* the page of its last cached token */
+            seqs[s] = r->tokens + r->kv_len;
+            sfx_lens[s] = r->len - r->kv_len;
+            news += S.turn[r - S.req].n_gen == 0;
         }
         if (rx_batch_make(&sfx, seqs, sfx_lens, n)) goto done;
-        for (int s = 0; s < n; s++)                       /* whose positions go on after the cached prefix */
+        for (int s = 0; s < n; s++)                       /* whose positions go on after the cached ones */
             for (int i = sfx.cu_seqlens[s]; i < sfx.cu_seqlens[s + 1]; i++) sfx.position_ids[i] += cached_len[s];
         RxPrefill pf = {.pool = &pool, .cached_len = cached_len, .pages = tables, .prefix_key = prefix_key};
         GpuRunInfo gi = {};
@@ -2708,42 +2985,62 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
             goto done;
         if (o->trace) {
             fprintf(o->trace, "batch %d: ", st->n_batches);
+            if (o->gen) fprintf(o->trace, "%d new + %d decoding; ", news, n - news);
             if (rx_prefill_print(o->trace, &sfx, &pf, rows)) goto done;
         }
         rx_batch_free(&sfx);
         st->rows_computed += rows;
         st->gpu_ms += gi.forward_ms;
+        int kept = 0;
         for (int s = 0; s < n; s++) {
-            int i = (int)(adm[s] - req);
-            if (nonfinite_logits(blogits + (size_t)s * V, V, i, o->source)) goto done;
-            if (last_logits) memcpy(last_logits + (size_t)i * V, blogits + (size_t)s * V, (size_t)V * sizeof(float));
-            if (batch_of) batch_of[i] = st->n_batches;
-            if (cached_of) cached_of[i] = adm[s]->cached_len;
-            st->cached_tokens += adm[s]->cached_len;
-            if (rx_request_finish(c, adm[s])) goto done;
+            RxRequest *r = S.run[s];
+            const float *row = blogits + (size_t)s * V;
+            int i = (int)(r - S.req);
+            if (nonfinite_logits(row, V, i, o)) goto done;
+            if (o->gen && o->gen->on_logits && o->gen->on_logits(o->gen->ctx, i, r->tokens, r->len, row)) {
+                rx_fail("rx_serve: on_logits stopped the run at request %d's history of %d tokens", i, r->len);
+                goto done;
+            }
+            if (S.turn[i].n_gen == 0) {                   /* its prompt's last token: the prefill's logits */
+                if (last_logits) memcpy(last_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
+                if (batch_of) batch_of[i] = st->n_batches;
+            }
+            int fin = after_forward(&S, r, row, V);
+            if (fin < 0) goto done;
+            if (!fin) S.run[kept++] = r;                  /* the running stay in admission order */
         }
-        if (o->show_cache && show_cache_after(o->show_cache, c, st->n_batches)) goto done;
+        S.n_run = kept;
+        st->n_batches++;
+        if (o->show_cache && show_cache_after(o->show_cache, S.c, st->n_batches - 1)) goto done;
     }
     st->ms = rx_now_ms() - t0;
     RxCacheStats cs;
-    if (rx_cache_audit(c, &cs)) goto done;
-    st->pool_pages = pool.n_pages;
+    if (rx_cache_audit(S.c, &cs)) goto done;
     st->cache_pages = cs.cached_pages;
     st->evicted_pages = cs.evicted_pages;
     st->request_pages = cs.request_pages;
-    rx_cache_free(c);                                      /* the final flush: the cache lets go of every page */
-    c = NULL;
+    if (st->refused) {
+        refused_message(&S);
+        goto done;
+    }
+    rx_cache_free(S.c);                                    /* the final flush: the cache lets go of every page */
+    S.c = NULL;
     st->held_after_flush = pool.n_pages - pool.n_free;
     rc = 0;
 done:
     rx_batch_free(&sfx);
-    for (int s = 0; req && s < n_req; s++) rx_request_abort(c, &req[s]);
-    rx_cache_free(c);
+    for (int s = 0; S.req && s < n_req; s++) rx_request_abort(S.c, &S.req[s]);
+    for (int s = 0; S.turn && s < n_req; s++) {
+        free(S.turn[s].hist);
+        free(S.turn[s].generated);
+    }
+    rx_cache_free(S.c);
     rx_kv_pool_free(&pool);
     gpu_kv_pool_free(gpu_kv);
-    free(req);
-    free(wait);
-    free(adm);
+    free(S.req);
+    free(S.turn);
+    free(S.wait);
+    free(S.run);
     free(cached_len);
     free(prefix_key);
     free(tables);
@@ -4584,6 +4881,19 @@ static int config_model(const Json *j, const char *file) {
     return 0;
 }
 
+/* "eos_token_id": an int, a list of them, null or absent (none); generation stops at any of them (--ignore-eos). */
+static int config_eos(const Json *j, Qwen3Config *c, const char *file) {
+    int v = jget(j, 0, "eos_token_id");
+    if (v < 0 || j->v[v].type == J_NULL) return 0;
+    const int list = j->v[v].type == J_ARR;
+    for (int e = list ? j->v[v].child : v; e >= 0; e = list ? j->v[e].next : -1) {
+        if (j->v[e].type != J_NUM || !j->v[e].is_uint || j->v[e].u > INT32_MAX || c->n_eos == RX_MAX_EOS)
+            return rx_fail("%s: \"eos_token_id\" must be a token id or a list of at most %d", file, RX_MAX_EOS);
+        c->eos_token_id[c->n_eos++] = (int32_t)j->v[e].u;
+    }
+    return 0;
+}
+
 static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     if (j->v[0].type != J_OBJ) return rx_fail("%s: not a JSON object", file);
     if (config_model(j, file)) return -1;
@@ -4625,7 +4935,7 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     if (bias)
         return rx_fail("%s: \"attention_bias\" is true; the q/k/v/o projection biases are not implemented (only false "
                        "is supported)", file);
-    if (config_full_attention(j, c, file)) return -1;
+    if (config_full_attention(j, c, file) || config_eos(j, c, file)) return -1;
     return cfg_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, file);
 }
 
@@ -5175,9 +5485,25 @@ void rx_batch_free(RxBatch *b) {
 }
 
 /* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
-int rx_batch_read(RxBatch *b, const char *path) {
+int rx_batch_read(RxBatch *b, const char *path) { return rx_requests_read(b, NULL, path); }
+
+/* A line's "@K" (multi-turn: it continues request K, an earlier line) into *k (K - 1); returns the rest of the line. */
+static const char *turn_of(const char *q, const char *eol, int line, const char *path, int32_t *k) {
+    int64_t v = 0;
+    const char *d = ++q;
+    while (q < eol && isdigit((unsigned char)*q) && v <= INT32_MAX) v = v * 10 + (*q++ - '0');
+    if (q == d || v < 1 || v >= line || (q < eol && *q != ' ' && *q != '\t')) {
+        rx_fail("%s:%d: a line may begin with @K, K an earlier line's number (1 to %d)", path, line, line - 1);
+        return NULL;
+    }
+    *k = (int32_t)(v - 1);
+    return q;
+}
+
+int rx_requests_read(RxBatch *b, int32_t **after, const char *path) {
     MappedFile f;
     memset(b, 0, sizeof *b);
+    if (after) *after = NULL;
     if (map_file(&f, path, 256u << 20, 1)) return -1;
     int n_seqs = 0, rc = -1;
     int64_t n_tok = 0;
@@ -5189,7 +5515,14 @@ int rx_batch_read(RxBatch *b, const char *path) {
             if (!eol) eol = end;
             line++;
             int count = 0;
-            for (const char *q = p; q < eol;) {
+            const char *q = p;
+            while (q < eol && (*q == ' ' || *q == '\t')) q++;
+            if (after && q < eol && *q == '@') {          /* a requests file's turn: @K, then its own tokens */
+                int32_t k;
+                if (!(q = turn_of(q, eol, line, path, &k))) goto done;
+                if (pass) (*after)[s] = k;
+            }
+            while (q < eol) {
                 if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
                 if (!isdigit((unsigned char)*q)) {     /* also what follows an id without a space: "12a" */
                     /* shown as 'x', or '\x00' unless printable ASCII: a raw NUL would end the message there, and
@@ -5220,12 +5553,19 @@ int rx_batch_read(RxBatch *b, const char *path) {
         if (pass == 0) {
             if (!n_seqs) { rx_fail("%s: no sequences", path); goto done; }
             if (batch_alloc(b, n_seqs, n_tok)) goto done;
+            if (after && !(*after = (int32_t *)rx_alloc((size_t)n_seqs * sizeof(int32_t), "the turns of requests")))
+                goto done;
+            for (int i = 0; after && i < n_seqs; i++) (*after)[i] = -1;
         }
     }
     rc = 0;
 done:
     unmap_file(&f);
     if (rc) rx_batch_free(b);
+    if (rc && after) {
+        free(*after);
+        *after = NULL;
+    }
     return rc;
 }
 
@@ -5279,6 +5619,12 @@ static const char *usage =
     "                --show-batches a line per forward: N tokens = cached + new, N' new histories, rows computed;\n"
     "                --show-cache the cache after each forward (the radix tree's edges and their pages).\n"
     "                On the GPU when there is one (gpu_prefill, K/V in device memory); --cpu: the C reference.\n"
+    "                [--generate N [--out FILE] [--temperature T [--top-k K] [--top-p P] [--seed S]] [--ignore-eos]]\n"
+    "                --generate N: each request then generates up to N tokens, greedy, or sampled at --temperature T\n"
+    "                (top-k, top-p; --seed S, default 0: request i draws from its own generator, seeded by S and i);\n"
+    "                it stops at the config's eos_token_id unless --ignore-eos. A line may begin with @K: a turn\n"
+    "                whose prompt is request K's prompt and generated tokens, then the line's tokens. --out FILE:\n"
+    "                each request's generated ids, one line each, in file order. Generated pages are cached too.\n"
     "       A flag that does not apply to the chosen action is an error. The text goes to stdout: an output file may\n"
     "       not be stdout (--dump-logits /dev/stdout, or the file stdout is sent to); /dev/null is fine.\n"
     "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
@@ -5327,6 +5673,8 @@ static int demo(void) {
         .rope_theta = 1e6,
         .rms_norm_eps = 1e-6,
         .tie_word_embeddings = 1,
+        .eos_token_id = {0},
+        .n_eos = 0,
     };
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 42)) return -1;
@@ -5553,22 +5901,44 @@ done:
     return rc;
 }
 
-/* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. */
+/* --out: request i's generated ids [n_out[i]] on line i, space-separated, in the requests file's order. */
+static int write_generated(const char *path, const RxGenerate *g, int n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < g->n_out[i]; j++) fprintf(f, "%s%d", j ? " " : "", g->out[(size_t)i * g->max_new + j]);
+        fprintf(f, "\n");
+    }
+    if (rx_close_output(f, path)) return -1;
+    printf("wrote %s: %d lines of generated token ids\n", path, n);
+    return 0;
+}
+
+/* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. With
+ * o->gen, each request generates after its prefill (greedy or sampled; it stops at the config's eos_token_id unless
+ * ignore_eos); a line "@K ..." is a turn after request K. */
 static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump,
-                        int force_cpu) {
+                        const char *out, int ignore_eos, int force_cpu) {
     Qwen3Model m;
     RxBatch file;
     GpuModel *g = NULL;
+    int32_t *after = NULL;
     if (qwen3_load(&m, dir)) return -1;
-    if (rx_batch_read(&file, path)) { qwen3_free(&m); return -1; }
-    int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1;
+    if (rx_requests_read(&file, &after, path)) { qwen3_free(&m); return -1; }
+    int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1, N = o->gen ? o->gen->max_new : 0;
+    RxGenerate gen;                         /* the options' settings, with this model's eos and the outputs */
+    memset(&gen, 0, sizeof gen);
+    if (o->gen) gen = *o->gen;
     const int32_t **seqs = (const int32_t **)malloc((size_t)n * sizeof(int32_t *));   /* [n_requests] */
     int *lens = (int *)malloc((size_t)n * sizeof(int));                              /* [n_requests] */
     int32_t *batch_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                 /* [n_requests] */
     int32_t *cached_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                /* [n_requests] */
+    int *prompt_of = (int *)malloc((size_t)n * sizeof(int));                         /* [n_requests] */
+    int *n_out = (int *)calloc((size_t)n, sizeof(int));                              /* [n_requests] */
+    int32_t *gen_out = (int32_t *)rx_alloc((size_t)n * (N ? N : 1) * sizeof(int32_t), "the generated ids");
     float *logits = dump ? (float *)rx_alloc((size_t)n * V * sizeof(float), "the logits [n_requests, vocab]") : NULL;
     RxServeStats st;
-    if (!seqs || !lens || !batch_of || !cached_of || (dump && !logits)) {
+    if (!seqs || !lens || !batch_of || !cached_of || !prompt_of || !n_out || !gen_out || (dump && !logits)) {
         rx_fail("out of host memory for %d requests", n);
         goto done;
     }
@@ -5579,19 +5949,29 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     o->source = path;                       /* a message names request i by its line, path:i+1 */
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
+    o->after = after;
+    gen.eos = m.cfg.eos_token_id;           /* a request stops at the config's eos_token_id (an int or a list) */
+    gen.n_eos = ignore_eos ? 0 : m.cfg.n_eos;
+    gen.out = gen_out;
+    gen.n_out = n_out;
+    o->gen = N ? &gen : NULL;
     if (rx_batch_check(&file, &m.cfg, path)) goto done;
-    for (int s = 0; s < n && o->n_pages; s++)       /* --cache-pages: every request must fit into the pool */
-        if ((lens[s] + o->page_size - 1) / o->page_size > o->n_pages) {
-            rx_fail("%s:%d: a request of %d tokens needs %d pages of %d tokens, but --cache-pages is %d", path, s + 1,
-                    lens[s], (lens[s] + o->page_size - 1) / o->page_size, o->page_size, o->n_pages);
+    for (int s = 0; s < n && o->n_pages; s++) {     /* --cache-pages: every request must fit into the pool */
+        int most = lens[s] + (N ? N - 1 : 0), pages = (most + o->page_size - 1) / o->page_size;
+        if (after[s] < 0 && pages > o->n_pages) {
+            rx_fail("%s:%d: a request of %d tokens%s needs %d pages of %d tokens, but --cache-pages is %d", path, s + 1,
+                    most, N ? " (its prompt and what it generates)" : "", pages, o->page_size, o->n_pages);
             goto done;
         }
+    }
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
     if (o->show_cache)
         printf("--show-cache: 'model %llu' is this checkpoint's id in the cache (a hash of its path): K/V computed by "
                "one model is never offered to another\n", (unsigned long long)o->model_id);
     if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
+    for (int s = 0; s < n; s++)                         /* an @K turn's prompt: K's prompt and output, then its line */
+        prompt_of[s] = (after[s] >= 0 ? prompt_of[after[s]] + n_out[after[s]] : 0) + lens[s];
     printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
            " %s%s, mode %s: %.1f ms\n", n, st.prompt_tokens, rx_cache_kind_name(o->cache), o->page_size, st.pool_pages,
            o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
@@ -5602,19 +5982,26 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     if (stats) {                                        /* a CSV row per request */
         FILE *f = fopen(stats, "w");
         if (!f) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
-        fprintf(f, "request,batch,prompt_tokens,cached_tokens\n");
-        for (int s = 0; s < n; s++) fprintf(f, "%d,%d,%d,%d\n", s, batch_of[s], lens[s], cached_of[s]);
+        fprintf(f, "request,batch,prompt_tokens,cached_tokens,generated_tokens\n");
+        for (int s = 0; s < n; s++)
+            fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
         if (rx_close_output(f, stats)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
+    if (out && write_generated(out, &gen, n)) goto done;
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
            "tokens)\n",
            n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
            100.0 * st.cached_tokens / st.prompt_tokens);
+    if (N)
+        printf("generated tokens %ld; of the cached tokens %ld were generated by earlier turns; preemptions %d (%ld "
+               "tokens prefilled again)\n", st.generated_tokens, st.cached_generated, st.preemptions,
+               st.recomputed_tokens);
     printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, "
            "pages in use by the cache %d of %d\n",
-           st.rows_computed, st.prompt_tokens - st.cached_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
+           st.rows_computed, st.prompt_tokens - st.cached_tokens + st.generated_tokens - (N ? n : 0) +
+           st.recomputed_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
     if (st.request_pages || st.held_after_flush) {
         rx_fail("%d pages held by requests at the end, %d pages not free after the final flush: a leak",
                 st.request_pages, st.held_after_flush);
@@ -5623,7 +6010,8 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     printf("after the final flush: 0 pages held by requests, all %d pages free (no leak)\n", st.pool_pages);
     rc = 0;
 done:
-    free(seqs); free(lens); free(batch_of); free(cached_of); free(logits);
+    free(seqs); free(lens); free(batch_of); free(cached_of); free(prompt_of); free(n_out); free(gen_out);
+    free(logits); free(after);
     rx_batch_free(&file); gpu_model_free(g); qwen3_free(&m);
     return rc;
 }
@@ -5637,6 +6025,18 @@ static int usage_error(const char *fmt, ...) {
     fprintf(stderr, "\n");
     va_end(ap);
     return 2;
+}
+
+/* A real flag value in [lo, hi] (lo_open: above lo), or exit code 2 from main. */
+static int parse_real(const char *flag, const char *s, double lo, int lo_open, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(lo_open ? v > lo : v >= lo) || !(v <= hi))
+        return usage_error("%s takes a number %s %g and at most %g, not '%s'", flag, lo_open ? "above" : "from", lo, hi,
+                           s);
+    *out = (float)v;
+    return 0;
 }
 
 /* An integer flag value in [lo, hi], or exit code 2 from main. */
@@ -5690,7 +6090,8 @@ enum { DEMO, CHECK, SHOW_INDEX, RUN, SERVE, N_ACTIONS };
 static const char *const ACTION_NAME[N_ACTIONS] = {"the demo", "--check", "--show-index",
                                                     "--model DIR --tokens FILE", "--requests FILE"};
 enum { F_MODEL, F_TOKENS, F_REQUESTS, F_CHECK, F_SHOW_INDEX, F_MODE, F_DUMP, F_CPU, F_LAST_ONLY, F_EMBED, F_CACHE,
-       F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, N_FLAGS };
+       F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, F_GENERATE, F_OUT,
+       F_TEMPERATURE, F_TOP_K, F_TOP_P, F_SEED, F_IGNORE_EOS, N_FLAGS };
 #define ON(a) (1 << (a))
 static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAGS] = {   /* in the enum's order */
     {"--model", 1, ON(CHECK) | ON(RUN) | ON(SERVE)}, {"--tokens", 1, ON(SHOW_INDEX) | ON(RUN)},
@@ -5699,7 +6100,9 @@ static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAG
     {"--last-only", 0, ON(RUN)}, {"--embed", 1, ON(RUN)}, {"--prefix-cache", 1, ON(SERVE)},
     {"--page-size", 1, ON(SERVE)}, {"--cache-pages", 1, ON(SERVE)}, {"--batch", 1, ON(SERVE)},
     {"--schedule", 1, ON(SERVE)}, {"--stats", 1, ON(SERVE)}, {"--show-batches", 0, ON(SERVE)},
-    {"--show-cache", 0, ON(SERVE)},
+    {"--show-cache", 0, ON(SERVE)}, {"--generate", 1, ON(SERVE)}, {"--out", 1, ON(SERVE)},
+    {"--temperature", 1, ON(SERVE)}, {"--top-k", 1, ON(SERVE)}, {"--top-p", 1, ON(SERVE)}, {"--seed", 1, ON(SERVE)},
+    {"--ignore-eos", 0, ON(SERVE)},
 };
 
 int main(int argc, char **argv) {
@@ -5743,6 +6146,23 @@ int main(int argc, char **argv) {
         return usage_error("running a checkpoint needs both --model and --tokens");
     if (embed && (dump || last_only))
         return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
+    for (int f = F_OUT; f < N_FLAGS; f++)                   /* the generation flags go with --generate N */
+        if (val[f] && !val[F_GENERATE]) return usage_error("%s goes with --generate N", FLAGS[f].name);
+    RxGenerate gen;                                          /* run_requests adds the eos ids and the outputs */
+    memset(&gen, 0, sizeof gen);
+    gen.top_p = 1;
+    int seed = 0;
+    if ((val[F_GENERATE] && parse_count("--generate", val[F_GENERATE], 1, 1 << 20, &gen.max_new)) ||
+        (val[F_TEMPERATURE] && parse_real("--temperature", val[F_TEMPERATURE], 0, 0, 100, &gen.temperature)) ||
+        (val[F_TOP_K] && parse_count("--top-k", val[F_TOP_K], 1, 1 << 22, &gen.top_k)) ||
+        (val[F_TOP_P] && parse_real("--top-p", val[F_TOP_P], 0, 1, 1, &gen.top_p)) ||
+        (val[F_SEED] && parse_count("--seed", val[F_SEED], 0, INT32_MAX, &seed)))
+        return 2;
+    gen.seed = (uint64_t)seed;
+    for (int f = F_TOP_K; f <= F_SEED; f++)                 /* sampling's own flags need a temperature to sample at */
+        if (val[f] && gen.temperature == 0)
+            return usage_error("%s applies to sampling: give --temperature T above 0 (without it: greedy)",
+                               FLAGS[f].name);
     RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
     RxServeOptions so = {
         .cache = RX_CACHE_RADIX,
@@ -5756,6 +6176,8 @@ int main(int argc, char **argv) {
         .show_cache = NULL,
         .gpu = NULL,
         .source = NULL,
+        .gen = NULL,
+        .after = NULL,
     };
     if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
         (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))
@@ -5772,14 +6194,18 @@ int main(int argc, char **argv) {
     so.mode = mode;
     so.trace = val[F_SHOW_BATCHES] ? stdout : NULL;
     so.show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
-    const char *outputs[3][2] = {{"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}};
+    const char *outputs[4][2] = {
+        {"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}, {"--out", val[F_OUT]}};
     int rc = 0;
     const char *input = action == SERVE ? requests : tokens;
-    for (int k = 0; k < 3 && !rc; k++)
+    for (int k = 0; k < 4 && !rc; k++)
         if (outputs[k][1]) rc = check_output(outputs[k][0], outputs[k][1], outputs, k, input, model);
     if (rc == 2) return 2;
     if (!rc) {
-        if (action == SERVE) rc = run_requests(model, requests, &so, stats, dump, force_cpu);
+        if (action == SERVE) {
+            so.gen = gen.max_new ? &gen : NULL;
+            rc = run_requests(model, requests, &so, stats, dump, val[F_OUT], !!val[F_IGNORE_EOS], force_cpu);
+        }
         else if (action == CHECK) rc = check_model(model);
         else if (action == SHOW_INDEX) rc = show_index(tokens);
         else if (action == RUN) rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);

@@ -80,6 +80,9 @@ typedef struct {
 int  rx_batch_make(RxBatch *b, const int32_t *const *seqs, const int *lens, int n_seqs);
 /* Reads a tokens file: one sequence per line, token ids separated by spaces. */
 int  rx_batch_read(RxBatch *b, const char *path);
+/* Reads a requests file: rx_batch_read's lines, each of which may begin with @K (K: an earlier line, from 1), a turn
+ * that continues request K's conversation; *after [n_seqs] (malloc'd): K - 1, or -1 for a line without @K. */
+int  rx_requests_read(RxBatch *b, int32_t **after, const char *path);
 void rx_batch_free(RxBatch *b);
 
 /* ---------------------------------------------------------------------------------------------------------------
@@ -99,12 +102,14 @@ typedef struct {
     const char *file;            /* the file it came from, for error messages                 */
 } RxTensor;
 
+#define RX_MAX_EOS 8
 typedef struct {
     int vocab_size, hidden_size, intermediate_size, n_layers;
     int n_heads, n_kv_heads, head_dim;
     int max_position_embeddings;
     double rope_theta, rms_norm_eps;
     int tie_word_embeddings;
+    int32_t eos_token_id[RX_MAX_EOS]; int n_eos;   /* "eos_token_id": an int or a list (absent: none, n_eos 0)  */
 } Qwen3Config;
 /* The bf16 GPU forward's budget against the fp32 C reference, max|gpu - ref| / max|ref|, for model c: it grows with
  * the number of bf16 roundings on a logit's path, 19 per layer and 3 in the head (the formula: radixmlp.cu). */
@@ -393,7 +398,8 @@ typedef struct {
     const int32_t *tokens; int len;  /* the prompt                                                               */
     uint64_t model_id;               /* the cache's namespace: K/V of another model is never reused              */
     RxRequestState state;
-    int cached_len;                  /* tokens 0..cached_len-1 come from the cache: page-aligned, <= len - 1     */
+    int cached_len;                  /* tokens 0..cached_len-1 came from the cache at admission: page-aligned   */
+    int kv_len;                      /* tokens whose K/V are in its pages: cached_len, then what forwards wrote */
     int32_t *pages; int n_pages;     /* [ceil(len / page_size)] page table: cached pages, then the request's own */
     int32_t prefix_key;              /* the last cached page (it determines the whole cached history), -1: none  */
     int32_t lock_node;               /* radix: the deepest node this request locks, -1: none                     */
@@ -404,6 +410,12 @@ void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t mode
  * evicting when the pool is short. Returns 0 (running), 1 (no room now: running requests hold the pages; nothing
  * changed, retry after one finishes) or -1 (never fits: the request needs more pages than the pool has).          */
 int  rx_request_admit(RxPrefixCache *c, RxRequest *r);
+/* Grows the page table to cover tokens[0..len) (a decode step's new token may cross a page boundary), evicting
+ * when the pool is short. Returns 0, 1 (no room: running requests hold every page; the caller preempts one) or -1. */
+int  rx_request_grow(RxPrefixCache *c, RxRequest *r, int len);
+/* Caches the whole pages of tokens[0..kv_len) now (generation does it at each page boundary), and moves the radix
+ * lock down to them so that eviction leaves them be while the request runs. Returns 0 or -1. */
+int  rx_request_cache(RxPrefixCache *c, RxRequest *r);
 /* After the forward wrote the request's K/V: caches its whole pages, unlocks, drops the request's references. */
 int  rx_request_finish(RxPrefixCache *c, RxRequest *r);
 void rx_request_abort(RxPrefixCache *c, RxRequest *r);    /* unlock and release; caches nothing; final           */
@@ -419,13 +431,13 @@ int  radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int
  * cached_len[s] .. cached_len[s] + L_s - 1 (its position_ids say so).                                          */
 typedef struct {
     RxKvPool *pool;
-    const int32_t *cached_len;        /* [n_seqs] tokens 0..cached_len-1 of sequence s are already in the pool;
-                                         a multiple of page_size                                                 */
+    const int32_t *cached_len;        /* [n_seqs] tokens 0..cached_len-1 of sequence s are already in the pool:
+                                         a page-aligned cached prefix, or (a decode step) its whole history       */
     const int32_t *const *pages;      /* [n_seqs] page table of sequence s: pages[s][j] holds positions
                                          j*page_size .. (j+1)*page_size-1; covers cached_len + L_s positions.
                                          Cached pages first (shared, read only), then the request's own pages,
                                          into which the forward writes the new K/V.                               */
-    const int32_t *prefix_key;        /* [n_seqs] identity of the cached prefix: the id of its last cached page
+    const int32_t *prefix_key;        /* [n_seqs] identity of the cached prefix: the page holding its last token
                                          (checked), which determines the whole history; -1 when nothing is cached.
                                          In-batch compaction merges suffix rows only between equal keys.         */
 } RxPrefill;
@@ -459,29 +471,62 @@ int  gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPr
  *   "prefill: 4 sequences, 160 tokens = 128 cached + 32 new (N); 9 distinct new histories (N'); 9 rows computed"
  * rows_computed: what qwen3_prefill_ref returned in n_compact_out. pf may be NULL (nothing cached).            */
 int rx_prefill_print(FILE *out, const RxBatch *suffixes, const RxPrefill *pf, int rows_computed);
-/* Serves requests through a prefix cache on the C reference (a serving engine's scheduler loop): each round admits up
- * to `batch` waiting requests, in arrival order (fcfs) or longest cached prefix first (lpm), runs one
- * qwen3_prefill_ref (gpu_prefill when o->gpu is set) on their unmatched suffixes, and finishes them. At the end it
- * audits the pool and flushes the cache. last_logits [n, vocab], batch_of [n] and cached_of [n] (each may be NULL)
- * are in request order. A NaN or Inf in any request's last-token logits fails the run, naming the request.       */
+/* Generation: after a request's prefill, each step appends the token sampled from its newest logits and runs it as a
+ * one-token prefill on the cached history, until max_new tokens or an end-of-sequence token. */
+typedef struct {
+    int max_new;                     /* tokens to generate per request, >= 1                                         */
+    float temperature;               /* 0: greedy (argmax; the lowest id on a tie); > 0: sample from softmax(z / T) */
+    int top_k;                       /* sample among the k most likely only; 0: all                                */
+    float top_p;                     /* ... and among the fewest whose probability reaches p; 1: all               */
+    uint64_t seed;                   /* request i's generator starts from (seed, i): rx_sampler_seed               */
+    const int32_t *eos; int n_eos;   /* a request stops after generating one of these (none: n_eos 0)             */
+    int32_t *out;                    /* [n_requests, max_new] out: request i's generated ids, in row i              */
+    int *n_out;                      /* [n_requests] out: how many request i generated                             */
+    /* Called with every logits row a forward gives a request: history [len], whose last token gave logits [vocab]
+     * (the tests recompute each one without the cache). Non-zero fails the run. NULL: none.                        */
+    int (*on_logits)(void *ctx, int request, const int32_t *history, int len, const float *logits);
+    void *ctx;
+} RxGenerate;
+uint64_t rx_sampler_seed(uint64_t seed, int request);     /* request i's generator state, from seed and i      */
+/* The next token from logits [vocab]: greedy at temperature 0 (no draw), else one draw of *rng from softmax(z / T)
+ * cut to the top_k most likely, then to the fewest whose probability reaches top_p. -1: out of memory.            */
+int32_t rx_sample(const float *logits, int vocab, const RxGenerate *g, uint64_t *rng);
+
+/* Serves requests through a prefix cache on the C reference (a serving engine's scheduler loop). Each step grows the
+ * running requests' page tables (evicting, then preempting the newest running request, which is requeued), admits
+ * waiting requests up to `batch` running, in arrival order (fcfs) or longest cached prefix first (lpm), and runs one
+ * qwen3_prefill_ref (gpu_prefill when o->gpu is set) on every running request's tokens that have no K/V yet: a new
+ * request's uncached prompt, a decoding request's newest token. Without o->gen a request finishes after its
+ * prefill. At the end it audits the pool and flushes the cache. last_logits [n, vocab] (the prompt's last token),
+ * batch_of [n] (the step of its prefill) and cached_of [n] (tokens from the cache at its first admission) are in
+ * request order; each may be NULL. A NaN or Inf in any logits fails the run, naming the request. A request that
+ * cannot fit in the pool even alone is refused: the others are served, then rx_serve returns -1 naming it.       */
 typedef struct {
     RxCacheKind cache;
     int page_size;
     int n_pages;                     /* the KV pool; 0: enough pages for every request at once                     */
-    int batch;                       /* requests per forward                                                       */
+    int batch;                       /* requests running at once (each step's sequences)                           */
     int lpm;                         /* 0: fcfs, 1: longest cached prefix first                                    */
     RxMode mode;                     /* of qwen3_prefill_ref                                                       */
     uint64_t model_id;
-    FILE *trace;                     /* each batch's rx_prefill_print line (N, N', cached, computed); NULL: none  */
-    FILE *show_cache;                /* the cache after each batch: counts and rx_cache_draw; NULL: none          */
+    FILE *trace;                     /* each step's rx_prefill_print line (N, N', cached, computed); NULL: none   */
+    FILE *show_cache;                /* the cache after each step: counts and rx_cache_draw; NULL: none           */
     GpuModel *gpu;                   /* non-NULL: prefill with gpu_prefill on this model (K/V in a GpuKvPool)     */
     const char *source;              /* the requests' file: a message names request i "source:i+1"; NULL: "request i" */
+    const RxGenerate *gen;           /* generate after the prefill; NULL: prefill only                             */
+    const int32_t *after;            /* [n] multi-turn: request i's prompt is request after[i]'s prompt and generated
+                                        tokens, then its own tokens; it waits until after[i] (< i) finishes.
+                                        -1 (or NULL for all): a prompt of its own tokens only                      */
 } RxServeOptions;
 typedef struct {
-    int n_batches;
-    long prompt_tokens, cached_tokens;   /* hit rate = cached_tokens / prompt_tokens                               */
+    int n_batches;                       /* forwards (steps)                                                       */
+    long prompt_tokens, cached_tokens;   /* hit rate = cached_tokens / prompt_tokens (at each first admission)     */
+    long cached_generated;               /* of cached_tokens: tokens an earlier turn generated                     */
+    long generated_tokens;
     long rows_computed;                  /* rows the forwards computed: N' of the suffixes in compact mode         */
     long evicted_pages;
+    int preemptions, refused;
+    long recomputed_tokens;              /* tokens prefilled again after a preemption                              */
     int pool_pages, cache_pages;         /* at the end, before the flush                                           */
     int request_pages;                   /* pages held by requests at the end: 0 unless something leaked          */
     int held_after_flush;                /* pages not free after the cache's flush: 0 unless something leaked     */

@@ -7,6 +7,7 @@
  * Each test prints what it compared. The last line is "N passed, N failed, N skipped"; the exit code is non-zero
  * on any failure. GPU tests report themselves skipped, with the reason, where there is no CUDA device.
  * Fixtures (tiny Qwen3 checkpoints and transformers' logits) are read from $RADIXMLP_FIXTURES or ./fixtures. */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -573,6 +574,10 @@ static void test_config_parsing(void) {
          "\"architectures\" names \"LlamaForCausalLM\"; this code computes \"Qwen3ForCausalLM\" and \"Qwen3Model\""},
         {"architectures a string", "[\"Qwen3ForCausalLM\"]", "\"Qwen3ForCausalLM\"",
          "\"architectures\" must be an array"},
+        {"eos_token_id a string", "\"rope_scaling\":null", "\"eos_token_id\":\"</s>\"",
+         "\"eos_token_id\" must be a token id or a list of at most 8"},
+        {"eos_token_id -1", "\"rope_scaling\":null", "\"eos_token_id\":[151645,-1]", "\"eos_token_id\" must be"},
+        {"nine eos ids", "\"rope_scaling\":null", "\"eos_token_id\":[1,2,3,4,5,6,7,8,9]", "a list of at most 8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char buf[1024];
@@ -592,6 +597,18 @@ static void test_config_parsing(void) {
     expect(rc == 0 && c.rope_theta == 5e5 && c.head_dim == 128 && c.n_kv_heads == 32 && !c.tie_word_embeddings,
            "top-level rope_theta and Qwen3Config's defaults: rc %d '%s', head_dim %d (want 128), kv %d (want 32)", rc,
            radix_error(), c.head_dim, c.n_kv_heads);
+    /* eos_token_id: absent or null, none; an int, one; a list, each (Qwen3's instruct models list two) */
+    const char *eos[] = {"", ",\"eos_token_id\":null", ",\"eos_token_id\":151645", ",\"eos_token_id\":[151645,151643]"};
+    for (int e = 0; e < 4; e++) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "{\"model_type\":\"qwen3\",\"vocab_size\":8,\"hidden_size\":8,"
+                 "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":64%s}", eos[e]);
+        rc = rx_parse_config(&c, buf, strlen(buf), "config.json");
+        int want = e < 2 ? 0 : e - 1;
+        expect(rc == 0 && c.n_eos == want && (want < 1 || c.eos_token_id[0] == 151645) &&
+               (want < 2 || c.eos_token_id[1] == 151643), "'%s': rc %d, %d eos ids (want %d)", eos[e], rc, c.n_eos,
+               want);
+    }
     const char *kv_null = "{\"model_type\":\"qwen3\","
                           "\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
                           "\"num_attention_heads\":4,\"num_key_value_heads\":null}";
@@ -3280,6 +3297,13 @@ static void test_cli_rejects_flags_of_other_actions(void) {
         {"--dump-logits OUT", "", "", "--dump-logits does not apply to the demo"},
         {"--check", "--show-index", R, "choose one of --check, --show-index and --requests"},
         {M, T, "--cpu --cpu", "--cpu is given twice"},
+        {M, T, "--generate 4", "--generate does not apply to --model DIR --tokens FILE; it goes with --requests FILE"},
+        {R, M, "--out OUT", "--out goes with --generate N"},
+        {R, M, "--temperature 0.5", "--temperature goes with --generate N"},
+        {R, M, "--ignore-eos", "--ignore-eos goes with --generate N"},
+        {R, M, "--generate 4 --top-k 5", "--top-k applies to sampling: give --temperature T above 0"},
+        {R, M, "--generate 4 --temperature 0 --seed 3", "--seed applies to sampling: give --temperature T above 0"},
+        {R, M, "--generate 4 --top-p 0.5 --out OUT", "--top-p applies to sampling: give --temperature T above 0"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
@@ -4968,16 +4992,18 @@ static void test_prefill_rejects_bad_inputs(void) {
     int32_t ids[] = {5, 6, 7, 8, 9, 10}, pos[] = {4, 5, 6, 4, 5, 6};
     int lens[] = {3, 3};
     struct { const char *what, *msg; int32_t cached[2], key[2], p0[2], p1[2], pos0; int layers; } cases[] = {
-        {"cached_len not a multiple of the page size", "cached_len 3 is not a multiple of the page size 4",
-         {3, 4}, {0, 0}, {0, 1}, {0, 2}, 4, 2},
+        {"negative cached_len", "sequence 0: cached_len -4 is negative", {-4, 4}, {0, 0}, {0, 1}, {0, 2}, 4, 2},
+        {"a decode step's own partial page shared", "page 0 is written by sequence 0 and also written by sequence 1",
+         {3, 3}, {0, 0}, {0, 1}, {0, 2}, 3, 2},
         {"page id = n_pages", "page table entry 1 is page 8, outside the pool's 8 pages",
          {4, 4}, {0, 0}, {0, 8}, {0, 2}, 4, 2},
         {"negative page id", "page table entry 0 is page -1", {4, 4}, {0, 0}, {-1, 1}, {0, 2}, 4, 2},
         {"positions not after cached_len", "new token 0 is at position 3; after 4 cached tokens it must be at 4",
          {4, 4}, {0, 0}, {0, 1}, {0, 2}, 3, 2},
-        {"cached tokens without a prefix key", "prefix key -1; it must be the last cached page, 0",
+        {"cached tokens without a prefix key", "prefix key -1; it must be the page of the last cached token, 0",
          {4, 4}, {-1, 0}, {0, 1}, {0, 2}, 4, 2},
-        {"a prefix key that names another prefix", "sequence 1: prefix key 2; it must be the last cached page, 0",
+        {"a prefix key that names another prefix",
+         "sequence 1: prefix key 2; it must be the page of the last cached token, 0",
          {4, 4}, {0, 2}, {0, 1}, {0, 2}, 4, 2},
         {"one page written by two sequences", "page 1 is written by sequence 0 and also written by sequence 1",
          {4, 4}, {0, 0}, {0, 1}, {0, 1}, 4, 2},
@@ -5015,13 +5041,19 @@ static void test_prefill_rejects_bad_inputs(void) {
  * batches of 1 to 4, 1 to 1024, or 1024; a pool with room for the whole trace, or one just above the largest
  * request, which forces eviction. Style 3 (byte 0): every request a copy of one short one, batch 1024, as a
  * reranking batch of duplicates: more sequences than compact rows in one prefill. Every page comes back at the end. */
-enum { SRV_REQS = 64, SRV_LEN = 48 };
+enum { SRV_REQS = 64, SRV_LEN = 48, SRV_GEN = 6 };
 typedef struct {
     int n_req, lens[SRV_REQS];
     int32_t toks[SRV_REQS][SRV_LEN];
+    int32_t after[SRV_REQS];           /* generating traces: request s may continue an earlier one (@K)        */
+    int32_t eos[1];
+    RxGenerate gen;                    /* gen.max_new 0: a prefill-only trace (o.gen NULL)                     */
     RxServeOptions o;
 } SrvCase;
-typedef struct { int traces, requests, duplicates, batch_max; long cached, evicted; } SrvStats;
+typedef struct {
+    int traces, requests, duplicates, batch_max, preemptions;
+    long cached, cached_generated, evicted, steps_checked, generated;
+} SrvStats;
 
 static void srv_case_draw(FuzzIn *in, SrvCase *sc, int vocab) {
     int32_t stems[3][SRV_LEN];
@@ -5058,8 +5090,49 @@ static void srv_case_draw(FuzzIn *in, SrvCase *sc, int vocab) {
         .show_cache = NULL,
         .gpu = NULL,
     };
+    for (int i = 0; i < 6; i++) d[i] = (uint8_t)fuzz_byte(in);    /* generation: max_new, T, top-k, top-p, eos */
+    int gen = style != 3 && d[0] % 3 != 0;
+    sc->gen = (RxGenerate){
+        .max_new = gen ? 1 + d[1] % SRV_GEN : 0,
+        .temperature = d[2] & 1 ? 0.0f : 0.5f + (d[2] >> 1) % 4 * 0.5f,
+        .top_k = d[3] % 3 == 0 ? 0 : 1 + d[3] % 40,
+        .top_p = d[4] % 2 ? 1.0f : 0.5f + (d[4] >> 1) % 5 * 0.1f,
+        .seed = d[5],
+        .eos = sc->eos,
+        .n_eos = d[5] % 4 == 0,
+    };
+    sc->eos[0] = (int32_t)(d[1] % vocab);
+    for (int s = 0; s < sc->n_req; s++) {           /* a turn 2: only of a turn 1, to stay within the positions */
+        int k = gen && s > 0 && fuzz_byte(in) % 3 == 0 ? fuzz_byte(in) % s : -1;
+        sc->after[s] = k >= 0 && sc->after[k] < 0 ? k : -1;
+        int most = (sc->after[s] >= 0 ? sc->lens[k] + sc->gen.max_new : 0) + sc->lens[s] + sc->gen.max_new;
+        if (most > big) big = most;
+    }
+    if (gen) {
+        o.gen = &sc->gen;
+        o.after = sc->after;
+    }
     if (tight) o.n_pages = (big + o.page_size - 1) / o.page_size + fuzz_byte(in) % 4;   /* one request, and a bit */
     sc->o = o;
+}
+
+/* rx_serve's on_logits in the fuzzer: every logits row of every step, prefill or decode, equals a full forward of
+ * the history that gave it, without the cache, bit for bit. */
+typedef struct { const Qwen3Model *m; const char *what; long checked; float *ref; } StepCheck;
+static int srv_step_check(void *ctx, int request, const int32_t *history, int len, const float *logits) {
+    StepCheck *k = (StepCheck *)ctx;
+    RxBatch b;
+    char what[300];
+    if (rx_batch_make(&b, &history, &len, 1) || qwen3_forward_ref_last(k->m, &b, RX_BASELINE, k->ref, NULL)) {
+        expect(0, "%s: the recomputation of request %d: %s", k->what, request, radix_error());
+        rx_batch_free(&b);
+        return -1;
+    }
+    rx_batch_free(&b);
+    snprintf(what, sizeof what, "%s: request %d, the logits of its history of %d tokens vs a full forward", k->what,
+             request, len);
+    k->checked++;
+    return expect_identical(what, logits, k->ref, (size_t)k->m->cfg.vocab_size) ? 0 : -1;
 }
 
 static void srv_case_check(const Qwen3Model *m, const SrvCase *sc, SrvStats *st) {
@@ -5070,12 +5143,34 @@ static void srv_case_check(const Qwen3Model *m, const SrvCase *sc, SrvStats *st)
     RxServeStats ss;
     for (int s = 0; s < n; s++) ptr[s] = sc->toks[s];
     char what[160];
-    snprintf(what, sizeof what, "%d requests, %s, page %d, pool %d, batch %d, %s, %s", n,
-             rx_cache_kind_name(sc->o.cache), sc->o.page_size, sc->o.n_pages, sc->o.batch, sc->o.lpm ? "lpm" : "fcfs",
-             rx_mode_name(sc->o.mode));
-    int ok = !rx_serve(m, ptr, sc->lens, n, &sc->o, got, NULL, cached_of, &ss);
+    snprintf(what, sizeof what, "%d requests, %s, page %d, pool %d, batch %d, %s, %s, generate %d (T %g, top-k %d, "
+             "top-p %g, %d eos)", n, rx_cache_kind_name(sc->o.cache), sc->o.page_size, sc->o.n_pages, sc->o.batch,
+             sc->o.lpm ? "lpm" : "fcfs", rx_mode_name(sc->o.mode), sc->gen.max_new, sc->gen.temperature,
+             sc->gen.top_k, sc->gen.top_p, sc->gen.n_eos);
+    SrvCase c = *sc;                   /* the options point into this copy */
+    int32_t out[SRV_REQS][SRV_GEN];
+    int n_out[SRV_REQS];
+    StepCheck k = {.m = m, .what = what, .checked = 0, .ref = floats((size_t)V)};
+    if (c.o.gen) {
+        c.o.gen = &c.gen;
+        c.o.after = c.after;
+        c.gen.eos = c.eos;
+        c.gen.out = &out[0][0];
+        c.gen.n_out = n_out;
+        c.gen.on_logits = srv_step_check;
+        c.gen.ctx = &k;
+    }
+    int ok = !rx_serve(m, ptr, sc->lens, n, &c.o, got, NULL, cached_of, &ss);
     expect(ok, "%s: rx_serve: %s", what, radix_error());
+    for (int s = 0; ok && c.o.gen && s < n && !test_failed; s++) {      /* it stops at max_new or its first eos */
+        const int32_t *row = &out[0][0] + (size_t)s * c.gen.max_new;      /* out is [n, max_new] */
+        int stops = n_out[s] == c.gen.max_new || (c.gen.n_eos && n_out[s] > 0 && row[n_out[s] - 1] == c.eos[0]);
+        for (int j = 0; j + 1 < n_out[s] && c.gen.n_eos; j++) stops &= row[j] != c.eos[0];
+        expect(n_out[s] >= 1 && n_out[s] <= c.gen.max_new && stops, "%s: request %d generated %d tokens, not stopping "
+               "at max_new %d or its first eos %d", what, s, n_out[s], c.gen.max_new, c.eos[0]);
+    }
     for (int s = 0; ok && s < n && !test_failed; s++) {
+        if (c.o.gen && c.after[s] >= 0) continue;        /* a turn 2's prompt is not its line: the steps checked it */
         RxBatch b;
         if (rx_batch_make(&b, &ptr[s], &sc->lens[s], 1) || qwen3_forward_ref(m, &b, RX_BASELINE, all)) {
             expect(0, "%s: the recomputation of request %d: %s", what, s, radix_error());
@@ -5097,8 +5192,15 @@ static void srv_case_check(const Qwen3Model *m, const SrvCase *sc, SrvStats *st)
     st->traces++;
     st->requests += n;
     st->cached += ok ? ss.cached_tokens : 0;
+    st->cached_generated += ok ? ss.cached_generated : 0;
     st->evicted += ok ? ss.evicted_pages : 0;
+    st->preemptions += ok ? ss.preemptions : 0;
+    st->generated += ok ? ss.generated_tokens : 0;
+    st->steps_checked += k.checked;
+    expect(!ok || !c.o.gen || k.checked >= ss.generated_tokens, "%s: %ld logits rows checked for %ld tokens generated",
+           what, k.checked, ss.generated_tokens);
     if (sc->o.batch > st->batch_max) st->batch_max = sc->o.batch;
+    free(k.ref);
     free(got);
     free(all);
 }
@@ -5117,13 +5219,229 @@ static void test_cache_serve_fuzz_equals_recomputation_without_cache(void) {
         srv_case_draw(&in, &sc, cfg.vocab_size);
         srv_case_check(&m, &sc, &st);
     }
-    expect(st.cached > 0 && st.evicted > 0 && st.duplicates > 0 && st.batch_max == 1024,
-           "the traces must hit the cache (%ld tokens), evict (%ld pages), repeat requests (%d) and reach batch 1024 "
-           "(%d)", st.cached, st.evicted, st.duplicates, st.batch_max);
-    summary("%d random traces, %d requests (%d duplicates; batches up to %d; %ld tokens from the cache, %ld pages "
-            "evicted): each request's logits equal its own forward without the cache, bit for bit; no page leaked",
-            st.traces, st.requests, st.duplicates, st.batch_max, st.cached, st.evicted);
+    expect(st.cached > 0 && st.evicted > 0 && st.duplicates > 0 && st.batch_max == 1024 && st.preemptions > 0 &&
+           st.cached_generated > 0 && st.generated > 0 && st.steps_checked >= st.generated,
+           "the traces must hit the cache (%ld tokens, %ld generated by an earlier turn), evict (%ld pages), repeat "
+           "requests (%d), reach batch 1024 (%d), preempt (%d) and check every step (%ld rows, %ld generated)",
+           st.cached, st.cached_generated, st.evicted, st.duplicates, st.batch_max, st.preemptions, st.steps_checked,
+           st.generated);
+    summary("%d random traces, %d requests (%d duplicates; batches up to %d; %ld tokens from the cache, %ld of them "
+            "generated; %ld pages evicted; %d preemptions; %ld tokens generated): each prompt's and each decode step's "
+            "logits equal a forward of the whole history without the cache, bit for bit (%ld rows); no page leaked",
+            st.traces, st.requests, st.duplicates, st.batch_max, st.cached, st.cached_generated, st.evicted,
+            st.preemptions, st.generated, st.steps_checked);
     qwen3_free(&m);
+}
+
+/* ---- generation ---- */
+/* A conversation trace for the generation tests: 8 requests of 5 to 16 tokens, four after one 8-token stem, a
+ * repeat, and two turn 2s (@K: requests 5 and 7 continue 0 and 2). */
+enum { GEN_REQS = 8, GEN_NEW = 9 };
+typedef struct {
+    int32_t toks[GEN_REQS][16], after[GEN_REQS], out[GEN_REQS][GEN_NEW];
+    const int32_t *ptr[GEN_REQS];
+    int lens[GEN_REQS], n_out[GEN_REQS];
+} GenTrace;
+static void gen_trace(GenTrace *t, int vocab) {
+    uint64_t rng = 2024;
+    memset(t, 0, sizeof *t);
+    for (int s = 0; s < GEN_REQS; s++) {
+        t->lens[s] = 5 + rng_int(&rng, 12);
+        for (int i = 0; i < t->lens[s]; i++) t->toks[s][i] = s < 4 && i < 8 ? 7 + i : 1 + rng_int(&rng, vocab - 1);
+        t->ptr[s] = t->toks[s];
+        t->after[s] = s == 5 ? 0 : s == 7 ? 2 : -1;
+    }
+    t->lens[6] = t->lens[1];
+    memcpy(t->toks[6], t->toks[1], sizeof t->toks[1]);
+}
+
+/* Serves the trace with options o (o->gen: its generation settings, into t->out and t->n_out). 0 or -1. */
+static int gen_serve(const Qwen3Model *m, GenTrace *t, RxServeOptions o, RxGenerate g, RxServeStats *st) {
+    g.out = &t->out[0][0];
+    g.n_out = t->n_out;
+    o.gen = &g;
+    o.after = t->after;
+    o.model_id = 9;
+    return rx_serve(m, t->ptr, t->lens, GEN_REQS, &o, NULL, NULL, NULL, st);
+}
+
+/* Seeded sampling: each request draws from its own generator, so its tokens are the same whatever else happens: the
+ * batch size, the schedule, the cache, a pool tight enough to evict and preempt, the mode, the threads and the CPU
+ * path. Greedy likewise. The reference: batch 1, no cache, the definition path, one thread. */
+static void test_generation_same_tokens_across_batches_schedules_threads_paths(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 12)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
+    char list[RX_LIST];
+    int n_paths = cpu_paths(paths, list), threads0 = rx_threads(0), runs = 0, preemptions = 0;
+    GenTrace ref, got;
+    int32_t greedy[GEN_REQS][GEN_NEW];
+    gen_trace(&ref, cfg.vocab_size);
+    RxServeOptions base = {.cache = RX_CACHE_OFF, .page_size = 4, .n_pages = 0, .batch = 1, .lpm = 0,
+                           .mode = RX_BASELINE};
+    for (int sampled = 0; sampled < 2 && !test_failed; sampled++) {
+        RxGenerate g = {.max_new = GEN_NEW, .temperature = sampled ? 4.0f : 0.0f, .top_k = sampled ? 200 : 0,
+                        .top_p = sampled ? 0.9f : 1.0f, .seed = 31};
+        RxServeStats st;
+        rx_cpu_path("definition");
+        rx_threads(1);
+        if (gen_serve(&m, &ref, base, g, &st)) { expect(0, "the reference run: %s", radix_error()); break; }
+        struct { RxCacheKind cache; int pages, batch, lpm; RxMode mode; } v[] = {
+            {RX_CACHE_RADIX, 0, 3, 0, RX_COMPACT}, {RX_CACHE_RADIX, 10, 4, 1, RX_RADIX},
+            {RX_CACHE_HASH, 11, 8, 0, RX_COMPACT}, {RX_CACHE_HASH, 14, 2, 1, RX_AUTO},
+            {RX_CACHE_OFF, 10, 8, 0, RX_RADIX},
+        };
+        for (int p = 0; p < n_paths && !test_failed; p++)
+            for (size_t k = 0; k < sizeof v / sizeof v[0] && !test_failed; k++) {
+                RxServeOptions o = {.cache = v[k].cache, .page_size = 4, .n_pages = v[k].pages, .batch = v[k].batch,
+                                    .lpm = v[k].lpm, .mode = v[k].mode};
+                gen_trace(&got, cfg.vocab_size);
+                rx_cpu_path(paths[p]);
+                rx_threads(1 + (int)(k % 2));
+                int rc = gen_serve(&m, &got, o, g, &st);
+                expect(rc == 0, "%s, %s pool %d batch %d: rx_serve: %s", paths[p], rx_cache_kind_name(o.cache),
+                       o.n_pages, o.batch, radix_error());
+                for (int s = 0; rc == 0 && s < GEN_REQS && !test_failed; s++)
+                    expect(got.n_out[s] == ref.n_out[s] &&
+                           !memcmp(got.out[s], ref.out[s], sizeof(int32_t) * (size_t)ref.n_out[s]),
+                           "%s, %s, %s, pool %d, batch %d, %s: request %d generated other tokens than the reference",
+                           sampled ? "sampled" : "greedy", paths[p], rx_cache_kind_name(o.cache), o.n_pages, o.batch,
+                           o.lpm ? "lpm" : "fcfs", s);
+                preemptions += st.preemptions;
+                runs++;
+            }
+        note("%s: request 1 generated %d %d %d %d ...", sampled ? "sampled (T 4, top-k 200, top-p 0.9)" : "greedy",
+             ref.out[1][0], ref.out[1][1], ref.out[1][2], ref.out[1][3]);
+        if (!sampled) memcpy(greedy, ref.out, sizeof greedy);
+        else expect(memcmp(greedy, ref.out, sizeof greedy), "sampling drew the greedy tokens: a test of nothing");
+        /* A pool of 9 pages: request 7 (31 prompt tokens + 9 to generate: 10 pages) is refused, the rest served. */
+        RxServeOptions o = {.cache = RX_CACHE_RADIX, .page_size = 4, .n_pages = 9, .batch = 4, .mode = RX_COMPACT};
+        gen_trace(&got, cfg.vocab_size);
+        int rc = gen_serve(&m, &got, o, g, &st);
+        expect(rc != 0 && strstr(radix_error(), "request 7: refused: 31 prompt tokens and 9 to generate need 10 "
+                                 "pages of 4 tokens, but the KV pool has only 9") && st.refused == 1 &&
+               got.n_out[7] == 0 && st.request_pages == 0, "a pool of 9 pages: rc %d, %d refused, %d pages held: %s",
+               rc, st.refused, st.request_pages, radix_error());
+        for (int s = 0; s < 7 && !test_failed; s++)
+            expect(got.n_out[s] == ref.n_out[s] && !memcmp(got.out[s], ref.out[s], sizeof got.out[s]),
+                   "a pool of 9 pages: request %d, served beside a refused one, generated other tokens", s);
+        note("a pool of 9 pages -> %s", radix_error());
+    }
+    rx_cpu_path(path0);
+    rx_threads(threads0);
+    expect(preemptions > 0, "no run preempted a request (%d runs)", runs);
+    summary("%d runs (greedy and sampled; radix, hash and no cache; batch 1 to 8; fcfs and lpm; pools that evict and "
+            "preempt, %d preemptions; 1 and 2 threads; paths %s): every request's tokens equal the reference's; in a "
+            "pool it cannot fit alone one request is refused in one line and the others are served",
+            runs, preemptions, list);
+    qwen3_free(&m);
+}
+
+/* Multi-turn: a turn 2 (@K) hits turn 1's prompt and its generated tokens, page-aligned, with either cache; its
+ * tokens and logits equal a run without the cache (the step check compares every logits row with a full forward). */
+static void test_generation_turn_two_hits_turn_one_generated_tokens(void) {
+    Qwen3Config cfg = tiny_config();
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 13)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    int32_t turn1[10], turn2[5], out[2][8], cached_of[2];
+    int n_out[2], lens[2] = {10, 5};
+    for (int i = 0; i < 10; i++) turn1[i] = 3 + 17 * i % 500;
+    for (int i = 0; i < 5; i++) turn2[i] = 100 + i;
+    const int32_t *ptr[2] = {turn1, turn2}, after[2] = {-1, 0};
+    StepCheck k = {.m = &m, .what = "multi-turn", .checked = 0, .ref = floats((size_t)cfg.vocab_size)};
+    int32_t ref_out[2][8];
+    for (int kind = 0; kind < 3 && !test_failed; kind++) {           /* off (the reference), radix, hash */
+        RxCacheKind c = kind == 0 ? RX_CACHE_OFF : kind == 1 ? RX_CACHE_RADIX : RX_CACHE_HASH;
+        RxGenerate g = {.max_new = 8, .temperature = 0, .top_p = 1, .out = &out[0][0], .n_out = n_out,
+                        .on_logits = srv_step_check, .ctx = &k};
+        RxServeOptions o = {.cache = c, .page_size = 4, .batch = 2, .mode = RX_COMPACT, .model_id = 1, .gen = &g,
+                            .after = after};
+        RxServeStats st;
+        int rc = rx_serve(&m, ptr, lens, 2, &o, NULL, NULL, cached_of, &st);
+        expect(rc == 0, "%s: rx_serve: %s", rx_cache_kind_name(c), radix_error());
+        if (rc) break;
+        /* turn 2's prompt: 10 + 8 + 5 = 23 tokens; turn 1 cached its whole pages of 10 + 7 tokens with K/V: 4 pages,
+         * 16 tokens, 6 of them generated */
+        int want = kind ? 16 : 0;
+        expect(st.prompt_tokens == 10 + 23 && cached_of[1] == want && st.cached_generated == (kind ? 6 : 0),
+               "%s: turn 2 cached %d tokens (%ld generated) of %ld prompt tokens; expected %d (%d generated) of 33",
+               rx_cache_kind_name(c), cached_of[1], st.cached_generated, st.prompt_tokens, want, kind ? 6 : 0);
+        if (kind == 0) memcpy(ref_out, out, sizeof out);
+        expect(!memcmp(out, ref_out, sizeof out), "%s: the turns generated other tokens than without the cache",
+               rx_cache_kind_name(c));
+        note("%-5s turn 2: %d of 23 prompt tokens cached, %ld of them generated by turn 1", rx_cache_kind_name(c),
+             cached_of[1], st.cached_generated);
+    }
+    summary("turn 2 (@1) hits turn 1's prompt and 6 of its generated tokens (4 pages of 4) with radix and hash, none "
+            "with the cache off; its tokens and every logits row (%ld) equal a run without the cache", k.checked);
+    free(k.ref);
+    qwen3_free(&m);
+}
+
+/* --generate on the command line: a conversation file (turn 2s and a turn 3 included) gives the same --out with the
+ * cache off, radix and hash, in batches, in a pool tight enough to preempt; so do sampled runs (--temperature, --seed).
+ * The stats count each turn's whole prompt; the summary counts the cached tokens an earlier turn generated. */
+static void test_cli_generate_same_output_with_and_without_cache(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-gen-XXXXXX", cmd[2048], out[16384], path[300];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const char *req = "5 6 7 8 9 10 11 12 13 14\n5 6 7 8 9 10 11 12 20 21\n30 31 32 33 34\n@1 40 41 42\n@4 50\n";
+    write_file(dir, "r.txt", req, strlen(req));
+    const char *runs[] = {
+        "--prefix-cache off --batch 1",
+        "--prefix-cache radix --page-size 4 --batch 3",
+        "--prefix-cache hash --page-size 4 --batch 4 --schedule lpm",
+        "--prefix-cache radix --page-size 4 --batch 4 --cache-pages 10",
+        "--prefix-cache hash --page-size 2 --batch 4 --cache-pages 19 --mode baseline",
+    };
+    int n_runs = (int)(sizeof runs / sizeof runs[0]), preempted = 0, cached_generated = 0;
+    for (int sampled = 0; sampled < 2 && !test_failed; sampled++) {
+        char *first = NULL;
+        for (int k = 0; k < n_runs && !test_failed; k++) {
+            snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s/r.txt %s --generate 8 %s --out "
+                     "%s/o.txt --stats %s/s.csv", cli(), fixtures(), dir, runs[k],
+                     sampled ? "--temperature 3 --top-k 100 --seed 5" : "", dir, dir);
+            int rc = run_cmd(cmd, out, sizeof out);
+            size_t len = 0, slen = 0;
+            snprintf(path, sizeof path, "%s/o.txt", dir);
+            char *o = (char *)read_file(path, &len);
+            snprintf(path, sizeof path, "%s/s.csv", dir);
+            char *csv = (char *)read_file(path, &slen);
+            expect(rc == 0 && o && csv, "'%s': exit %d\n%s", cmd, rc, out);
+            if (rc || !o || !csv) { free(o); free(csv); break; }
+            int lines = 0, ids = 0, p3 = 0, p4 = 0;
+            for (char *q = o; *q; q++) {                   /* lines, and ids: where a run of digits starts */
+                lines += *q == '\n';
+                ids += isdigit((unsigned char)*q) && (q == o || !isdigit((unsigned char)q[-1]));
+            }
+            const char *r3 = strstr(csv, "\n3,"), *r4 = strstr(csv, "\n4,");
+            int ok = r3 && r4 && sscanf(r3, "\n3,%*d,%d", &p3) == 1 && sscanf(r4, "\n4,%*d,%d", &p4) == 1;
+            expect(lines == 5 && ids == 40 && ok && p3 == 10 + 8 + 3 && p4 == p3 + 8 + 1,
+                   "%s: %d lines, %d ids (want 5, 40); turn prompts %d and %d (want 21 and 30)", runs[k], lines, ids,
+                   p3, p4);
+            if (!first) first = o;
+            else expect(!strcmp(o, first), "%s%s: --out differs from the run without the cache:\n%s---\n%s", runs[k],
+                        sampled ? " (sampled)" : "", o, first);
+            const char *pre = strstr(out, "preemptions "), *cg = strstr(out, "of the cached tokens ");
+            int n_pre = 0, n_cg = 0;
+            if (pre) sscanf(pre, "preemptions %d", &n_pre);
+            if (cg) sscanf(cg, "of the cached tokens %d", &n_cg);
+            preempted += n_pre;
+            cached_generated += n_cg;
+            note("%-7s %-72s preemptions %d, cached generated tokens %d", sampled ? "sampled" : "greedy", runs[k],
+                 n_pre, n_cg);
+            if (o != first) free(o);
+            free(csv);
+        }
+        free(first);
+    }
+    expect(preempted > 0 && cached_generated > 0, "no run preempted (%d) or hit generated tokens (%d)", preempted,
+           cached_generated);
+    summary("%d runs of --generate 8 over 5 requests (two turn 2s): --out is the same with the cache off, radix and "
+            "hash, in pools that preempt (%d preemptions); stats count each turn's whole prompt", 2 * n_runs,
+            preempted);
+    remove_dir(dir);
 }
 
 /* ---- the --requests CLI ---- */
@@ -5241,11 +5559,12 @@ static void test_cli_requests_match_full_recomputation(void) {
         /* the stats: the header, one row per request in file order, cached tokens as the definition says */
         int rows = 0, bad = 0, cached_sum = 0;
         char *line = strtok(csv, "\n");
-        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens"),
+        expect(line && !strcmp(line, "request,batch,prompt_tokens,cached_tokens,generated_tokens"),
                "stats header '%s'", line ? line : "");
         for (line = strtok(NULL, "\n"); line; line = strtok(NULL, "\n"), rows++) {
-            int r, b, pt, ct;
-            if (sscanf(line, "%d,%d,%d,%d", &r, &b, &pt, &ct) != 4 || r != rows || pt != lens[rows] || ct % runs[k].P ||
+            int r, b, pt, ct, gt;
+            if (sscanf(line, "%d,%d,%d,%d,%d", &r, &b, &pt, &ct, &gt) != 5 || r != rows || pt != lens[rows] || gt ||
+                ct % runs[k].P ||
                 ct > lens[rows] - 1 || (runs[k].exact_cache && !strstr(runs[k].flags, "lpm") &&
                                         (b != rows / runs[k].B || ct != (strstr(runs[k].flags, "off") ? 0 :
                                          expected_cached(seqs, lens, rows, runs[k].B, runs[k].P))))) {
@@ -5620,6 +5939,94 @@ static void test_gpu_prefill_matches_c_reference_on_random_traces(void) {
     Qwen3Config small = part2_config(32), big = part2_config(128);
     gpu_prefill_traces(&small, RX_ATTN_NAIVE, pages, 4, 40, 900);
     gpu_prefill_traces(&big, RX_ATTN_FLASH, pages + 1, 2, 150, 950);
+}
+
+/* Generation on the GPU: rx_serve with o->gpu decodes through gpu_prefill on the device pool. Each step's logits
+ * are within the bf16 budget of the C reference's forward of the same history. Where the C reference's top-2 margin
+ * exceeds twice the budget (each of the two logits may move by one budget), the GPU's greedy token is the C
+ * reference's; where it does not, the two may part, and the C reference is then asked about the GPU's history. A
+ * request whose every margin held generates exactly the C reference's tokens. */
+typedef struct { const Qwen3Model *m; double tol_rel; float *ref; long rows, compared; int *parted; } GpuGenCheck;
+static int gpu_gen_step(void *ctx, int request, const int32_t *history, int len, const float *logits) {
+    GpuGenCheck *k = (GpuGenCheck *)ctx;
+    const int V = k->m->cfg.vocab_size;
+    RxBatch b;
+    char what[160];
+    if (rx_batch_make(&b, &history, &len, 1) || qwen3_forward_ref_last(k->m, &b, RX_BASELINE, k->ref, NULL)) {
+        expect(0, "the C reference of request %d: %s", request, radix_error());
+        rx_batch_free(&b);
+        return -1;
+    }
+    rx_batch_free(&b);
+    double d, tol;
+    char why[WHY];
+    snprintf(what, sizeof what, "request %d, a history of %d tokens: the GPU's logits vs the C reference's", request,
+             len);
+    if (!close_verdict(logits, k->ref, (size_t)V, k->tol_rel, &d, &tol, why)) {
+        expect(0, "%s: %s", what, why);
+        return -1;
+    }
+    int top = 0, second = -1, got = 0;
+    for (int i = 1; i < V; i++) {
+        if (k->ref[i] > k->ref[top]) { second = top; top = i; }
+        else if (second < 0 || k->ref[i] > k->ref[second]) second = i;
+        if (logits[i] > logits[got]) got = i;
+    }
+    k->rows++;
+    if (k->ref[top] - k->ref[second] <= 2 * tol) { k->parted[request] = 1; return 0; }
+    k->compared++;
+    expect(got == top, "%s: greedy token %d, the C reference's %d by a margin of %g > 2 x %g", what, got, top,
+           k->ref[top] - k->ref[second], tol);
+    return got == top ? 0 : -1;
+}
+
+static void test_gpu_generation_within_bf16_budget_of_c_reference(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    for (int dims = 0; dims < 2 && !test_failed; dims++) {            /* the naive kernel, then the flash kernel */
+        Qwen3Config cfg = part2_config(dims ? 128 : 32);
+        Qwen3Model m;
+        GpuModel *g = NULL;
+        if (qwen3_random(&m, &cfg, 60 + dims) || gpu_model_upload(&g, &m) ||
+            gpu_set_attention(g, dims ? RX_ATTN_FLASH : RX_ATTN_NAIVE)) {
+            expect(0, "setup: %s", radix_error());
+            gpu_model_free(g);
+            qwen3_free(&m);
+            return;
+        }
+        int parted[GEN_REQS] = {0}, same = 0, preemptions = 0;
+        GpuGenCheck k = {.m = &m, .tol_rel = rx_bf16_tolerance(&cfg), .ref = floats((size_t)cfg.vocab_size),
+                         .rows = 0, .compared = 0, .parted = parted};
+        GenTrace ref, got;
+        gen_trace(&ref, cfg.vocab_size);
+        RxGenerate gen = {.max_new = GEN_NEW, .top_p = 1};
+        RxServeStats st;
+        RxServeOptions o = {.cache = RX_CACHE_OFF, .page_size = 4, .batch = 1, .mode = RX_BASELINE};
+        expect(gen_serve(&m, &ref, o, gen, &st) == 0, "the C reference's run: %s", radix_error());
+        gen.on_logits = gpu_gen_step;
+        gen.ctx = &k;
+        for (int c = 0; c < 2 && !test_failed; c++) {
+            RxServeOptions og = {.cache = c ? RX_CACHE_HASH : RX_CACHE_RADIX, .page_size = 4, .n_pages = c ? 0 : 10,
+                                 .batch = 4, .mode = RX_COMPACT, .gpu = g};
+            gen_trace(&got, cfg.vocab_size);
+            expect(gen_serve(&m, &got, og, gen, &st) == 0, "the GPU's run: %s", radix_error());
+            preemptions += st.preemptions;
+            for (int s = 0; s < GEN_REQS && !test_failed; s++) {
+                if (parted[s] || (got.after[s] >= 0 && parted[got.after[s]])) continue;
+                expect(got.n_out[s] == ref.n_out[s] && !memcmp(got.out[s], ref.out[s], sizeof got.out[s]),
+                       "request %d: every margin held, yet the GPU generated other tokens than the C reference", s);
+                same++;
+            }
+        }
+        expect(k.compared > 0 && same > 0 && preemptions > 0, "head_dim %d: %ld steps compared, %d requests the "
+               "same, %d preemptions: the test compared nothing or did not preempt", cfg.head_dim, k.compared, same,
+               preemptions);
+        note("head_dim %3d (%s): %ld steps within %.4g x max|ref| of the C reference; greedy tokens equal at %ld with "
+             "a margin above twice that; %d of %d requests generated the C reference's tokens; %d preemptions",
+             cfg.head_dim, dims ? "flash" : "naive", k.rows, k.tol_rel, k.compared, same, 2 * GEN_REQS, preemptions);
+        free(k.ref);
+        gpu_model_free(g);
+        qwen3_free(&m);
+    }
 }
 
 /* --requests on the GPU: without --cpu the CLI serves with gpu_prefill and says so; the last-token logits within the
@@ -6046,8 +6453,8 @@ static void test_cli_requests_nonfinite_logits_fail_naming_the_line(void) {
         at_dir(args, sizeof args, runs[i], d);
         snprintf(cmd, sizeof cmd, "%s --cpu --model %s --requests %s/t.txt %s", cli(), d, d, args);
         int rc = run_cmd(cmd, out, sizeof out);
-        snprintf(want, sizeof want, "radixmlp: %s/t.txt:2: the last-token logits [n_requests, vocab] hold nan at row "
-                 "1, column 0", d);
+        snprintf(want, sizeof want, "radixmlp: %s/t.txt:2: the logits [vocab] of its last token hold nan at column 0",
+                 d);
         const char *err = strstr(out, "radixmlp: "), *nl = err ? strchr(err, '\n') : NULL;
         int written = 0;
         for (int k = 0; k < 2; k++) {
@@ -6148,7 +6555,20 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
     write_file(dir, "t.txt", "1 2 3\n1 2 4\n", 12);
     write_file(dir, "bad.txt", "1 2 3\n1 999 4\n", 14);
+    write_file(dir, "turn.txt", "1 2 3\n@2 4 5\n", 13);
+    write_file(dir, "turn2.txt", "1 2 3\n@1 4 5 6\n", 15);
     const struct { const char *args; int rc; const char *msg; } cases[] = {
+        {"--requests @/t.txt --generate 0", 2, "--generate takes an integer from 1 to 1048576, not '0'"},
+        {"--requests @/t.txt --generate 2 --temperature 1 --top-p 1.5", 2,
+         "--top-p takes a number above 0 and at most 1, not '1.5'"},
+        {"--requests @/t.txt --generate 2 --temperature -1", 2,
+         "--temperature takes a number from 0 and at most 100, not '-1'"},
+        {"--requests @/turn.txt", 1, "K, K an earlier line's number (1 to 1)"},     /* at_dir would replace an at */
+        {"--tokens @/turn2.txt", 1, "' is not part of a token id"},                 /* sign in the message        */
+        {"--requests @/t.txt --generate 3 --cache-pages 1 --page-size 4", 1, "t.txt:1: a request of 5 tokens (its "
+         "prompt and what it generates) needs 2 pages of 4 tokens, but --cache-pages is 1"},
+        {"--requests @/turn2.txt --generate 4 --cache-pages 2 --page-size 4", 1, "turn2.txt:2: refused: 10 prompt "
+         "tokens and 4 to generate need 4 pages of 4 tokens, but the KV pool has only 2 (1 request refused)"},
         {"--tokens @/t.txt --dump-logits @/t.txt", 2, "--dump-logits @/t.txt: that is the input @/t.txt"},
         {"--requests @/t.txt --cache-pages 16777216 --page-size 4096", 2,
          "--cache-pages 16777216 x --page-size 4096 is 68719476736 token slots; a KV pool holds at most 2147483647"},
@@ -6237,6 +6657,7 @@ static const Test tests[] = {
     {"gpu", "attention_timer_runs_every_layout", test_gpu_attention_timer},
     {"gpu", "prefill_matches_c_reference_on_random_traces", test_gpu_prefill_matches_c_reference_on_random_traces},
     {"gpu", "cli_requests_runs_on_the_gpu", test_gpu_cli_requests_runs_on_the_gpu},
+    {"gpu", "generation_within_bf16_budget_of_c_reference", test_gpu_generation_within_bf16_budget_of_c_reference},
     {"gpu", "new_pool_is_nan_over_zeroed_memory", test_gpu_new_pool_is_nan_over_zeroed_memory},
     {"gpu", "kernels_index_rows_past_2_31_elements", test_gpu_kernels_index_rows_past_2_31_elements},
     {"gpu", "device_memory_returns_to_where_it_started", test_gpu_device_memory_returns_to_where_it_started},
@@ -6276,6 +6697,11 @@ static const Test tests[] = {
     {"prefill", "rejects_bad_inputs", test_prefill_rejects_bad_inputs},
     {"cache", "serve_fuzz_equals_recomputation_without_cache",
      test_cache_serve_fuzz_equals_recomputation_without_cache},
+    {"cache", "generation_same_tokens_across_batches_schedules_threads_paths",
+     test_generation_same_tokens_across_batches_schedules_threads_paths},
+    {"cache", "generation_turn_two_hits_turn_one_generated_tokens",
+     test_generation_turn_two_hits_turn_one_generated_tokens},
+    {"cache", "cli_generate_same_output_with_and_without_cache", test_cli_generate_same_output_with_and_without_cache},
     {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
     {"cache", "cli_show_cache_draws_splits_and_evictions", test_cli_show_cache_draws_splits_and_evictions},
