@@ -5382,6 +5382,48 @@ static void test_generation_turn_two_hits_turn_one_generated_tokens(void) {
 /* --generate on the command line: a conversation file (turn 2s and a turn 3 included) gives the same --out with the
  * cache off, radix and hash, in batches, in a pool tight enough to preempt; so do sampled runs (--temperature, --seed).
  * The stats count each turn's whole prompt; the summary counts the cached tokens an earlier turn generated. */
+/* Greedy generation against transformers' own: fixtures/generate/MODEL-BATCH.txt holds generate(do_sample=False)'s
+ * 12 tokens per request (fixtures/make_fixtures.py --generate; the smallest top-2 margin there is 3.5e-4, far above
+ * the fp32 differences). --out must equal it byte for byte, in every mode, with the cache off and on, one request at
+ * a time and all at once, and in a pool so small that pages are evicted. */
+static void test_cli_generate_matches_transformers_greedy(void) {
+    if (!have_cli()) return;
+    static const char *models[] = {"tiny-tied", "tiny-untied", "tiny-bf16"}, *batches[] = {"shared_prefix", "mixed"};
+    static const char *runs[] = {
+        "--mode baseline --prefix-cache off --batch 1",
+        "--mode radix --prefix-cache radix --page-size 4",
+        "--mode compact --prefix-cache hash --page-size 2 --batch 2",
+        "--mode compact --prefix-cache radix --page-size 4 --cache-pages 8",
+    };
+    char dir[] = "/tmp/radixmlp-gen-XXXXXX", cmd[1024], out[8192], path[512];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    int n = 0;
+    for (int mi = 0; mi < 3; mi++)
+        for (int bi = 0; bi < 2; bi++) {
+            snprintf(path, sizeof path, "%s/generate/%s-%s.txt", fixtures(), models[mi], batches[bi]);
+            size_t want_len = 0, got_len = 0;
+            char *want = (char *)read_file(path, &want_len);
+            expect(want != NULL, "cannot read %s", path);
+            for (int k = 0; want && k < 4; k++, n++) {
+                snprintf(cmd, sizeof cmd, "%s --cpu --model %s/%s --requests %s/batches/%s.txt %s --generate 12 "
+                         "--out %s/o.txt", cli(), fixtures(), models[mi], fixtures(), batches[bi], runs[k], dir);
+                int rc = run_cmd(cmd, out, sizeof out);
+                snprintf(path, sizeof path, "%s/o.txt", dir);
+                char *got = (char *)read_file(path, &got_len);
+                expect(rc == 0 && got && got_len == want_len && !memcmp(got, want, want_len),
+                       "%s x %s, %s: exit %d, --out differs from transformers' greedy tokens:\n%.*s---\n%.*s",
+                       models[mi], batches[bi], runs[k], rc, got ? (int)got_len : 0, got ? got : "",
+                       (int)want_len, want);
+                free(got);
+            }
+            free(want);
+        }
+    note("%d runs (3 models x 2 batches x 4 modes, caches and pools): every --out equals transformers' generate", n);
+    snprintf(path, sizeof path, "%s/o.txt", dir);
+    remove(path);
+    rmdir(dir);
+}
+
 static void test_cli_generate_same_output_with_and_without_cache(void) {
     if (!have_cli()) return;
     char dir[] = "/tmp/radixmlp-gen-XXXXXX", cmd[2048], out[16384], path[300];
@@ -6701,6 +6743,7 @@ static const Test tests[] = {
      test_generation_same_tokens_across_batches_schedules_threads_paths},
     {"cache", "generation_turn_two_hits_turn_one_generated_tokens",
      test_generation_turn_two_hits_turn_one_generated_tokens},
+    {"cache", "cli_generate_matches_transformers_greedy", test_cli_generate_matches_transformers_greedy},
     {"cache", "cli_generate_same_output_with_and_without_cache", test_cli_generate_same_output_with_and_without_cache},
     {"cache", "cli_requests_match_full_recomputation", test_cli_requests_match_full_recomputation},
     {"cache", "cli_requests_rejects_bad_input", test_cli_requests_rejects_bad_input},
