@@ -34,9 +34,9 @@
  *
  * Reading order, one banner per section: the trie (Algorithm 2) -> the plain-C reference forward (Algorithm 1, from
  * the definitions) -> the CUDA kernels, attention, the GPU model, cuBLAS and the GPU forward -> Part II: the paged KV
- * pool, the prefix caches, prefill, sampling, serving and generation -> GPU entry points for the tests and benchmarks -> Part III: speed
- * (threads, packed panels and SIMD tiles, the CPU paths, the tiled attention) -> the plumbing (errors, JSON,
- * safetensors, config, loading, token files) -> main().
+ * pool, the prefix caches, prefill, sampling, serving and generation -> GPU entry points for the tests and
+ * benchmarks -> Part III: speed (threads, packed panels and SIMD tiles, the CPU paths, the tiled attention) -> the
+ * plumbing (errors, JSON, safetensors, config, loading, token files) -> main().
  *
  * Non-obvious things:
  *   - Every buffer says which token space it lives in: N (the batch), N' (the trie's nodes), R and T (see Layout).
@@ -2911,6 +2911,76 @@ static int gen_check(const RxGenerate *g) {
     return 0;
 }
 
+/* One step's buffers, each [batch]: sequence s of the step is running request run[s]. */
+typedef struct {
+    int32_t *cached_len;             /* [batch] its tokens with K/V in the pool                                 */
+    int32_t *prefix_key;             /* [batch] the page of its last cached token, -1: none                     */
+    const int32_t **tables;          /* [batch] its page table                                                  */
+    const int32_t **seqs;            /* [batch] its tokens without K/V: the step's new tokens                   */
+    int *sfx_lens;                   /* [batch]                                                                 */
+    float *logits;                   /* [batch, vocab] each sequence's last-token logits                       */
+    RxBatch sfx;                     /* the new tokens as one ragged batch, positions after the cached ones     */
+} Step;
+
+/* A step's forward: every running request's tokens without K/V (a prompt, or the one token sampled last step) as
+ * one batch on its cached history, through qwen3_prefill_ref, or gpu_prefill on the device pool (gpu_kv). */
+static int step_forward(Sched *S, Step *w, const Qwen3Model *m, RxKvPool *pool, GpuKvPool *gpu_kv) {
+    const RxServeOptions *o = S->o;
+    int n = S->n_run, rows = 0, news = 0;
+    for (int s = 0; s < n; s++) {
+        const RxRequest *r = S->run[s];
+        w->cached_len[s] = r->kv_len;
+        w->tables[s] = r->pages;
+        w->prefix_key[s] = r->kv_len ? r->pages[(r->kv_len - 1) / o->page_size] : -1;
+        w->seqs[s] = r->tokens + r->kv_len;
+        w->sfx_lens[s] = r->len - r->kv_len;
+        news += S->turn[r - S->req].n_gen == 0;
+    }
+    if (rx_batch_make(&w->sfx, w->seqs, w->sfx_lens, n)) return -1;
+    for (int s = 0; s < n; s++)                           /* whose positions go on after the cached ones */
+        for (int i = w->sfx.cu_seqlens[s]; i < w->sfx.cu_seqlens[s + 1]; i++)
+            w->sfx.position_ids[i] += w->cached_len[s];
+    RxPrefill pf = {.pool = pool, .cached_len = w->cached_len, .pages = w->tables, .prefix_key = w->prefix_key};
+    GpuRunInfo gi = {};
+    if (o->gpu ? gpu_prefill(o->gpu, gpu_kv, &w->sfx, &pf, o->mode, w->logits, &rows, &gi)
+               : qwen3_prefill_ref(m, &w->sfx, &pf, o->mode, w->logits, &rows))
+        return -1;
+    if (o->trace) {
+        fprintf(o->trace, "batch %d: ", S->st->n_batches);
+        if (o->gen) fprintf(o->trace, "%d new + %d decoding; ", news, n - news);
+        if (rx_prefill_print(o->trace, &w->sfx, &pf, rows)) return -1;
+    }
+    rx_batch_free(&w->sfx);
+    S->st->rows_computed += rows;
+    S->st->gpu_ms += gi.forward_ms;
+    return 0;
+}
+
+/* A step's outputs: each running request's logits row (a prompt's last logits to the caller's last_logits [n, V]
+ * and batch_of [n]), then after_forward samples or finishes it; the running stay in admission order. */
+static int step_outputs(Sched *S, const float *logits, int V, float *last_logits, int32_t *batch_of) {
+    const RxServeOptions *o = S->o;
+    int kept = 0;
+    for (int s = 0; s < S->n_run; s++) {
+        RxRequest *r = S->run[s];
+        const float *row = logits + (size_t)s * V;
+        int i = (int)(r - S->req);
+        if (nonfinite_logits(row, V, i, o)) return -1;
+        if (o->gen && o->gen->on_logits && o->gen->on_logits(o->gen->ctx, i, r->tokens, r->len, row))
+            return rx_fail("rx_serve: on_logits stopped the run at request %d's history of %d tokens", i, r->len);
+        if (S->turn[i].n_gen == 0) {                      /* its prompt's last token: the prefill's logits */
+            if (last_logits) memcpy(last_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
+            if (batch_of) batch_of[i] = S->st->n_batches;
+        }
+        int fin = after_forward(S, r, row, V);
+        if (fin < 0) return -1;
+        if (!fin) S->run[kept++] = r;
+    }
+    S->n_run = kept;
+    S->st->n_batches++;
+    return 0;
+}
+
 int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens, int n_req, const RxServeOptions *o,
              float *last_logits, int32_t *batch_of, int32_t *cached_of, RxServeStats *st) {
     int V = m->cfg.vocab_size, P = o->page_size, B = o->batch, rc = -1;
@@ -2921,7 +2991,6 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     if (gen_check(o->gen)) return -1;
     RxKvPool pool;
     GpuKvPool *gpu_kv = NULL;                              /* o->gpu: the K/V on the device, the bookkeeping here */
-    RxBatch sfx = {0, 0, NULL, NULL, NULL};
     Sched S;
     memset(&S, 0, sizeof S);
     S.o = o;
@@ -2932,16 +3001,18 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     S.req = (RxRequest *)calloc((size_t)n_req + 1, sizeof(RxRequest));
     S.turn = (Turn *)calloc((size_t)n_req + 1, sizeof(Turn));
     S.wait = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
-    S.run = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));                         /* [batch] running     */
-    int32_t *cached_len = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch] per sequence */
-    int32_t *prefix_key = (int32_t *)calloc((size_t)B, sizeof(int32_t));                 /* [batch]              */
-    const int32_t **tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));      /* [batch] page tables  */
-    const int32_t **seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));        /* [batch] new tokens   */
-    int *sfx_lens = (int *)calloc((size_t)B, sizeof(int));                                /* [batch]              */
-    float *blogits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a step's logits [batch, vocab]");
+    S.run = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));                         /* [batch] running */
+    Step w;
+    memset(&w, 0, sizeof w);
+    w.cached_len = (int32_t *)calloc((size_t)B, sizeof(int32_t));
+    w.prefix_key = (int32_t *)calloc((size_t)B, sizeof(int32_t));
+    w.tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));
+    w.seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));
+    w.sfx_lens = (int *)calloc((size_t)B, sizeof(int));
+    w.logits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a step's logits [batch, vocab]");
     memset(&pool, 0, sizeof pool);
-    if (!S.req || !S.turn || !S.wait || !S.run || !cached_len || !prefix_key || !tables || !seqs || !sfx_lens ||
-        !blogits) {
+    if (!S.req || !S.turn || !S.wait || !S.run || !w.cached_len || !w.prefix_key || !w.tables || !w.seqs ||
+        !w.sfx_lens || !w.logits) {
         rx_fail("out of host memory for serving %d requests", n_req);
         goto done;
     }
@@ -2958,59 +3029,14 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     S.n_wait = n_req;
     st->pool_pages = pool.n_pages;
     t0 = rx_now_ms();
-    while (S.n_done < n_req) {
+    while (S.n_done < n_req) {                             /* a step: grow, admit, one forward, sample */
         if (grow_step(&S) || admit_step(&S)) goto done;
         if (S.n_run == 0) {
             if (S.n_done == n_req) break;                  /* the last ones were refused */
             rx_fail("rx_serve: %d requests wait and none can run", S.n_wait);   /* cannot happen: no hang if it does */
             goto done;
         }
-        int n = S.n_run, rows = 0, news = 0;
-        for (int s = 0; s < n; s++) {                     /* sequence s: run[s]'s tokens without K/V */
-            const RxRequest *r = S.run[s];
-            cached_len[s] = r->kv_len;
-            tables[s] = r->pages;
-            prefix_key[s] = r->kv_len ? r->pages[(r->kv_len - 1) / P] : -1;   /* the page of its last cached token */
-            seqs[s] = r->tokens + r->kv_len;
-            sfx_lens[s] = r->len - r->kv_len;
-            news += S.turn[r - S.req].n_gen == 0;
-        }
-        if (rx_batch_make(&sfx, seqs, sfx_lens, n)) goto done;
-        for (int s = 0; s < n; s++)                       /* whose positions go on after the cached ones */
-            for (int i = sfx.cu_seqlens[s]; i < sfx.cu_seqlens[s + 1]; i++) sfx.position_ids[i] += cached_len[s];
-        RxPrefill pf = {.pool = &pool, .cached_len = cached_len, .pages = tables, .prefix_key = prefix_key};
-        GpuRunInfo gi = {};
-        if (o->gpu ? gpu_prefill(o->gpu, gpu_kv, &sfx, &pf, o->mode, blogits, &rows, &gi)
-                   : qwen3_prefill_ref(m, &sfx, &pf, o->mode, blogits, &rows))
-            goto done;
-        if (o->trace) {
-            fprintf(o->trace, "batch %d: ", st->n_batches);
-            if (o->gen) fprintf(o->trace, "%d new + %d decoding; ", news, n - news);
-            if (rx_prefill_print(o->trace, &sfx, &pf, rows)) goto done;
-        }
-        rx_batch_free(&sfx);
-        st->rows_computed += rows;
-        st->gpu_ms += gi.forward_ms;
-        int kept = 0;
-        for (int s = 0; s < n; s++) {
-            RxRequest *r = S.run[s];
-            const float *row = blogits + (size_t)s * V;
-            int i = (int)(r - S.req);
-            if (nonfinite_logits(row, V, i, o)) goto done;
-            if (o->gen && o->gen->on_logits && o->gen->on_logits(o->gen->ctx, i, r->tokens, r->len, row)) {
-                rx_fail("rx_serve: on_logits stopped the run at request %d's history of %d tokens", i, r->len);
-                goto done;
-            }
-            if (S.turn[i].n_gen == 0) {                   /* its prompt's last token: the prefill's logits */
-                if (last_logits) memcpy(last_logits + (size_t)i * V, row, (size_t)V * sizeof(float));
-                if (batch_of) batch_of[i] = st->n_batches;
-            }
-            int fin = after_forward(&S, r, row, V);
-            if (fin < 0) goto done;
-            if (!fin) S.run[kept++] = r;                  /* the running stay in admission order */
-        }
-        S.n_run = kept;
-        st->n_batches++;
+        if (step_forward(&S, &w, m, &pool, gpu_kv) || step_outputs(&S, w.logits, V, last_logits, batch_of)) goto done;
         if (o->show_cache && show_cache_after(o->show_cache, S.c, st->n_batches - 1)) goto done;
     }
     st->ms = rx_now_ms() - t0;
@@ -3028,7 +3054,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     st->held_after_flush = pool.n_pages - pool.n_free;
     rc = 0;
 done:
-    rx_batch_free(&sfx);
+    rx_batch_free(&w.sfx);
     for (int s = 0; S.req && s < n_req; s++) rx_request_abort(S.c, &S.req[s]);
     for (int s = 0; S.turn && s < n_req; s++) {
         free(S.turn[s].hist);
@@ -3041,12 +3067,12 @@ done:
     free(S.turn);
     free(S.wait);
     free(S.run);
-    free(cached_len);
-    free(prefix_key);
-    free(tables);
-    free(seqs);
-    free(sfx_lens);
-    free(blogits);
+    free(w.cached_len);
+    free(w.prefix_key);
+    free(w.tables);
+    free(w.seqs);
+    free(w.sfx_lens);
+    free(w.logits);
     return rc;
 }
 
