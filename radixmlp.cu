@@ -85,6 +85,7 @@ static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *path);  /* ids, positions, cu_seqlens */
 static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
 static float **model_panels(const Qwen3Model *m);    /* [n_tensors] the reference's packed weights (NULL: none yet) */
+static int rx_fast(void);        /* Part III: 0 on the definition path (RADIXMLP_CPU=definition), else 1 */
 
 /* ----------------------------------------------------------------------------------------- the trie (algorithm 2) */
 /* The paper's toy example: sequences [1,2,3] and [1,2,4], ragged as [1,2,3,1,2,4], cu_seqlens [0,3,6].
@@ -111,16 +112,79 @@ static float **model_panels(const Qwen3Model *m);    /* [n_tensors] the referenc
  *
  * A node is a whole history: its key is (parent, token, position), so the same token at the same position after a
  * different prefix is a new node. Nodes are numbered in order of first occurrence, and that number is the compact
- * row. The paper finds a child by scanning its parent's child list. We keep each node's first child inline
- * (first_child[c]) and compare it through gather: a node's key is its first occurrence's (token, position). Only
- * second and later children, the branch points, go to a hash table keyed on (parent, token, position). A batch of
- * shared prefixes then walks its first children through arrays read in order, and touches the table about once per
- * sequence, where it leaves the shared part. */
+ * row. As in the paper, a node keeps its children in a list, in the order they were added, and a lookup scans it
+ * (lines 15-23). A child's key is its first occurrence's (token, position), read through gather, so the list holds
+ * node numbers only. Two refinements follow the algorithm, for speed only: branch points in a hash table, and a
+ * batch that shares nothing skipping the trie. They give the same maps (trie/random_batches_match_bruteforce_oracle
+ * runs the trie on every CPU path), and RADIXMLP_CPU=definition builds without them. */
+typedef struct TrieEntry TrieEntry;     /* refinement 1's hash table entry */
+
+/* The trie while it is built. Its nodes are the compact rows, numbered in order of first occurrence; the root, the
+ * paper's parent 0, is numbered N after them (N' <= N, so no node takes the root's number). */
 typedef struct {
+    const int32_t *ids, *pos;   /* [N] the batch's tokens and positions                                       */
+    int32_t *gather;            /* [N'] each node's first occurrence, whose (token, position) is the node's key */
+    int32_t *first_child;       /* [N + 1] by node, then the root; -1: no child yet                           */
+    int32_t *next_sibling;      /* [N] by node: the next child of its parent; -1: the last (NULL with table)    */
+    TrieEntry *table;           /* refinement 1, NULL on the definition path: second and later children        */
+    uint64_t mask;
+} Trie;
+
+static int32_t trie_find_hashed(const Trie *tr, int32_t parent, int i);    /* refinement 1, below */
+static void trie_add_hashed(Trie *tr, int32_t parent, int i, int32_t c);
+
+/* Whether node c's key is original row i's (token, position): c's key is its first occurrence's (line 17). */
+static int trie_same_key(const Trie *tr, int32_t c, int i) {
+    int first = tr->gather[c];
+    return tr->ids[first] == tr->ids[i] && tr->pos[first] == tr->pos[i];
+}
+
+/* Lines 13-23 of Algorithm 2: the child of parent whose key is original row i's (token, position), or -1: not
+ * found. */
+static int32_t trie_find(const Trie *tr, int32_t parent, int i) {
+    if (tr->table) return trie_find_hashed(tr, parent, i);            /* refinement 1 */
+    for (int32_t c = tr->first_child[parent]; c >= 0; c = tr->next_sibling[c])     /* lines 15-16 */
+        if (trie_same_key(tr, c, i)) return c;                         /* lines 17-21: found */
+    return -1;
+}
+
+/* Lines 24-33: not found, so original row i is the first occurrence of a new node c below parent (c: the next
+ * compact row), appended to parent's children (line 30). */
+static int32_t trie_add(Trie *tr, int32_t parent, int i, int32_t c) {
+    if (tr->table) {
+        trie_add_hashed(tr, parent, i, c);                             /* refinement 1 */
+    } else {
+        int32_t *end = &tr->first_child[parent];
+        while (*end >= 0) end = &tr->next_sibling[*end];               /* the end of parent's list */
+        *end = c;
+        tr->next_sibling[c] = -1;
+    }
+    tr->gather[c] = i;                                                 /* line 32 */
+    tr->first_child[c] = -1;                                           /* a new node has no children yet */
+    return c;
+}
+
+/* Lines 8-34 for one sequence, original rows i0 .. i1-1, from parent (line 8: the root): each row finds its node
+ * or adds one (the next compact row, *n_compact), and scatter [i] gets it. */
+static void trie_insert(Trie *tr, int32_t parent, int i0, int i1, int32_t *scatter, int32_t *n_compact) {
+    for (int i = i0; i < i1; i++) {                                    /* line 9 */
+        int32_t child = trie_find(tr, parent, i);                      /* lines 13-23: found? */
+        if (child < 0) child = trie_add(tr, parent, i, (*n_compact)++);     /* lines 24-33: not found: new node */
+        scatter[i] = child;                                            /* line 34 */
+        parent = child;
+    }
+}
+
+/* Refinement 1: branch points hashed. The scan costs a lookup one comparison per child it passes: B sequences that
+ * part at one node cost B(B-1)/2 there (exercise 3). Most nodes have one child, which the scan finds at once, so
+ * only second and later children go to an open-addressing table keyed on (parent, token, position). A batch of
+ * shared prefixes walks its chains through arrays read in order, and hashes about once per sequence, where it leaves
+ * the shared part. */
+struct TrieEntry {
     uint64_t key;
     int32_t parent;
     int32_t node_plus_1;     /* 0: an empty entry */
-} TrieEntry;
+};
 
 static uint64_t trie_key(int32_t token, int32_t position) {       /* the paper's (position << 32) ^ token */
     return (uint64_t)(uint32_t)position << 32 | (uint32_t)token;
@@ -149,80 +213,32 @@ static TrieEntry *trie_table(int64_t n, uint64_t *mask) {
     return (TrieEntry *)calloc(*mask + 1, sizeof(TrieEntry));
 }
 
-/* The trie while it is built. Its nodes are the compact rows, numbered in order of first occurrence; the root, the
- * paper's parent 0, is numbered N after them (N' <= N, so no node takes the root's number). */
-typedef struct {
-    const int32_t *ids, *pos;   /* [N] the batch's tokens and positions                                       */
-    int32_t *gather;            /* [N'] each node's first occurrence, whose (token, position) is the node's key */
-    int32_t *first_child;       /* [N + 1] by node, then the root; -1: no child yet                           */
-    TrieEntry *table;            /* second and later children: (parent, key) -> node                          */
-    uint64_t mask;
-} Trie;
-
-/* Lines 13-23 of Algorithm 2: the child of parent whose key is original row i's (token, position), or -1: not
- * found. The first child answers most lookups without hashing; the table holds the rest. */
-static int32_t trie_find(const Trie *tr, int32_t parent, int i) {
+/* The first child answers most lookups without hashing; the table holds the rest. */
+static int32_t trie_find_hashed(const Trie *tr, int32_t parent, int i) {
     int32_t c = tr->first_child[parent];
-    if (c < 0) return -1;                                        /* no children yet */
-    int first = tr->gather[c];
-    if (tr->ids[first] == tr->ids[i] && tr->pos[first] == tr->pos[i]) return c;
+    if (c < 0 || trie_same_key(tr, c, i)) return c;             /* no child yet, or the first */
     const TrieEntry *s = table_entry(tr->table, tr->mask, parent, trie_key(tr->ids[i], tr->pos[i]));
     return s->node_plus_1 - 1;                                   /* a later child, or -1 (an empty entry) */
 }
 
-/* Lines 24-33: not found, so original row i is the first occurrence of a new node c below parent (c: the next
- * compact row). It becomes parent's first child, or, if parent has one, goes into the table. */
-static int32_t trie_add(Trie *tr, int32_t parent, int i, int32_t c) {
+/* A parent's first child stays in first_child, where trie_find_hashed compares it; the rest go to the table, so no
+ * list is walked and next_sibling is not needed. */
+static void trie_add_hashed(Trie *tr, int32_t parent, int i, int32_t c) {
     if (tr->first_child[parent] < 0) {
         tr->first_child[parent] = c;
-    } else {
-        uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
-        TrieEntry *s = table_entry(tr->table, tr->mask, parent, key);
-        s->key = key;
-        s->parent = parent;
-        s->node_plus_1 = c + 1;
+        return;
     }
-    tr->gather[c] = i;
-    tr->first_child[c] = -1;
-    return c;
+    uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
+    TrieEntry *s = table_entry(tr->table, tr->mask, parent, key);
+    s->key = key;
+    s->parent = parent;
+    s->node_plus_1 = c + 1;
 }
 
-/* Lines 8-34 for one sequence, original rows i0 .. i1-1, from parent (line 8: the root): each row finds its node
- * or adds one (the next compact row, *n_compact), and scatter [i] gets it. */
-static void trie_insert(Trie *tr, int32_t parent, int i0, int i1, int32_t *scatter, int32_t *n_compact) {
-    for (int i = i0; i < i1; i++) {                                    /* line 9 */
-        int32_t child = trie_find(tr, parent, i);                      /* lines 13-23: found? */
-        if (child < 0) child = trie_add(tr, parent, i, (*n_compact)++);     /* lines 24-33: not found: new node */
-        scatter[i] = child;                                            /* line 34 */
-        parent = child;
-    }
-}
-
-/* A trie over N original rows whose first_child has n_ids entries: the N nodes', then the root's (n_ids = N + 1),
- * set to -1. Returns 0, or -1 (out of memory; nothing is left allocated). */
-static int trie_open(Trie *tr, const int32_t *ids, const int32_t *pos, int32_t *gather, int n, int n_ids) {
-    memset(tr, 0, sizeof *tr);
-    tr->ids = ids;
-    tr->pos = pos;
-    tr->gather = gather;
-    tr->first_child = (int32_t *)malloc((size_t)n_ids * sizeof(int32_t));
-    tr->table = trie_table(n, &tr->mask);
-    if (!tr->first_child || !tr->table) {
-        free(tr->first_child);
-        free(tr->table);
-        return -1;
-    }
-    for (int r = n; r < n_ids; r++) tr->first_child[r] = -1;
-    return 0;
-}
-
-static void trie_close(Trie *tr) {
-    free(tr->first_child);
-    free(tr->table);
-}
-
-/* Fast path: a first token that is new below its parent (1 or 0: whether (parent, token, position) of original row
- * i was already in table t; it is now). */
+/* Refinement 2: a batch that shares nothing. Histories can only be shared if two sequences begin with the same
+ * (token, position) below the same parent; if none do, the trie is the batch itself (trie_identity). This is
+ * trie_seen_start, one sequence's check: 1 or 0, whether (parent, token, position) of original row i was already in
+ * table t (it is now). */
 static int trie_seen_start(TrieEntry *t, uint64_t mask, int32_t parent, const int32_t *ids, const int32_t *pos,
                            int i, int s) {
     TrieEntry *e = table_entry(t, mask, parent, trie_key(ids[i], pos[i]));
@@ -233,8 +249,7 @@ static int trie_seen_start(TrieEntry *t, uint64_t mask, int32_t parent, const in
     return seen;
 }
 
-/* Fast path: histories can only be shared if two sequences begin with the same (token, position). Returns whether
- * any two do (1 or 0), or -1 (out of memory). */
+/* Whether any two sequences of a batch below the one root begin alike (1 or 0), or -1 (out of memory). */
 static int trie_any_shared_start(const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
     uint64_t mask;
     TrieEntry *t = trie_table(n_seqs, &mask);
@@ -246,6 +261,44 @@ static int trie_any_shared_start(const int32_t *ids, const int32_t *pos, const i
     return shared;
 }
 
+/* The trie is the batch itself: N' = N, identity maps. */
+static void trie_identity(RadixIndex *ix) {
+    for (int i = 0; i < ix->n_tokens; i++) {
+        ix->gather[i] = i;
+        ix->scatter[i] = i;
+    }
+    ix->n_compact = ix->n_tokens;
+}
+
+/* A trie over N original rows whose first_child has n_ids entries: the N nodes', then the root's (n_ids = N + 1),
+ * set to -1. hashed: with refinement 1. Returns 0, or -1 (out of memory; nothing is left allocated). */
+static int trie_open(Trie *tr, const int32_t *ids, const int32_t *pos, int32_t *gather, int n, int n_ids,
+                     int hashed) {
+    memset(tr, 0, sizeof *tr);
+    tr->ids = ids;
+    tr->pos = pos;
+    tr->gather = gather;
+    tr->first_child = (int32_t *)malloc((size_t)n_ids * sizeof(int32_t));
+    if (hashed)
+        tr->table = trie_table(n, &tr->mask);
+    else
+        tr->next_sibling = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    if (!tr->first_child || !(tr->table || tr->next_sibling)) {
+        free(tr->first_child);
+        free(tr->next_sibling);
+        free(tr->table);
+        return -1;
+    }
+    for (int r = n; r < n_ids; r++) tr->first_child[r] = -1;
+    return 0;
+}
+
+static void trie_close(Trie *tr) {
+    free(tr->first_child);
+    free(tr->next_sibling);
+    free(tr->table);
+}
+
 /* ix's I_gather [N'] and I_scatter [N] for N original rows. Returns 0, or -1 (out of memory; ix freed). */
 static int trie_index_alloc(RadixIndex *ix, int n) {
     ix->n_tokens = n;
@@ -254,15 +307,6 @@ static int trie_index_alloc(RadixIndex *ix, int n) {
     if (ix->gather && ix->scatter) return 0;
     radix_index_free(ix);
     return rx_fail("radix_index_build: out of host memory");
-}
-
-/* The fast path's answer when nothing is shared: the trie is the batch itself, N' = N, identity. */
-static void trie_identity(RadixIndex *ix) {
-    for (int i = 0; i < ix->n_tokens; i++) {
-        ix->gather[i] = i;
-        ix->scatter[i] = i;
-    }
-    ix->n_compact = ix->n_tokens;
 }
 
 /* The shape of a ragged batch as a C API caller hands it over, checked before anything reads it. n_tokens < 0: not
@@ -290,20 +334,21 @@ static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, co
     const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
     if (n == 0) return 0;
     if (trie_index_alloc(ix, n)) return -1;
-    int shared = trie_any_shared_start(ids, pos, cu, n_seqs);
-    Trie tr;
-    if (shared < 0 || (shared && trie_open(&tr, ids, pos, ix->gather, n, n + 1))) {
-        radix_index_free(ix);
-        return rx_fail("radix_index_build: out of host memory");
-    }
-    if (!shared) {
+    const int refine = rx_fast();                                      /* 0: RADIXMLP_CPU=definition, the paper's */
+    int shared = refine ? trie_any_shared_start(ids, pos, cu, n_seqs) : 1;    /* refinement 2 */
+    if (shared == 0) {
         trie_identity(ix);
         return 0;
+    }
+    Trie tr;
+    if (shared < 0 || trie_open(&tr, ids, pos, ix->gather, n, n + 1, refine)) {
+        radix_index_free(ix);
+        return rx_fail("radix_index_build: out of host memory");
     }
     const int32_t root = n;                                            /* the paper's parent 0 */
     int32_t n_compact = 0;                                             /* N' so far, the next compact row */
     for (int s = 0; s < n_seqs; s++)                                   /* line 5 */
-        trie_insert(&tr, root, cu[s], cu[s + 1], ix->scatter, &n_compact);     /* lines 8-34 */
+        trie_insert(&tr, root, cu[s], cu[s + 1], ix->scatter, &n_compact);     /* lines 6-35 */
     ix->n_compact = n_compact;
     trie_close(&tr);
     return 0;
@@ -448,7 +493,6 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 /* Part III's fast versions of the ops below (OpenMP, packed weights, SIMD tiles), each equal to its definition here
  * bit for bit. A definition reaches its fast version in one line, `if (rx_fast()) return ..._fast(...)`: skip those
  * lines and the rest is the definition, which RADIXMLP_CPU=definition runs, on one thread. */
-static int rx_fast(void);                              /* 0 on the definition path, else 1 (rx_cpu_path) */
 static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps);
 static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp);
 static void exp_fast(float *y, const float *x, float a, float b, size_t n);
@@ -2385,27 +2429,28 @@ void rx_request_abort(RxPrefixCache *c, RxRequest *r) {
 
 /* Algorithm 2 below several roots, Part II's own trie: sequence s starts at root[s], a number in 0 .. n_roots-1,
  * numbered N + root[s] among the trie's parents (after Part I's N nodes; Part I's one root is N + 0). It calls Part
- * I's steps: the fast path's start check (trie_seen_start), then trie_insert from each sequence's root. Sequences
+ * I's steps: refinement 2's start check (trie_seen_start), then trie_insert from each sequence's root. Sequences
  * below different roots share no node. */
 static int trie_build_rooted(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
                              const int32_t *root, int n_roots) {
     const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
     if (n == 0) return 0;
     if (trie_index_alloc(ix, n)) return -1;
-    uint64_t mask;
-    TrieEntry *starts = trie_table(n_seqs, &mask);
-    int shared = starts ? 0 : -1;
+    const int refine = rx_fast();                                      /* as trie_build */
+    uint64_t mask = 0;
+    TrieEntry *starts = refine ? trie_table(n_seqs, &mask) : NULL;
+    int shared = !refine ? 1 : starts ? 0 : -1;
     for (int s = 0; s < n_seqs && shared == 0; s++)
         if (cu[s] < cu[s + 1]) shared = trie_seen_start(starts, mask, n + root[s], ids, pos, cu[s], s);
     free(starts);
-    Trie tr;
-    if (shared < 0 || (shared && trie_open(&tr, ids, pos, ix->gather, n, n + n_roots))) {
-        radix_index_free(ix);
-        return rx_fail("radix_index_build: out of host memory");
-    }
-    if (!shared) {
+    if (shared == 0) {
         trie_identity(ix);
         return 0;
+    }
+    Trie tr;
+    if (shared < 0 || trie_open(&tr, ids, pos, ix->gather, n, n + n_roots, refine)) {
+        radix_index_free(ix);
+        return rx_fail("radix_index_build: out of host memory");
     }
     int32_t n_compact = 0;                                             /* N' so far, the next compact row */
     for (int s = 0; s < n_seqs; s++) trie_insert(&tr, n + root[s], cu[s], cu[s + 1], ix->scatter, &n_compact);

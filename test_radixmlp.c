@@ -221,6 +221,28 @@ static void check_against_oracle(const RadixIndex *ix, const RxBatch *b, const c
     check_against_keyed_oracle(ix, b, NULL, what);
 }
 
+/* The trie of b on the definition path (Algorithm 2 alone: the scan) and on the path in effect (with its two
+ * refinements), each checked against the oracle; key as radix_index_build_keyed's (NULL: radix_index_build).
+ * Returns N', or -1. */
+static int build_on_both_paths(const RxBatch *b, const int32_t *key, const char *what) {
+    const char *path0 = rx_cpu_path(NULL), *paths[2] = {"definition", path0}, *how[2] = {"the scan", "refined"};
+    int n_compact = -1;
+    for (int p = 0; p < 2 && !test_failed; p++) {
+        char w[128];
+        snprintf(w, sizeof w, "%s (%s)", what, how[p]);
+        rx_cpu_path(paths[p]);
+        RadixIndex ix;
+        int rc = key ? radix_index_build_keyed(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs, key)
+                     : radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs);
+        expect(rc == 0, "%s: %s", w, radix_error());
+        if (rc == 0) check_against_keyed_oracle(&ix, b, key, w);
+        n_compact = rc == 0 ? ix.n_compact : -1;
+        radix_index_free(&ix);
+    }
+    rx_cpu_path(path0);
+    return n_compact;
+}
+
 static void build_and_check(const RxBatch *b, const char *what, int expect_compact) {
     RadixIndex ix;
     int rc = radix_index_build(&ix, b->input_ids, b->position_ids, b->cu_seqlens, b->n_seqs);
@@ -271,23 +293,40 @@ static void test_random_batches_match_bruteforce_oracle(void) {
             }
         }
         RxBatch b = batch_of(n_seqs, lens, ids, pos);
-        RadixIndex ix;
         char what[64];
         snprintf(what, sizeof what, "random batch %d", t);
-        if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, n_seqs)) {
-            expect(0, "%s: %s", what, radix_error());
-        } else {
-            check_against_oracle(&ix, &b, what);
-            tokens += ix.n_tokens; compact += ix.n_compact;
-            radix_index_free(&ix);
-        }
+        int nc = build_on_both_paths(&b, NULL, what);
+        tokens += b.n_tokens;
+        compact += nc;
         rx_batch_free(&b);
     }
     if (test_failed)
         note("stopped at the first batch that differs: %d of %d random batches checked (%ld tokens)", checked, batches,
              tokens);
-    summary("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), all equal to the oracle",
-            batches, tokens, compact, tokens ? (double)compact / tokens : 0);
+    /* Wide branch points, where refinement 1's table holds many children: W sequences that share token 7 at
+     * position 0, then take one of 40 tokens, then one of 3, so the same (token, position) hangs below many
+     * parents, and each parent has many children. */
+    enum { W = 300 };
+    static int32_t wide[W][3];
+    const int32_t *seqs[W];
+    int wlens[W];
+    for (int s = 0; s < W; s++) {
+        wide[s][0] = 7;
+        wide[s][1] = rng_int(&rng, 40);
+        wide[s][2] = rng_int(&rng, 3);
+        seqs[s] = wide[s];
+        wlens[s] = 3;
+    }
+    RxBatch b;
+    int wide_nc = -1;
+    if (!test_failed && rx_batch_make(&b, seqs, wlens, W) == 0) {
+        wide_nc = build_on_both_paths(&b, NULL, "wide batch");
+        rx_batch_free(&b);
+    }
+    summary("%d random batches, %ld tokens -> %ld compact rows (overall gamma %.2f), and %d sequences below wide "
+            "branch points (N' = %d): all equal to the oracle on the definition path (the paper's scan) and the %s "
+            "path (its refinements)", batches, tokens, compact, tokens ? (double)compact / tokens : 0, W, wide_nc,
+            rx_cpu_path(NULL));
 }
 
 static void test_empty_batch(void) {
@@ -4965,21 +5004,17 @@ static void test_keyed_trie_matches_bruteforce_oracle(void) {
             at += lens[s];
         }
         RxBatch b = batch_of(n_seqs, lens, ids, pos);
-        RadixIndex ix;
-        expect(radix_index_build_keyed(&ix, b.input_ids, b.position_ids, b.cu_seqlens, n_seqs, key) == 0, "build: %s",
-               radix_error());
-        if (!test_failed) check_against_keyed_oracle(&ix, &b, key, "keyed batch");
-        tokens += ix.n_tokens;
-        compact += ix.n_compact;
-        radix_index_free(&ix);
+        int nc = build_on_both_paths(&b, key, "keyed batch");
+        tokens += b.n_tokens;
+        compact += nc;
         rx_batch_free(&b);
     }
     int32_t bad[1] = {-2}, id[1] = {1}, p0[1] = {0}, cu[2] = {0, 1};
     RadixIndex ix;
     expect(radix_index_build_keyed(&ix, id, p0, cu, 1, bad) != 0 && strstr(radix_error(), "root key -2"),
            "root key -2 accepted: '%s'", radix_error());
-    summary("2000 random batches, keys in {-1, 0, 1, 2}: %ld tokens -> %ld compact rows, all as the oracle says; "
-         "key -2 -> %s", tokens, compact, radix_error());
+    summary("2000 random batches, keys in {-1, 0, 1, 2}: %ld tokens -> %ld compact rows, all as the oracle says on "
+            "the definition path and the %s path; key -2 -> %s", tokens, compact, rx_cpu_path(NULL), radix_error());
 }
 
 /* Bad RxPrefill inputs: each rejected with one sentence, nothing written. */
