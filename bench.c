@@ -724,7 +724,9 @@ static int table5(int quick)
     const double min_s = quick ? 0.02 : 0.2;   /* per configuration */
     char cpu[128];
     cpu_name(cpu, sizeof cpu);
-    printf("cpu: %s (one thread)\n\n", cpu);
+    const int definition = !strcmp(rx_cpu_path(NULL), "definition");
+    printf("cpu: %s (one thread)%s\n\n", cpu, definition ? "; RADIXMLP_CPU=definition: Algorithm 2 alone, the "
+           "trie without its two refinements" : "");
     table_begin("Table 5: CPU index construction, radix_index_build", cols, 13, "cpu");
     for (size_t ci = 0; ci < sizeof T5 / sizeof *T5; ci++) {
         const IndexCase *c = &T5[ci];
