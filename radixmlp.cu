@@ -39,7 +39,8 @@
  * plumbing (errors, JSON, safetensors, config, loading, token files) -> main().
  *
  * Non-obvious things:
- *   - Every buffer says which token space it lives in: N (the batch), N' (the trie's nodes), R and T (see Layout).
+ *   - Every buffer says which token space it lives in: N (the batch), N' (the trie's nodes), R (see Layout), and
+ *     Part II's T (attention's tokens, cached ones included: PrefillKeys).
  *   - Attention is the only op that mixes rows, and it mixes them by original sequence (cu_seqlens). That is why
  *     it alone needs the original layout, and why the compact mode can skip it by indexing keys via I_scatter.
  *   - The GPU computes in bf16 with cuBLAS, whose results can depend on the matrix shape (N vs N' rows): its radix
@@ -749,20 +750,18 @@ static int32_t *ints(size_t n) { return (int32_t *)malloc(sizeof(int32_t) * (n +
 /* Algorithm 1's index work (lines 1-8) and where attention finds every query and key: built once per forward on
  * the host, read by the C forward and uploaded by the GPU forward. The token spaces, said here once for the file:
  *   N  the batch's tokens, sequence by sequence (original space)
- *   R  the rows every position-wise op runs on: N in baseline mode, N' (one per trie node) in radix and compact mode
- *   T  attention's tokens, the ones its key index covers; for a batch alone that is the batch itself, T = N */
+ *   R  the rows every position-wise op runs on: N in baseline mode, N' (one per trie node) in radix and compact mode */
 typedef struct {
     RxMode mode;             /* as run: RX_AUTO resolved                                                         */
-    int N, R, S, T;          /* batch tokens, rows computed on, sequences, attention's tokens                     */
+    int N, R, S;             /* batch tokens, rows computed on, sequences                                        */
     RadixIndex ix;           /* I_gather [N'], I_scatter [N] (Algorithm 2); not built when baseline is asked for  */
     double index_ms;         /* the time to build it                                                             */
     int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
     int32_t *last;           /* [S] the row holding each sequence's last token                                   */
     int32_t *cu_q;           /* [S+1] each sequence's query rows (the flash kernel's layout)                      */
-    int32_t *seq_start;      /* [T] the first token of each token's sequence                                    */
-    int32_t *kv_row;         /* [T] each token's key row, a KvView's index: t, or I_scatter[t] in compact mode     */
+    int32_t *seq_start;      /* [N] the first token of each token's sequence                                    */
+    int32_t *kv_row;         /* [N] each token's key row, a KvView's index: t, or I_scatter[t] in compact mode     */
     int32_t *q_tok;          /* [n_q] each query row's token, attention's q_orig; n_q = N' in compact mode, else N */
-    int32_t *cu_k;           /* [S+1] each sequence's keys in T (the flash kernel's layout)                       */
 } Layout;
 
 static void layout_free(Layout *L) {
@@ -774,7 +773,6 @@ static void layout_free(Layout *L) {
     free(L->seq_start);
     free(L->kv_row);
     free(L->q_tok);
-    free(L->cu_k);
     memset(L, 0, sizeof *L);
 }
 
@@ -807,29 +805,25 @@ static int layout_rows(Layout *L, const RxBatch *b, RxMode mode, double auto_thr
     return 0;
 }
 
-/* Attention's half: each sequence's keys are its own tokens, T = N, cu_k = cu_seqlens. Baseline and radix mode
- * read key t from row t (radix mode's rows are the scattered [N, .] ones); compact mode reads it from the R rows
- * through I_scatter, and its queries are the R rows themselves (q_tok = I_gather). */
+/* Attention's half: each sequence's keys are its own tokens. Baseline and radix mode read key t from row t (radix
+ * mode's rows are the scattered [N, .] ones); compact mode reads it from the R rows through I_scatter, and its
+ * queries are the R rows themselves (q_tok = I_gather). */
 static int layout_attention(Layout *L, const RxBatch *b) {
     const int N = L->N;
     const int S = L->S;
     const int compact = L->mode == RX_COMPACT;
     const int n_q = compact ? L->R : N;
     const int32_t *cu = b->cu_seqlens;
-    L->T = N;
     L->seq_start = ints(N);
     L->kv_row = ints(N);
     L->q_tok = ints(n_q);
-    L->cu_k = ints(S + 1);
-    if (!L->seq_start || !L->kv_row || !L->q_tok || !L->cu_k)
-        return rx_fail("out of host memory for the layout of %d tokens", N);
+    if (!L->seq_start || !L->kv_row || !L->q_tok) return rx_fail("out of host memory for the layout of %d tokens", N);
     for (int s = 0; s < S; s++)
         for (int t = cu[s]; t < cu[s + 1]; t++) {
             L->seq_start[t] = cu[s];
             L->kv_row[t] = compact ? L->ix.scatter[t] : t;
         }
     for (int r = 0; r < n_q; r++) L->q_tok[r] = compact ? L->ix.gather[r] : r;
-    memcpy(L->cu_k, cu, (size_t)(S + 1) * sizeof(int32_t));
     return 0;
 }
 
@@ -1547,12 +1541,13 @@ static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what
 }
 
 /* One forward's layout, on the host and as device copies, and its activations: made by layout_build and work_alloc,
- * freed by work_free. Token spaces as in Layout: N the batch, R the rows computed on, T attention's tokens. */
+ * freed by work_free. Token spaces as in Layout: N the batch, R the rows computed on; attention's keys: n_keys tokens
+ * (work_alloc), a forward's the batch's N. */
 typedef struct {
     Layout L;                /* Algorithm 1 lines 1-8, on the host                                               */
     int flash, n_tiles;      /* 1: the flash kernel, with n_tiles query tiles in its work list                    */
     int32_t *ids, *pos, *last, *gather, *scatter;                /* device copies of L: [R] [R] [S] [N'] [N]        */
-    int32_t *seq_start, *kv_row, *q_tok, *cu_q, *cu_k;           /* [T] [T] [n_q] [S+1] [S+1]                       */
+    int32_t *seq_start, *kv_row, *q_tok, *cu_q, *cu_k;           /* [n_keys] [n_keys] [n_q] [S+1] [S+1]             */
     FlashTile *tiles;        /* [n_tiles] the flash kernel's work list                                           */
     bf16 *x, *xn;            /* [R, hidden] residual stream; norm output, reused for o_proj and down_proj out     */
     bf16 *q, *att;           /* [R, n_heads*head_dim]                                                            */
@@ -1579,27 +1574,28 @@ static void work_free(GpuWork *w) {
 }
 
 /* Uploads the layout, makes the flash work list, and allocates every activation, before the timed region: cudaMalloc
- * stalls the host and would be counted as GPU time. */
-static int work_alloc(GpuModel *g, GpuWork *w, int last_only, int want_logits) {
+ * stalls the host and would be counted as GPU time. Attention's keys: n_keys tokens (L's seq_start and kv_row span
+ * them), each sequence's at cu_k [S+1]; a forward's are its batch, n_keys = N and cu_k = cu_seqlens. */
+static int work_alloc(GpuModel *g, GpuWork *w, int n_keys, const int32_t *cu_k, int last_only, int want_logits) {
     const Qwen3Config *c = &g->cfg;
     const Layout *L = &w->L;
-    const int N = L->N, R = L->R, S = L->S, T = L->T, H = c->hidden_size, I = c->intermediate_size;
+    const int N = L->N, R = L->R, S = L->S, H = c->hidden_size, I = c->intermediate_size;
     const int V = c->vocab_size, QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     const int rows_are_nodes = L->mode != RX_BASELINE, n_q = L->mode == RX_COMPACT ? R : N;
     const int n_out = last_only ? S : R;
     const char *sp = rows_are_nodes ? "N'" : "N";
     w->flash = g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim);
-    if (w->flash) TRY(flash_tiles(L->cu_q, L->cu_k, S, &w->tiles, &w->n_tiles));
+    if (w->flash) TRY(flash_tiles(L->cu_q, cu_k, S, &w->tiles, &w->n_tiles));
     TRY(upload_i32(&w->ids, L->tok, R, "the token ids"));
     TRY(upload_i32(&w->pos, L->pos, R, "the positions"));
     TRY(upload_i32(&w->last, L->last, S, "the last-token rows"));
     if (rows_are_nodes) TRY(upload_i32(&w->gather, L->ix.gather, R, "I_gather"));
     if (rows_are_nodes) TRY(upload_i32(&w->scatter, L->ix.scatter, N, "I_scatter"));
-    TRY(upload_i32(&w->seq_start, L->seq_start, T, "the sequence starts"));
-    TRY(upload_i32(&w->kv_row, L->kv_row, T, "the key rows"));
+    TRY(upload_i32(&w->seq_start, L->seq_start, n_keys, "the sequence starts"));
+    TRY(upload_i32(&w->kv_row, L->kv_row, n_keys, "the key rows"));
     TRY(upload_i32(&w->q_tok, L->q_tok, n_q, "the query rows' tokens"));
     TRY(upload_i32(&w->cu_q, L->cu_q, S + 1, "the query layout cu_q"));
-    TRY(upload_i32(&w->cu_k, L->cu_k, S + 1, "the key layout cu_k"));
+    TRY(upload_i32(&w->cu_k, cu_k, S + 1, "the key layout cu_k"));
     DEV_ALLOC(w->x, (size_t)R * H, "the residual stream [%s=%d, hidden=%d]", sp, R, H);
     DEV_ALLOC(w->xn, (size_t)R * H, "the normed activations [%s=%d, hidden=%d]", sp, R, H);
     DEV_ALLOC(w->q, (size_t)R * QD, "the queries [%s=%d, n_heads*head_dim=%d]", sp, R, QD);
@@ -1664,8 +1660,8 @@ static int gpu_scatter_qkv(GpuModel *g, GpuWork *w, GpuKvView *kv) {
 
 /* Attention with its keys wherever kv says (lines 21-23): radix mode attends with the N rows gpu_scatter_qkv made and
  * gathers the output back; baseline attends with its N rows, compact with the N' rows. Either kernel reads the same
- * key index: the naive kernel's kv_row by token t of attention's space, the flash kernel's by cu_k[s] + t', t' the
- * key's position in its sequence, and that is t, because cu_k holds the sequences' starts in that space. */
+ * key index: the naive kernel's kv_row by token t, the flash kernel's by cu_k[s] + t', t' the key's position in its
+ * sequence, and that is t, because cu_k holds the sequences' starts. */
 static int attention_step(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     const Qwen3Config *c = &g->cfg;
     const int radix = w->L.mode == RX_RADIX, n_q = radix ? w->L.N : w->L.R;
@@ -1743,7 +1739,7 @@ static int forward_run(GpuModel *g, const RxBatch *b, RxMode mode, double auto_t
     const Qwen3Config *c = &g->cfg;
     TRY(rx_batch_check(b, c, NULL));          /* on the host, before any device work */
     TRY(layout_build(&w->L, b, mode, auto_threshold));                       /* lines 1-8 */
-    TRY(work_alloc(g, w, last_only, !embed));
+    TRY(work_alloc(g, w, b->n_tokens, b->cu_seqlens, last_only, !embed));     /* keys: the batch's own */
     TRY(embed_rows(g, w));                                                    /* line 9 */
     for (int l = 0; l < c->n_layers; l++) {                                   /* lines 13-29 */
         TRY(gpu_layer_qkv(g, l, w));                                          /* lines 15-18 */
@@ -2495,17 +2491,30 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
     return rc;
 }
 
-/* Part II's layout: Part I's rows (layout_rows) on the keyed trie, and attention's half over a wider T: each
- * sequence's cached positions, then its new ones, so that a query sees its cached prefix's keys too. Every key,
- * cached or new, is read from its slot in the pool (kv_row [T]); kv_dst [N] (the caller frees it) is the slot each
- * new token's K and V are written to. pf is checked (prefill_check). */
-static int layout_build_prefill(Layout *L, int32_t **kv_dst, const RxBatch *b, const RxPrefill *pf, RxMode mode) {
+/* What Part II's layout adds to Part I's: attention's token space T, each sequence's cached positions, then its new
+ * ones, so that a query sees its cached prefix's keys too. Every key, cached or new, is read from its slot in the
+ * pool: the Layout's seq_start and kv_row span T here (Part I's span N), and q_tok points into T. */
+typedef struct {
+    int T;                   /* attention's tokens: every cached and new position                                */
+    int32_t *cu_k;           /* [S+1] each sequence's keys in T (the flash kernel's layout)                       */
+    int32_t *kv_dst;         /* [N] the slot each new token's K and V are written to                              */
+} PrefillKeys;
+
+static void prefill_keys_free(PrefillKeys *k) {
+    free(k->cu_k);
+    free(k->kv_dst);
+    memset(k, 0, sizeof *k);
+}
+
+/* Part II's layout: Part I's rows (layout_rows) on the keyed trie, and attention's half over T (PrefillKeys). pf
+ * is checked (prefill_check). The caller frees L and K, whatever this returns. */
+static int layout_build_prefill(Layout *L, PrefillKeys *K, const RxBatch *b, const RxPrefill *pf, RxMode mode) {
     const int N = b->n_tokens;
     const int S = b->n_seqs;
     const int P = pf->pool->page_size;
     const int32_t *cu = b->cu_seqlens;
     memset(L, 0, sizeof *L);
-    *kv_dst = NULL;
+    memset(K, 0, sizeof *K);
     int64_t T = N;
     for (int s = 0; s < S; s++) T += pf->cached_len[s];
     if (T > INT32_MAX) return rx_fail("prefill: %lld cached + new tokens are too many for one batch", (long long)T);
@@ -2517,18 +2526,18 @@ static int layout_build_prefill(Layout *L, int32_t **kv_dst, const RxBatch *b, c
     if (layout_rows(L, b, mode, RX_AUTO_THRESHOLD)) return -1;
     const int compact = L->mode == RX_COMPACT;
     const int n_q = compact ? L->R : N;
-    L->T = (int)T;
+    K->T = (int)T;
     L->seq_start = ints(T);
     L->kv_row = ints(T);
     L->q_tok = ints(n_q);
-    L->cu_k = ints(S + 1);
-    *kv_dst = ints(N);
+    K->cu_k = ints(S + 1);
+    K->kv_dst = ints(N);
     int32_t *at = ints(N);                                        /* [N] batch token i -> its token in T */
-    if (!L->seq_start || !L->kv_row || !L->q_tok || !L->cu_k || !*kv_dst || !at) {
+    if (!L->seq_start || !L->kv_row || !L->q_tok || !K->cu_k || !K->kv_dst || !at) {
         free(at);
         return rx_fail("out of host memory for the layout of %lld tokens", (long long)T);
     }
-    L->cu_k[0] = 0;
+    K->cu_k[0] = 0;
     int t = 0;
     for (int s = 0; s < S; s++) {
         const int t0 = t;
@@ -2538,10 +2547,10 @@ static int layout_build_prefill(Layout *L, int32_t **kv_dst, const RxBatch *b, c
             L->kv_row[t] = pf->pages[s][p / P] * P + p % P;       /* its slot */
             t++;
         }
-        L->cu_k[s + 1] = t;
+        K->cu_k[s + 1] = t;
         for (int i = cu[s]; i < cu[s + 1]; i++) at[i] = t0 + cached + (i - cu[s]);
     }
-    for (int i = 0; i < N; i++) (*kv_dst)[i] = L->kv_row[at[i]];
+    for (int i = 0; i < N; i++) K->kv_dst[i] = L->kv_row[at[i]];
     for (int r = 0; r < n_q; r++) L->q_tok[r] = at[compact ? L->ix.gather[r] : r];
     free(at);
     return 0;
@@ -2618,12 +2627,12 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     const int QD = c->n_heads * c->head_dim;
     const int KVD = c->n_kv_heads * c->head_dim;
     const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
-    Layout L;                                            /* T: every cached and new position; kv_row: their slots */
-    int32_t *kv_dst = NULL;                              /* [N] the new tokens' slots */
+    Layout L;                                            /* seq_start, kv_row [T]: every cached and new position */
+    PrefillKeys K;                                       /* T, and the new tokens' slots */
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build_prefill(&L, &kv_dst, b, pf, mode) || acts_alloc(&a, c, &L, 1, last_logits != NULL)) goto done;
+    if (layout_build_prefill(&L, &K, b, pf, mode) || acts_alloc(&a, c, &L, 1, last_logits != NULL)) goto done;
     if (rx_fast() && model_pack_ref(m)) goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
     rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);
@@ -2636,7 +2645,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
             .row_stride = stride,
             .kv_row = L.kv_row,
         };
-        kv_store_ref(&kv, &L, kv_dst, &a, KVD);          /* the new K/V into their slots */
+        kv_store_ref(&kv, &L, K.kv_dst, &a, KVD);        /* the new K/V into their slots */
         if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
     head_ref(m, &L, &a, 1, last_logits, NULL);
@@ -2645,7 +2654,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
 done:
     acts_free(&a);
     layout_free(&L);
-    free(kv_dst);
+    prefill_keys_free(&K);
     return rc;
 }
 
@@ -3127,7 +3136,7 @@ done:
  * free list of RxKvPool) stays on the host; only the K/V live on the device, in a pool laid out as the C pool is,
  * bf16 [slot, n_layers, n_kv*head_dim], slot = page * page_size + i, indexed by the host cache's page ids:
  *
- *   attention's token space T (sequence by sequence, cached then new positions; Layout)
+ *   attention's token space T (sequence by sequence, cached then new positions; PrefillKeys)
  *       seq 0: | pos 0  pos 1  pos 2  pos 3 | pos 4  pos 5 |     cached_len 4, page size 2, pages [7 2 | 5]
  *   kv_row  [T]:  14     15     4      5       10     11         slot = pages[pos / 2] * 2 + pos % 2
  *   layer l's keys: pool.k + l * kv_dim, rows n_layers * kv_dim apart (GpuKvView's row_stride).
@@ -3214,16 +3223,16 @@ static int gpu_kv_store(GpuModel *g, const GpuKvView *kv, const GpuWork *w, cons
 }
 
 /* Part II's prefill, as qwen3_prefill_ref: Part I's layer steps, each layer writing its new K/V into their slots
- * (gpu_kv_store) before attending through them, and last-token logits. kv_dst: the host and device copies of
- * layout_build_prefill's [N] slots, freed by the caller. */
+ * (gpu_kv_store) before attending through them, and last-token logits. K and kv_dst_dev (the device copy of
+ * K->kv_dst [N]) are freed by the caller. */
 static int prefill_run(GpuModel *g, GpuKvPool *pool, const RxBatch *b, const RxPrefill *pf, RxMode mode,
-                       float *last_logits, GpuWork *w, int32_t **kv_dst, int32_t **kv_dst_dev) {
+                       float *last_logits, GpuWork *w, PrefillKeys *K, int32_t **kv_dst_dev) {
     const Qwen3Config *c = &g->cfg;
     const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
     const int64_t stride = c->n_layers * KVD;                                /* a slot holds every layer */
-    TRY(layout_build_prefill(&w->L, kv_dst, b, pf, mode));
-    TRY(work_alloc(g, w, 1, 1));
-    TRY(upload_i32(kv_dst_dev, *kv_dst, w->L.N, "the new tokens' slots"));
+    TRY(layout_build_prefill(&w->L, K, b, pf, mode));
+    TRY(work_alloc(g, w, K->T, K->cu_k, 1, 1));                             /* keys: every cached and new one */
+    TRY(upload_i32(kv_dst_dev, K->kv_dst, w->L.N, "the new tokens' slots"));
     TRY(embed_rows(g, w));
     for (int l = 0; l < c->n_layers; l++) {
         TRY(gpu_layer_qkv(g, l, w));
@@ -3253,13 +3262,14 @@ int gpu_prefill(GpuModel *g, GpuKvPool *kv, const RxBatch *suffixes, const RxPre
     if (rx_batch_check(suffixes, &g->cfg, NULL) || prefill_check(&g->cfg, suffixes, pf, 0)) return -1;
     GpuWork w;
     memset(&w, 0, sizeof w);
-    int32_t *kv_dst = NULL;
+    PrefillKeys K;
+    memset(&K, 0, sizeof K);
     int32_t *kv_dst_dev = NULL;
-    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w, &kv_dst, &kv_dst_dev);
+    int rc = prefill_run(g, kv, suffixes, pf, mode, last_logits, &w, &K, &kv_dst_dev);
     if (rc == 0 && rows_out) *rows_out = w.L.R;
     run_info(&w, info);
     work_free(&w);
-    free(kv_dst);
+    prefill_keys_free(&K);
     cudaFree(kv_dst_dev);
     return rc;
 }
@@ -3385,7 +3395,7 @@ static int time_attention(GpuModel *g, GpuWork *w, const RxBatch *b, RxMode mode
     const int64_t QD = (int64_t)c->n_heads * c->head_dim, KVD = (int64_t)c->n_kv_heads * c->head_dim;
     TRY(layout_build(&w->L, b, mode, RX_AUTO_THRESHOLD));
     const int R = w->L.R;
-    TRY(work_alloc(g, w, 0, 0));
+    TRY(work_alloc(g, w, b->n_tokens, b->cu_seqlens, 0, 0));
     TRY(fill_random(w->q, (size_t)(R * QD), 3));
     TRY(fill_random(w->k, (size_t)(R * KVD), 4));
     TRY(fill_random(w->v, (size_t)(R * KVD), 5));

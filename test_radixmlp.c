@@ -6828,7 +6828,10 @@ int main(int argc, char **argv) {
     for (int a = 1; a < argc; a++) {
         int found = 0;
         for (int i = 0; i < n; i++) found |= test_named(&tests[i], argv[a]);
-        if (!found) { fprintf(stderr, "test_radixmlp: %s: no test or group of that name (see --list)\n", argv[a]); return 2; }
+        if (!found) {
+            fprintf(stderr, "test_radixmlp: %s: no test or group of that name (see --list)\n", argv[a]);
+            return 2;
+        }
     }
     if (rx_check_env()) { fprintf(stderr, "test_radixmlp: %s\n", radix_error()); return 2; }
     for (int i = 0; i < n; i++) {
