@@ -15,7 +15,9 @@
  *   Sec. 3.1 eq. 4 position-wise    -> every op outside the scatter -> attention -> gather sandwich runs row by row
  *   Sec. 3.2 eq. 5-7 gather/scatter -> rows_by_index() (C) and the rows_by_index kernel (CUDA)
  *   Algorithm 1 (B.1)               -> forward_ref() (C) and gpu_forward(), mode RX_RADIX
- *   Algorithm 2 (B.4)               -> radix_index_build(): trie_find() (found?) and trie_add() (not found)
+ *   Algorithm 2 (B.4)               -> radix_index_build(): trie_find() scans a node's children (found?), trie_add()
+ *                                      appends one (not found); then two refinements, for speed only: branch
+ *                                      points hashed (trie_find_hashed()), nothing shared (trie_any_shared_start())
  *   Sec. 3.4 attention, cu_seqlens  -> attention_ref() (C: the definition, 40 lines), the attention kernel (CUDA)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches

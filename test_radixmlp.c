@@ -7023,6 +7023,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         RxBatch b = {n_seqs, n, ids, pos, cu};
         check_index(&ix, &b, kind & 64 ? key : NULL);
         radix_draw_trie(devnull, &ix, ids, pos, cu, n_seqs);
+        const char *path0 = rx_cpu_path(NULL);             /* the trie's refinements change nothing: the definition */
+        rx_cpu_path("definition");                          /* path (Algorithm 2's scan alone) gives the same maps */
+        RadixIndex d;
+        int rd = radix_index_build_keyed(&d, ids, pos, cu, n_seqs, kind & 64 ? key : NULL);
+        rx_cpu_path(path0);
+        expect(rd == 0 && d.n_compact == ix.n_compact &&
+               (n == 0 || (!memcmp(d.gather, ix.gather, (size_t)ix.n_compact * 4) &&
+                           !memcmp(d.scatter, ix.scatter, (size_t)n * 4))),
+               "the definition path's trie differs from the %s path's", path0);
+        radix_index_free(&d);
     }
     radix_index_free(&ix);
     free(ids); free(pos);
