@@ -119,7 +119,7 @@ static int rx_fast(void);        /* Part III: 0 on the definition path (RADIXMLP
  * (lines 15-23). A child's key is its first occurrence's (token, position), read through gather, so the list holds
  * node numbers only. Two refinements follow the algorithm, for speed only: branch points in a hash table, and a
  * batch that shares nothing skipping the trie. They give the same maps (trie/random_batches_match_bruteforce_oracle
- * runs the trie on every CPU path), and RADIXMLP_CPU=definition builds without them. */
+ * builds each batch both ways), and RADIXMLP_CPU=definition builds without them. */
 typedef struct TrieEntry TrieEntry;     /* refinement 1's hash table entry */
 
 /* The trie while it is built. Its nodes are the compact rows, numbered in order of first occurrence; the root, the
@@ -490,12 +490,13 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  * The rule for the bits: a matmul output, and each attention score and output, is a chain of fused multiply-adds
  * (fmaf, one rounding each) in a fixed order (rx_matmul_ref states it); everywhere else a mul and an add round
  * separately, and -ffp-contract=off (Makefile) keeps any compiler from fusing them in one place and not in another.
- * Part III's fast code (threads, packed weights, SIMD tiles, the tiled attention) keeps that order, so it computes
- * these very bits; RADIXMLP_CPU=definition runs this section's code instead, and the tests compare the two. */
+ * The speed sections' fast code (threads, packed weights, SIMD tiles, the tiled attention) keeps that order, so it
+ * computes these very bits; RADIXMLP_CPU=definition runs this section's code instead, and the tests compare the two. */
 
-/* Part III's fast versions of the ops below (OpenMP, packed weights, SIMD tiles), each equal to its definition here
- * bit for bit. A definition reaches its fast version in one line, `if (rx_fast()) return ..._fast(...)`: skip those
- * lines and the rest is the definition, which RADIXMLP_CPU=definition runs, on one thread. */
+/* The fast versions of the ops below (OpenMP, packed weights, SIMD tiles), in the speed sections after the caches,
+ * each equal to its definition here bit for bit. A definition reaches its fast version in one line,
+ * `if (rx_fast()) return ..._fast(...)`: skip those lines and the rest is the definition, which
+ * RADIXMLP_CPU=definition runs, on one thread. */
 static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps);
 static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp);
 static void exp_fast(float *y, const float *x, float a, float b, size_t n);
@@ -643,7 +644,7 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
 struct KvView {
     const float *k, *v;         /* [*, row_stride] key and value rows                                     */
     size_t row_stride;
-    const int32_t *kv_row;      /* [T] token t's row (NULL: row t)                                        */
+    const int32_t *kv_row;      /* [N] token t's row (NULL: row t), one per token of attention            */
 };
 
 /* Where token t's key (and value) row starts, in floats from kv->k (kv->v). */
@@ -652,11 +653,11 @@ static size_t kv_at(const KvView *kv, int t) {
 }
 
 /* Causal GQA attention, q and out [n_q, n_heads*head_dim]: query row r is token g = q_orig ? q_orig[r] : r of
- * attention's token space (seq_start [T]) and attends to its sequence's tokens t0 = seq_start[g] .. g, keys and
- * values read through kv; query head h reads kv head h / (n_heads / n_kv_heads). softmax(q k / sqrt(d)) v, one query
- * row and head at a time, in the order of operations of Part III's tiled version, so both give the same bits: each
- * score a chain of fmaf over the head's dims, then scaled; exp(s - max) with exp_one; the sum in key order; each
- * output a chain of fmaf over the keys in order. */
+ * attention's tokens (seq_start, one entry per token: the batch's N) and attends to its sequence's tokens
+ * t0 = seq_start[g] .. g, keys and values read through kv; query head h reads kv head h / (n_heads / n_kv_heads).
+ * softmax(q k / sqrt(d)) v, one query row and head at a time, in the order of operations of the tiled version
+ * (attention_fast), so both give the same bits: each score a chain of fmaf over the head's dims, then scaled;
+ * exp(s - max) with exp_one; the sum in key order; each output a chain of fmaf over the keys in order. */
 static int attention_ref(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                          const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     if (rx_fast()) return attention_fast(q, kv, out, n_q, q_orig, seq_start, n_heads, n_kv_heads, head_dim);
@@ -1289,7 +1290,7 @@ typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; }
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
  *   q, out [n_q, n_heads*head_dim]   query rows: N original rows, or N' compact rows
  *   k, v, kv_stride, kv_row          key/value rows, as GpuKvView above
- *   seq_start [T], kv_row [T]        attention's token space: the N original positions in Part I
+ *   seq_start [N], kv_row [N]        attention's tokens: the N original positions
  * Query row r stands for token g = q_orig ? q_orig[r] : r of that space and attends to its tokens
  * t = seq_start[g] .. g, through kv_row; query head h reads kv head h / (n_heads / n_kv) (GQA).
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
