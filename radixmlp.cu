@@ -88,7 +88,7 @@ static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *path);  /* ids, positions, cu_seqlens */
 static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
 static float **model_panels(const Qwen3Model *m);    /* [n_tensors] the reference's packed weights (NULL: none yet) */
-static int rx_fast(void);        /* Part III: 0 on the definition path (RADIXMLP_CPU=definition), else 1 */
+static int rx_fast(void);        /* 0 on the definition path (RADIXMLP_CPU=definition), else 1: the speed sections */
 
 /* ----------------------------------------------------------------------------------------- the trie (algorithm 2) */
 /* The paper's toy example: sequences [1,2,3] and [1,2,4], ragged as [1,2,3,1,2,4], cu_seqlens [0,3,6].
@@ -488,7 +488,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  * Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs them.
  *
  * The rule for the bits: a matmul output, and each attention score and output, is a chain of fused multiply-adds
- * (fmaf, one rounding each) in a fixed order (rx_matmul_ref states it); everywhere else a mul and an add round
+ * (fmaf, one rounding each) in a fixed order (matmul_ref states it); everywhere else a mul and an add round
  * separately, and -ffp-contract=off (Makefile) keeps any compiler from fusing them in one place and not in another.
  * The speed sections' fast code (threads, packed weights, SIMD tiles, the tiled attention) keeps that order, so it
  * computes these very bits; RADIXMLP_CPU=definition runs this section's code instead, and the tests compare the two. */
@@ -521,18 +521,28 @@ void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int di
     for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
 }
 
-/* The definition: y [rows, out] = x [rows, in] @ w^T, w [out, in]; each y[r][o] is a chain of fused multiply-adds
- * over i = 0, 1, ..., in-1 in that order: acc = 0, acc = fmaf(x[r][i], w[o][i], acc). An FMA rounds once and is
- * correctly rounded on every IEEE machine (the x86 instruction, libm's fmaf, a GPU's fma), so every path below
- * computes these very bits. Slow (one output at a time, a serial chain): the forward uses rx_matmul_packed_ref. */
-void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out) {
+/* The one matmul definition: y [rows, out] = x [rows, in] @ W^T, W [out, in] (nn.Linear's layout; F32, F16 or BF16,
+ * each weight read as fp32, exactly). Each y[r][o] is a chain of fused multiply-adds over i = 0, 1, ..., in-1 in
+ * that order: acc = 0, acc = fmaf(x[r][i], W[o][i], acc). An FMA rounds once and is correctly rounded on every IEEE
+ * machine (the x86 instruction, libm's fmaf, a GPU's fma), so every path computes these very bits. Slow (one output
+ * at a time, a serial chain): the default path runs its fast version, linear_fast. */
+static void matmul_ref(float *y, const float *x, const RxTensor *W, int rows) {
+    const int in = (int)W->shape[1];
+    const int out = (int)W->shape[0];
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
-            const float *xr = x + (size_t)r * in, *wo = w + (size_t)o * in;
+            const float *xr = x + (size_t)r * in;
             float acc = 0.0f;
-            for (int i = 0; i < in; i++) acc = fmaf(xr[i], wo[i], acc);
+            for (int i = 0; i < in; i++) acc = fmaf(xr[i], rx_tensor_at(W, (int64_t)o * in + i), acc);
             y[(size_t)r * out + o] = acc;
         }
+}
+
+/* The definition on fp32 weights w [out, in] (the tests and the bench call it): matmul_ref on a view of w. */
+void rx_matmul_ref(float *y, const float *x, const float *w, int rows, int in, int out) {
+    const RxTensor W = {.name = (char *)"w", .dtype = RX_F32, .dtype_name = "F32", .rank = 2, .shape = {out, in},
+                        .data = w, .nbytes = sizeof(float) * out * in, .file = "(memory)"};
+    matmul_ref(y, x, &W, rows);
 }
 
 /* The softmax's and SiLU's exponential, y[i] = exp(a * x[i] + b) (a = 1, b = -max: a softmax row; a = -1, b = 0:
@@ -644,7 +654,7 @@ void rx_silu_mul_ref(float *out, const float *gate, const float *up, size_t n) {
 struct KvView {
     const float *k, *v;         /* [*, row_stride] key and value rows                                     */
     size_t row_stride;
-    const int32_t *kv_row;      /* [N] token t's row (NULL: row t), one per token of attention            */
+    const int32_t *kv_row;      /* [n_keys] token t's row (NULL: row t); n_keys as in Layout              */
 };
 
 /* Where token t's key (and value) row starts, in floats from kv->k (kv->v). */
@@ -712,18 +722,11 @@ static void rows_by_index(float *out, const float *in, const int32_t *idx, int n
     for (int r = 0; r < n_rows; r++) memcpy(out + (size_t)r * dim, in + (size_t)idx[r] * dim, dim * sizeof(float));
 }
 
-/* y [rows, out] = x [rows, in] @ W^T, W [out, in] (nn.Linear's layout, any dtype): rx_matmul_ref's chains, each
- * weight read as fp32. xp: Part III's scratch for x, packed (fast_x_floats). */
+/* A projection of the forward, y [rows, out] = x [rows, in] @ W^T: the definition, matmul_ref, or its fast version on
+ * the model's packed weights. xp: the fast path's scratch for x, packed (fast_x_floats). */
 static void linear_ref(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp) {
     if (rx_fast()) return linear_fast(y, x, m, W, rows, xp);
-    const int in = (int)W->shape[1];
-    const int out = (int)W->shape[0];
-    for (int r = 0; r < rows; r++)
-        for (int o = 0; o < out; o++) {
-            float acc = 0.0f;
-            for (int i = 0; i < in; i++) acc = fmaf(x[(size_t)r * in + i], rx_tensor_at(W, (int64_t)o * in + i), acc);
-            y[(size_t)r * out + o] = acc;
-        }
+    matmul_ref(y, x, W, rows);
 }
 
 const char *rx_mode_name(RxMode mode) {
@@ -762,8 +765,9 @@ typedef struct {
     int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
     int32_t *last;           /* [S] the row holding each sequence's last token                                   */
     int32_t *cu_q;           /* [S+1] each sequence's query rows (the flash kernel's layout)                      */
-    int32_t *seq_start;      /* [N] the first token of each token's sequence                                    */
-    int32_t *kv_row;         /* [N] each token's key row, a KvView's index: t, or I_scatter[t] in compact mode     */
+    int32_t *seq_start;      /* [n_keys] the first token of each token's sequence                               */
+    int32_t *kv_row;         /* [n_keys] each token's key row, a KvView's index: t, or I_scatter[t] in compact   */
+                             /* mode. n_keys: the tokens attention reads, the batch's N here                     */
     int32_t *q_tok;          /* [n_q] each query row's token, attention's q_orig; n_q = N' in compact mode, else N */
 } Layout;
 
@@ -858,7 +862,7 @@ typedef struct {
     float *norm_w;       /* [max(hidden, head_dim)] one norm's weight in fp32                                      */
     float *rope_cos;     /* [R, head_dim/2]         Algorithm 1 line 11: RoPE's cos at each row's position p~       */
     float *rope_sin;     /* [R, head_dim/2]         line 12: its sin                                                */
-    float *xp;           /* Part III's scratch, the fast paths only: a matmul's x, packed (fast_x_floats) for the
+    float *xp;           /* the fast path's scratch (linear_fast): a matmul's x, packed (fast_x_floats) for the
                           * most rows any matmul takes, R, or S for the LM head with last_only (S > R when
                           * sequences repeat: 13 copies of one 4-token sequence are S = 13, R = 4)                */
 } RefActs;
@@ -940,14 +944,19 @@ static void layer_qkv_ref(const Qwen3Model *m, int l, const Layout *L, RefActs *
     qk_norm_rope_ref(a->k, a->norm_w, a->rope_cos, a->rope_sin, R, c->n_kv_heads, c->head_dim, eps);
 }
 
+/* Line 20 for the queries: radix mode moves q to original space, [N', .] -> [N, .]. */
+static void scatter_q_ref(const Layout *L, RefActs *a, int q_dim) {
+    if (L->mode == RX_RADIX) rows_by_index(a->qN, a->q, L->ix.scatter, L->N, q_dim);
+}
+
 /* Line 20, the paper's scatter before attention: radix mode moves q, k and v to original space [N, .]. Returns where
  * attention reads this layer's keys: those N rows in radix mode; else the R rows, through kv_row (row t in baseline
  * mode, I_scatter[t] in compact mode). */
 static KvView scatter_qkv_ref(const Layout *L, RefActs *a, int q_dim, int kv_dim) {
     KvView kv = {.k = a->k, .v = a->v, .row_stride = (size_t)kv_dim, .kv_row = L->kv_row};
     if (L->mode != RX_RADIX) return kv;
-    rows_by_index(a->qN, a->q, L->ix.scatter, L->N, q_dim);          /* [N', .] -> [N, .] */
-    rows_by_index(a->kN, a->k, L->ix.scatter, L->N, kv_dim);
+    scatter_q_ref(L, a, q_dim);
+    rows_by_index(a->kN, a->k, L->ix.scatter, L->N, kv_dim);        /* [N', .] -> [N, .] */
     rows_by_index(a->vN, a->v, L->ix.scatter, L->N, kv_dim);
     kv.k = a->kN;
     kv.v = a->vN;
@@ -1027,7 +1036,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     memset(&a, 0, sizeof a);
     int rc = -1;
     if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, c, &L, last_only, logits != NULL)) goto done;
-    if (rx_fast() && model_pack_ref(m)) goto done;                      /* Part III: the weights in panels, once */
+    if (rx_fast() && model_pack_ref(m)) goto done;                      /* fast path: the weights in panels, once */
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
     rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);            /* lines 11-12 */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
@@ -1150,8 +1159,10 @@ static int download_bf16(float *host, const bf16 *dev, size_t n) {
 }
 
 /* -------------------------------------------------------------------------------------------------------- kernels */
-/* Every kernel below except attention is position-wise: row r of the output depends on row r of the input only. So
- * each runs unchanged on N original rows (baseline) or on N' compact rows (radix, compact): that is the paper. */
+/* Every kernel below is position-wise, row r of the output depending on row r of the input only, except two: the
+ * row copy (rows_by_index_kernel: row r reads row idx[r], the gather and the scatter) and attention. So each
+ * position-wise kernel runs unchanged on N original rows (baseline) or on N' compact rows (radix, compact): that
+ * is the paper. */
 #define BLOCK 256            /* threads per block of the row and element-wise kernels */
 #define INDEX_BLOCK 128      /* threads per block of rows_by_index_kernel (one output row per block) */
 #define MAX_HEAD_DIM 256     /* the attention kernel keeps MAX_HEAD_DIM/32 values of a head per lane in registers */
@@ -1283,14 +1294,14 @@ static int add_inplace(bf16 *x, const bf16 *y, int64_t n) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
-/* The C reference's KvView, on the host, over bf16 device arrays: the kernel below and Part III's flash kernel read
- * keys through it. */
+/* The C reference's KvView, on the host, over bf16 device arrays: the kernel below and the flash kernel (the speed
+ * sections, flash_attention) read keys through it. */
 typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
 
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
  *   q, out [n_q, n_heads*head_dim]   query rows: N original rows, or N' compact rows
  *   k, v, kv_stride, kv_row          key/value rows, as GpuKvView above
- *   seq_start [N], kv_row [N]        attention's tokens: the N original positions
+ *   seq_start, kv_row [n_keys]       attention's tokens (Layout): the N original positions in a forward
  * Query row r stands for token g = q_orig ? q_orig[r] : r of that space and attends to its tokens
  * t = seq_start[g] .. g, through kv_row; query head h reads kv head h / (n_heads / n_kv) (GQA).
  * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
@@ -1337,8 +1348,9 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
     return 0;
 }
 
-/* Part III's flash attention kernel (tensor cores), the naive kernel's fast twin, declared here for the GPU forward
- * and defined there: FLASH_D is the one head_dim it is built for, a FlashTile one CTA's work (flash_tiles). */
+/* The flash attention kernel (tensor cores), the naive kernel's fast twin, declared here for the GPU forward and
+ * defined with the speed sections: FLASH_D is the one head_dim it is built for, a FlashTile one CTA's work
+ * (flash_tiles). */
 enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
 typedef struct { int32_t seq, tile, key_tiles; } FlashTile;   /* one CTA's work: query tile `tile` of sequence seq */
 static int flash_supported(int head_dim);
@@ -1397,7 +1409,7 @@ const char *gpu_device_name(void) {
     return device_props(&p) == cudaSuccess ? p.name : "";
 }
 
-static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n);   /* Part III */
+static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n);   /* the loop below, on threads */
 
 /* Allocates *dst and fills it with the checkpoint tensor t (F32, F16 or BF16, as fp32, rounded to bf16 to nearest
  * even). The loader has checked t's dtype and its shape against the config (bind_model). */
@@ -1406,7 +1418,7 @@ static int upload(bf16 **dst, const RxTensor *t) {
     DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", t->name, (long long)n);
     bf16 *h = (bf16 *)malloc((size_t)n * sizeof(bf16));
     if (!h) return rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * sizeof(bf16)));
-    if (rx_fast()) to_bf16_fast(h, t, n);                        /* Part III: the same loop on threads */
+    if (rx_fast()) to_bf16_fast(h, t, n);                        /* the same loop on threads */
     else for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
     int rc = cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
     free(h);
@@ -1587,7 +1599,8 @@ static int work_alloc(GpuModel *g, GpuWork *w, int n_keys, const int32_t *cu_k, 
     const int rows_are_nodes = L->mode != RX_BASELINE, n_q = L->mode == RX_COMPACT ? R : N;
     const int n_out = last_only ? S : R;
     const char *sp = rows_are_nodes ? "N'" : "N";
-    w->flash = g->attention != RX_ATTN_NAIVE && flash_supported(c->head_dim);
+    w->flash = g->attention == RX_ATTN_FLASH ||                   /* the definition path: the naive kernel */
+               (g->attention == RX_ATTN_AUTO && rx_fast() && flash_supported(c->head_dim));
     if (w->flash) TRY(flash_tiles(L->cu_q, cu_k, S, &w->tiles, &w->n_tiles));
     TRY(upload_i32(&w->ids, L->tok, R, "the token ids"));
     TRY(upload_i32(&w->pos, L->pos, R, "the positions"));
@@ -1643,18 +1656,22 @@ static int gpu_layer_qkv(GpuModel *g, int l, GpuWork *w) {
     return gpu_qk_norm_rope(w->k, W->k_norm, w->pos, g->inv_freq, R, c->n_kv_heads, c->head_dim, eps);
 }
 
+/* Line 20 for the queries, as scatter_q_ref: radix mode moves q to original space, [N', .] -> [N, .]. */
+static int gpu_scatter_q(GpuModel *g, GpuWork *w) {
+    const size_t q_bytes = (size_t)g->cfg.n_heads * g->cfg.head_dim * sizeof(bf16);   /* one query row */
+    return w->L.mode == RX_RADIX ? gpu_rows_by_index(w->q_n, w->q, w->scatter, w->L.N, q_bytes) : 0;
+}
+
 /* Line 20, as scatter_qkv_ref: radix mode moves q, k and v to original space [N, .]; *kv says where attention
  * reads this layer's keys. */
 static int gpu_scatter_qkv(GpuModel *g, GpuWork *w, GpuKvView *kv) {
-    const Qwen3Config *c = &g->cfg;
-    const int64_t KVD = (int64_t)c->n_kv_heads * c->head_dim;
-    const size_t q_bytes = (size_t)c->n_heads * c->head_dim * sizeof(bf16);        /* one query row */
+    const int64_t KVD = (int64_t)g->cfg.n_kv_heads * g->cfg.head_dim;
     const size_t kv_bytes = (size_t)KVD * sizeof(bf16);                            /* one key or value row */
     GpuKvView rows = {.k = w->k, .v = w->v, .row_stride = KVD, .kv_row = w->kv_row};     /* the R rows */
     *kv = rows;
     if (w->L.mode != RX_RADIX) return 0;
-    TRY(gpu_rows_by_index(w->q_n, w->q, w->scatter, w->L.N, q_bytes));            /* [N', .] -> [N, .] */
-    TRY(gpu_rows_by_index(w->k_n, w->k, w->scatter, w->L.N, kv_bytes));
+    TRY(gpu_scatter_q(g, w));
+    TRY(gpu_rows_by_index(w->k_n, w->k, w->scatter, w->L.N, kv_bytes));          /* [N', .] -> [N, .] */
     TRY(gpu_rows_by_index(w->v_n, w->v, w->scatter, w->L.N, kv_bytes));
     kv->k = w->k_n;
     kv->v = w->v_n;
@@ -2641,7 +2658,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
         layer_qkv_ref(m, l, &L, &a);
-        scatter_qkv_ref(&L, &a, QD, KVD);                /* radix mode's q; its keys are read from the pool instead */
+        scatter_q_ref(&L, &a, QD);                       /* radix mode's q; its keys are read from the pool instead */
         KvView kv = {
             .k = pf->pool->k + (size_t)l * KVD,          /* layer l's slice of every slot */
             .v = pf->pool->v + (size_t)l * KVD,
@@ -3239,8 +3256,7 @@ static int prefill_run(GpuModel *g, GpuKvPool *pool, const RxBatch *b, const RxP
     TRY(embed_rows(g, w));
     for (int l = 0; l < c->n_layers; l++) {
         TRY(gpu_layer_qkv(g, l, w));
-        GpuKvView unused;
-        TRY(gpu_scatter_qkv(g, w, &unused));        /* radix mode's q; its keys are read from the pool instead */
+        TRY(gpu_scatter_q(g, w));                   /* radix mode's q; its keys are read from the pool instead */
         GpuKvView kv = {
             .k = pool->k + l * KVD,                 /* layer l's slice of every slot */
             .v = pool->v + l * KVD,
@@ -3526,7 +3542,7 @@ int rx_threads(int n) {
 #endif
 
 /* --------------------------------------------------- part iii: the matmul's packed panels and simd tiles, the exp */
-/* rx_matmul_ref's chains (linear_ref), fast: a register-blocked micro-kernel over packed panels, as BLIS and llm.c's
+/* matmul_ref's chains (linear_ref), fast: a register-blocked micro-kernel over packed panels, as BLIS and llm.c's
  * CPU matmul do it. The weight is packed once per model (model_pack_ref) into panels of MM_COLS outputs, zero-padded
  * past out: wp [ceil(out / MM_COLS)][in][MM_COLS], so the MM_COLS weights that step i needs lie side by side, and
  * one panel is one contiguous block that stays in cache (a plain W^T [in][out] would put its rows out * 4 bytes
@@ -3869,7 +3885,7 @@ static void silu_mul_fast(float *out, const float *gate, const float *up, size_t
 /* Attention for one sequence and one kv head is two matmuls, so it runs on the matmul's micro-kernel (mm_tile):
  *   scores   S [queries, len]      = Q [queries, head_dim] @ K^T  K [len, head_dim]: weight [out = keys, in = head_dim]
  *   outputs  O [queries, head_dim] = P [queries, len] @ V         V^T [head_dim, len]: weight [out = dims, in = keys]
- * where P = softmax(S * scale) row by row. Each score is therefore rx_matmul_ref's chain of fmaf over i = 0 ..
+ * where P = softmax(S * scale) row by row. Each score is therefore matmul_ref's chain of fmaf over i = 0 ..
  * head_dim-1, and each output its chain over keys j = 0 .. len-1, on every CPU path; and MM_ROWS queries (a row's
  * GQA heads, then the next rows of the same sequence) share every key and value the kernel loads, as FlashAttention
  * shares them across a block of queries. Queries of one tile may see different lengths (row g sees g - t0 + 1 keys):

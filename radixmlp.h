@@ -242,8 +242,9 @@ int  gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed);
 void gpu_model_free(GpuModel *g);
 
 /* The attention kernel of gpu_forward. RX_ATTN_AUTO (the default): the tensor-core flash kernel where it applies
- * (head_dim 128, every Qwen3 model), the naive one otherwise. RX_ATTN_NAIVE: one warp per query and head, the
- * kernel to read first and the oracle of the other. RX_ATTN_FLASH: fails here if the model's head_dim is not 128. */
+ * (head_dim 128, every Qwen3 model), the naive one otherwise and on the definition path (RADIXMLP_CPU=definition).
+ * RX_ATTN_NAIVE: one warp per query and head, the kernel to read first and the oracle of the other. RX_ATTN_FLASH:
+ * fails here if the model's head_dim is not 128. */
 typedef enum { RX_ATTN_AUTO = 0, RX_ATTN_NAIVE = 1, RX_ATTN_FLASH = 2 } RxAttention;
 int  gpu_set_attention(GpuModel *g, RxAttention attention);
 

@@ -2868,8 +2868,8 @@ static void test_gpu_attention_timer(void) {
         for (int naive = 0; naive <= 1; naive++) {
             double ms = -1.0;
             int rc = gpu_time_attention(&b, layouts[k], naive ? RX_ATTN_NAIVE : RX_ATTN_FLASH, 2, 1, 128, 1, &ms);
-            note("gpu_time_attention %-8s %s: %.3f ms (the emulator's time)", rx_mode_name(layouts[k]),
-                 naive ? "naive" : "flash", ms);
+            note("gpu_time_attention %-8s %s: %.3f ms on %s", rx_mode_name(layouts[k]), naive ? "naive" : "flash",
+                 ms, gpu_device_name());
             expect(rc == 0 && ms > 0, "%s, %s: rc %d, %g ms: %s", rx_mode_name(layouts[k]), naive ? "naive" : "flash",
                    rc, ms, radix_error());
         }
@@ -2917,6 +2917,14 @@ static void test_gpu_attention_choice(void) {
     int auto_is_flash = rc == 0 && !memcmp(a, f, n * sizeof(float)), naive_differs = rc == 0 && memcmp(a, nv, n * 4);
     note("head_dim 128: AUTO %s FLASH bit for bit, %s NAIVE", auto_is_flash ? "==" : "!=", naive_differs ? "!=" : "==");
     expect(auto_is_flash && naive_differs, "AUTO on head_dim 128 did not run the flash kernel");
+    /* on the definition path (RADIXMLP_CPU=definition) AUTO runs Part I's naive kernel: NAIVE's bits */
+    const char *path = rx_cpu_path(NULL);
+    rx_cpu_path("definition");
+    rc = gpu_set_attention(h, RX_ATTN_AUTO) || gpu_forward(h, &b, RX_COMPACT, RX_AUTO_THRESHOLD, 0, a, NULL);
+    rx_cpu_path(path);
+    int def_is_naive = rc == 0 && !memcmp(a, nv, n * sizeof(float));
+    note("head_dim 128, RADIXMLP_CPU=definition: AUTO %s NAIVE bit for bit", def_is_naive ? "==" : "!=");
+    expect(def_is_naive, "AUTO on the definition path did not run the naive kernel: %s", rc ? radix_error() : "");
     free(a); free(f); free(nv);
     rx_batch_free(&b);
     gpu_model_free(g);
@@ -6324,7 +6332,8 @@ static void test_gpu_budget_holds_at_qwen3_4b_depth(void) {
             expect_close(what, gpu_forward(g, &b, (RxMode)mode, RX_AUTO_THRESHOLD, 0, got, NULL), got, ref, n,
                          rx_bf16_tolerance(&m.cfg));
         }
-        note("%d layers: budget %.4f, %.0f s", depths[k], rx_bf16_tolerance(&m.cfg), difftime(time(NULL), t0));
+        note("%d layers: budget %.4f, %.0f s wall (the C reference here, then %s)", depths[k],
+             rx_bf16_tolerance(&m.cfg), difftime(time(NULL), t0), gpu_device_name());
         gpu_model_free(g);
         free(m.layers);
     }
@@ -6506,8 +6515,8 @@ static void test_bench_replot_bounds_values_and_reads_a_bom(void) {
                "%s: exit %d in %.1f s, want %d within 5 s, one line with '%s', %s (here %zu bytes):\n%s",
                cases[i].what, rc, s, cases[i].rc, cases[i].msg, cases[i].rc ? "no SVG" : "an SVG under 16 KB",
                b ? len : 0, out);
-        note("%-24s exit %d, %.2f s, SVG %6zu bytes: %.*s", cases[i].what, rc, s, b ? len : 0, (int)strcspn(out, "\n"),
-             out);
+        note("%-24s exit %d, %.2f s wall (this CPU), SVG %6zu bytes: %.*s", cases[i].what, rc, s, b ? len : 0,
+             (int)strcspn(out, "\n"), out);
         free(b);
         unlink(svg);
     }
@@ -6729,7 +6738,7 @@ static const Test tests[] = {
     {"gpu", "timers_return_positive_medians", test_gpu_timers_return_positive_medians},
     {"gpu", "flash_attention_matches_reference_in_all_index_modes", test_gpu_flash_attention},
     {"gpu", "flash_attention_matches_naive_at_table4_shape", test_gpu_flash_attention_matches_naive_at_table4_shape},
-    {"gpu", "attention_auto_takes_flash_only_for_head_dim_128", test_gpu_attention_choice},
+    {"gpu", "attention_auto_is_flash_for_head_dim_128_naive_on_the_definition_path", test_gpu_attention_choice},
     {"gpu", "forward_flash_matches_reference_table7", test_gpu_forward_flash_table7},
     {"gpu", "attention_timer_runs_every_layout", test_gpu_attention_timer},
     {"gpu", "prefill_matches_c_reference_on_random_traces", test_gpu_prefill_matches_c_reference_on_random_traces},
