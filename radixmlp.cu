@@ -26,7 +26,7 @@
  *                                      from the pool's slots (layout_build_prefill(), kv_store_ref()), and
  *                                      radix_index_build_keyed(): its own trie (trie_build_rooted()), a
  *                                      root per cached prefix, walked with Part I's trie_insert()
- *   Part II: generation, Sec. 6     -> rx_serve(): a decode step is a one-token prefill on the cached history;
+ *   Part II: generation, Sec. 5.2   -> rx_serve(): a decode step is a one-token prefill on the cached history;
  *                                      pages grow (rx_request_grow), evict, preempt; generated pages are cached
  *                                      (rx_request_cache) for the next turn; rx_sample() picks each token
  *   Part III, speed                 -> what exists only to be fast, each equal to a Part I definition: OpenMP,
@@ -2743,7 +2743,7 @@ int32_t rx_sample(const float *z, int V, const RxGenerate *g, uint64_t *rng) {
  * A decode step is a prefill of one token on the cached history, so the same forward serves both, and one step mixes
  * new prompts with running requests' single tokens (continuous batching). RadixMLP stays inside each step: two new
  * prompts after the same cached prefix merge; a decoding request's history ends in its own page, so its one token
- * is a row of its own (the paper's Sec. 6: in decoding "KV caching remains more suitable"). Whole pages of prompt and
+ * is a row of its own (paper Sec. 5.2: in decoding "KV caching remains more suitable"). Whole pages of prompt and
  * generated tokens go into the cache at each page boundary and at the end (rx_request_cache), so a later turn that
  * repeats this conversation (@K) finds its answer cached too. At the end the pool is audited and the cache flushed. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
