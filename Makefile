@@ -53,9 +53,14 @@ bench: bench.o radixmlp_lib.o
 run: radixmlp
 	./radixmlp
 
-test: all resource-gate            # the tests also run ./radixmlp (cli group) and ./bench (bench group)
+# `make test`: the docs check, the grader on every right answer of docs/answers/ (each must pass its check, and this
+# tree without it fail; graded in parallel, each object compiled once: .ci/grade says how), then the tests, which
+# also run ./radixmlp (cli group) and ./bench (bench group). Each fails the target when anything drifts. The wrong
+# answers, the checks' own tests, run in `make grade-all` (.ci/run runs it): they test the graders, not the code, and
+# would double the grader's time, which would put `make test` past 3 minutes on 2 cores.
+test: all resource-gate
 	.ci/docs-check
-	.ci/grade --suite
+	.ci/grade --suite --right
 	./test_radixmlp
 
 # Every command the docs show that needs no GPU, run and compared with the output they quote, and every name they cite
@@ -65,7 +70,7 @@ docs-check: all
 
 # The exercises' grader (docs/exercises.md; no CUDA toolkit needed, clang): `make grade EX=9` checks exercise 9 on this
 # tree, `make grade EX=9 ANSWER=1` on a copy with the reference answer docs/answers/09.patch applied; `make grade-all`
-# runs every reference answer through its check, and checks that this tree without it fails.
+# runs every answer of docs/answers/ through its check: the right ones must pass, the wrong ones and this tree fail.
 grade:
 	@test -n "$(EX)" || { echo "make grade EX=N [ANSWER=1]: N is an exercise with docs/answers/N.check:"; \
 	    ls docs/answers/*.check | sed 's|.*/||; s|\.check||' | tr '\n' ' '; echo; exit 2; }
@@ -77,10 +82,10 @@ grade-all:
 help:
 	@echo "make              build radixmlp (demo and CLI), test_radixmlp (tests) and bench (the paper's tables)"
 	@echo "make run          build radixmlp and run the demo (no GPU needed)"
-	@echo "make test         build all, then the resource gate, the docs check, the grader's suite and the tests"
+	@echo "make test         build all, then the resource gate, the docs check, the grader's right answers and the tests"
 	@echo "make docs-check   run the docs' commands and compare their quoted output; check every name they cite"
 	@echo "make grade EX=N   grade exercise N on this tree (ANSWER=1: on a copy with docs/answers/N.patch)"
-	@echo "make grade-all    every reference answer passes its check; this tree without it fails"
+	@echo "make grade-all    every right answer passes its check; every wrong one, and this tree, fail"
 	@echo "make resource-gate  registers, spills and shared memory of every kernel (no GPU)"
 	@echo "make gpu-check    on a machine with a GPU: every check that needs one, into a dated report"
 	@echo "make test-asan    every host test under AddressSanitizer + UBSan (clang, no CUDA)"
