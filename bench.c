@@ -8,8 +8,8 @@
  *   ./bench --table 2 --cpu [--quick]   Table 2 on the CPU: f_c from FLOPs and from time, the three widths
  *   ./bench --table 5   Table 5: CPU index construction (radix_index_build); needs no GPU
  *   ./bench --table 6   Table 6: the gather/scatter (index_select) kernel vs a device-to-device copy
- *   ./bench --attention [--model 4b] [--quick]   attention alone at the Table 4 shapes: the flash and the naive
- *                       kernel in the baseline, radix and compact layouts, ms and TFLOP/s
+ *   ./bench --attention [--model 4b] [--quick]   attention alone at the Table 4 shapes: the flash kernel (query
+ *                       tiles of 64 and of 128 rows) and the naive one in the baseline, radix and compact layouts
  *   ./bench --workload reranker    synthetic MS MARCO-shaped reranking batches (Tables 1 and 3, synthetic)
  *   ./bench --prefix-cache [--gpu] Part II: the KV prefix cache, six radix vs hash scenarios; the C reference (no GPU
  *                                  needed), or gpu_prefill with GPU times
@@ -1136,9 +1136,12 @@ static int prefix_cache_tables(int reps, int gpu)
 
 /* ---- attention alone: the flash and the naive kernel at the Table 4 shapes -------------------------------------- */
 /* A model's attention (Qwen3-4B: 32 heads on 8 kv heads, head_dim 128) over the batches of Table 4, in the three
- * layouts of gpu_forward. FLOPs: 4 * head_dim * heads per causal (query, key) pair (q k^T and P V, 2 each), counting
- * the pairs each layout computes: every position of every sequence in baseline and radix, only the N' compact
- * queries (each sequence's unshared suffix, against its whole history) in compact mode. */
+ * layouts of gpu_forward, with three kernels: the flash kernel with query tiles of 64 rows (one m16 fragment per warp)
+ * and of 128 (two, FlashAttention-2's split), and the naive one. "rule" is the tile the flash kernel's per-launch
+ * rule takes for each layout (gpu_flash_block_m), so that a run shows whether it takes the faster one. FLOPs:
+ * 4 * head_dim * heads per causal (query, key) pair (q k^T and P V, 2 each), counting the pairs each layout computes:
+ * every position of every sequence in baseline and radix, only the N' compact queries (each sequence's unshared
+ * suffix, against its whole history) in compact mode. */
 static double causal_pairs(const RxBatch *b, const int32_t *cu_q)   /* cu_q NULL: every position is a query */
 {
     double pairs = 0;
@@ -1154,13 +1157,18 @@ static int attention_bench(const ModelSpec *m, int reps, int quick)
     static const int PREFIX[] = {1, 16, 32, 128, 256, 512, 1024, 2048}, QUICK[] = {1, 2048}, SUFFIX[] = {256, 1024};
     static const char *LAYOUT[3] = {"base", "radix", "compact"};
     static const Col cols[] = {
-        {"P", "P"}, {"S", "S"}, {"N", "N"}, {"N'", "N_compact"},
-        {"base flash ms", "base_flash_ms"}, {"TFLOP/s", "base_flash_tflops"},
+        {"P", "P"}, {"S", "S"}, {"N", "N"}, {"N'", "N_compact"}, {"rule BM b/r/c", "rule_bm"},
+        {"base BM 64 ms", "base_bm64_ms"}, {"TFLOP/s", "base_bm64_tflops"},
+        {"base BM 128 ms", "base_bm128_ms"}, {"TFLOP/s", "base_bm128_tflops"},
         {"base naive ms", "base_naive_ms"}, {"TFLOP/s", "base_naive_tflops"},
-        {"radix flash ms", "radix_flash_ms"}, {"TFLOP/s", "radix_flash_tflops"},
+        {"radix BM 64 ms", "radix_bm64_ms"}, {"TFLOP/s", "radix_bm64_tflops"},
+        {"radix BM 128 ms", "radix_bm128_ms"}, {"TFLOP/s", "radix_bm128_tflops"},
         {"radix naive ms", "radix_naive_ms"}, {"TFLOP/s", "radix_naive_tflops"},
-        {"compact flash ms", "compact_flash_ms"}, {"TFLOP/s", "compact_flash_tflops"},
+        {"compact BM 64 ms", "compact_bm64_ms"}, {"TFLOP/s", "compact_bm64_tflops"},
+        {"compact BM 128 ms", "compact_bm128_ms"}, {"TFLOP/s", "compact_bm128_tflops"},
         {"compact naive ms", "compact_naive_ms"}, {"TFLOP/s", "compact_naive_tflops"}};
+    static const RxAttention KERNEL[3] = {RX_ATTN_FLASH_BM64, RX_ATTN_FLASH_BM128, RX_ATTN_NAIVE};
+    static const char *KERNEL_NAME[3] = {"flash BM 64", "flash BM 128", "naive"};
     const Qwen3Config *c = &m->cfg;
     const int *prefix = quick ? QUICK : PREFIX, n_prefix = quick ? 2 : 8, B = 32;
     char title[160], lead[256], dev[128];
@@ -1168,7 +1176,10 @@ static int attention_bench(const ModelSpec *m, int reps, int quick)
     snprintf(lead, sizeof lead, "%s,%s", m->name, dev);
     snprintf(title, sizeof title, "Attention alone: %s (%d heads on %d kv heads, head_dim %d), B = %d, shared prefix P"
              " + suffix S", m->name, c->n_heads, c->n_kv_heads, c->head_dim, B);
-    table_begin(title, cols, 16, "model,device");
+    const int32_t one[2] = {0, 1};                 /* BM 128 is built for compute capability 9.0 and newer */
+    const int bm128 = gpu_flash_block_m(RX_ATTN_FLASH_BM128, one, 1, 1) == 128;
+    if (!bm128) fprintf(stderr, "bench: no BM 128 columns: %s\n", radix_error());
+    table_begin(title, cols, 23, "model,device");
     for (int si = 0; si < 2; si++)
         for (int pi = 0; pi < n_prefix; pi++) {
             int P = prefix[pi], S = SUFFIX[si];
@@ -1186,13 +1197,21 @@ static int attention_bench(const ModelSpec *m, int reps, int quick)
             }
             double flops[3] = {causal_pairs(&b, NULL), causal_pairs(&b, NULL), causal_pairs(&b, cu_q)};
             cell(&r, "%d", P); cell(&r, "%d", S); cell(&r, "%d", b.n_tokens); cell(&r, "%d", ix.n_compact);
+            cell(&r, "%d/%d/%d", gpu_flash_block_m(RX_ATTN_FLASH, b.cu_seqlens, B, c->n_heads),
+                 gpu_flash_block_m(RX_ATTN_FLASH, b.cu_seqlens, B, c->n_heads),
+                 gpu_flash_block_m(RX_ATTN_FLASH, cu_q, B, c->n_heads));
             for (int k = 0; k < 3; k++)
-                for (int naive = 0; naive <= 1; naive++) {
+                for (int kn = 0; kn < 3; kn++) {
                     double ms;
+                    if (KERNEL[kn] == RX_ATTN_FLASH_BM128 && !bm128) {
+                        cell(&r, "-");
+                        cell(&r, "-");
+                        continue;
+                    }
                     fprintf(stderr, "bench: attention, P = %d, S = %d, %s, %s kernel, %d reps\n", P, S, LAYOUT[k],
-                            naive ? "naive" : "flash", reps);
-                    if (gpu_time_attention(&b, MODES[k], naive ? RX_ATTN_NAIVE : RX_ATTN_FLASH, c->n_heads,
-                                           c->n_kv_heads, c->head_dim, reps, &ms)) {
+                            KERNEL_NAME[kn], reps);
+                    if (gpu_time_attention(&b, MODES[k], KERNEL[kn], c->n_heads, c->n_kv_heads, c->head_dim, reps,
+                                           &ms)) {
                         fprintf(stderr, "bench: gpu_time_attention failed: %s\n", radix_error());
                         radix_index_free(&ix);
                         rx_batch_free(&b);
@@ -1210,9 +1229,9 @@ static int attention_bench(const ModelSpec *m, int reps, int quick)
     printf("\nms: CUDA events around the attention kernel alone (radix: with the scatter of q, k, v to the N rows and "
            "the gather\nof the output, Algorithm 1 lines 20-23), median of %d after a warm-up; random bf16 q, k, v. "
            "TFLOP/s = 4 * head_dim * heads *\n(causal query-key pairs) / time, where compact counts only its N' "
-           "queries. "
-           "PyTorch SDPA on the same shapes (same GPU,\nsame session): python fixtures/bench_torch.py --attention "
-           "--model %s\n\n", reps, m->key);
+           "queries. BM: the flash kernel's query tile (rows), 64 or\n128; rule: the one it takes per launch in "
+           "baseline/radix/compact (-: BM 128 is not built for this device). PyTorch SDPA on\nthe same shapes (same "
+           "GPU, same session): python fixtures/bench_torch.py --attention --model %s\n\n", reps, m->key);
     return 0;
 }
 
@@ -1740,7 +1759,7 @@ static const char *USAGE =
     "  --table 2 --cpu       Table 2 on the CPU: f_c from FLOPs and from time, the three widths; needs no GPU\n"
     "  --table 5             CPU index construction, radix_index_build, one thread (Table 5); needs no GPU\n"
     "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6); GPU\n"
-    "  --attention           attention alone, flash and naive kernels, Table 4 shapes, baseline/radix/compact; GPU\n"
+    "  --attention           attention alone, flash (BM 64, BM 128) and naive kernels, Table 4 shapes; GPU\n"
     "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped); GPU\n"
     "  --prefix-cache        Part II: the KV prefix cache, six radix vs hash scenarios, off vs hash vs radix, on a\n"
     "                        random Qwen3 of fixtures/tiny-bf16's shape; the C reference (no GPU needed)\n"

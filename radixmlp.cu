@@ -1349,14 +1349,16 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
 }
 
 /* The flash attention kernel (tensor cores), the naive kernel's fast twin, declared here for the GPU forward and
- * defined with the speed sections: FLASH_D is the one head_dim it is built for, a FlashTile one CTA's work
- * (flash_tiles). */
-enum { FLASH_D = 128, FLASH_BM = 64, FLASH_BN = 64, FLASH_WARPS = 4 };
+ * defined with the speed sections: FLASH_D is the one head_dim it is built for, a FlashTile one CTA's work (flash_tiles), bm its
+ * query tile height, 64 or 128 rows (flash_block_m chooses it per launch). */
+enum { FLASH_D = 128, FLASH_BN = 64, FLASH_WARPS = 4 };
 typedef struct { int32_t seq, tile, key_tiles; } FlashTile;   /* one CTA's work: query tile `tile` of sequence seq */
 static int flash_supported(int head_dim);
-static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles);
+static int flash_block_m(RxAttention kernel, const int32_t *cu_q, int n_seqs, int n_heads);
+static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, int bm, FlashTile **tiles,
+                       int *n_tiles);
 static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q, const int32_t *cu_k,
-                           const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads, int head_dim);
+                           const FlashTile *tiles, int n_tiles, int bm, int n_heads, int n_kv_heads, int head_dim);
 
 /* -------------------------------------------------------------------------------------------------- the gpu model */
 typedef struct {                     /* one decoder layer on the device, bf16, [out, in] as nn.Linear stores them */
@@ -1511,9 +1513,9 @@ int gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed) {
 
 int gpu_set_attention(GpuModel *g, RxAttention attention) {
     if (!g) return rx_fail("gpu_set_attention needs a GPU model");
-    if (attention != RX_ATTN_AUTO && attention != RX_ATTN_NAIVE && attention != RX_ATTN_FLASH)
+    if (attention < RX_ATTN_AUTO || attention > RX_ATTN_FLASH_BM128)
         return rx_fail("gpu_set_attention: unknown attention kernel %d", (int)attention);
-    if (attention == RX_ATTN_FLASH && !flash_supported(g->cfg.head_dim))
+    if (attention >= RX_ATTN_FLASH && !flash_supported(g->cfg.head_dim))
         return rx_fail("the flash attention kernel is built for head_dim %d; this model has head_dim %d (use "
                        "RX_ATTN_AUTO or RX_ATTN_NAIVE)", FLASH_D, g->cfg.head_dim);
     g->attention = attention;
@@ -1560,7 +1562,7 @@ static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what
  * (work_alloc), a forward's the batch's N. */
 typedef struct {
     Layout L;                /* Algorithm 1 lines 1-8, on the host                                               */
-    int flash, n_tiles;      /* 1: the flash kernel, with n_tiles query tiles in its work list                    */
+    int flash, n_tiles;      /* the flash kernel's query tile height (64, 128; 0: naive), n_tiles in its list   */
     int32_t *ids, *pos, *last, *gather, *scatter;                /* device copies of L: [R] [R] [S] [N'] [N]        */
     int32_t *seq_start, *kv_row, *q_tok, *cu_q, *cu_k;           /* [n_keys] [n_keys] [n_q] [S+1] [S+1]             */
     FlashTile *tiles;        /* [n_tiles] the flash kernel's work list                                           */
@@ -1599,9 +1601,11 @@ static int work_alloc(GpuModel *g, GpuWork *w, int n_keys, const int32_t *cu_k, 
     const int rows_are_nodes = L->mode != RX_BASELINE, n_q = L->mode == RX_COMPACT ? R : N;
     const int n_out = last_only ? S : R;
     const char *sp = rows_are_nodes ? "N'" : "N";
-    w->flash = g->attention == RX_ATTN_FLASH ||                   /* the definition path: the naive kernel */
-               (g->attention == RX_ATTN_AUTO && rx_fast() && flash_supported(c->head_dim));
-    if (w->flash) TRY(flash_tiles(L->cu_q, cu_k, S, &w->tiles, &w->n_tiles));
+    w->flash = g->attention == RX_ATTN_NAIVE || !flash_supported(c->head_dim) ? 0 :
+               g->attention == RX_ATTN_AUTO && !rx_fast() ? 0 :              /* the definition path: naive */
+               flash_block_m(g->attention, L->cu_q, S, c->n_heads);       /* -1: a CUDA error */
+    if (w->flash < 0) return -1;
+    if (w->flash) TRY(flash_tiles(L->cu_q, cu_k, S, w->flash, &w->tiles, &w->n_tiles));
     TRY(upload_i32(&w->ids, L->tok, R, "the token ids"));
     TRY(upload_i32(&w->pos, L->pos, R, "the positions"));
     TRY(upload_i32(&w->last, L->last, S, "the last-token rows"));
@@ -1689,7 +1693,7 @@ static int attention_step(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     const bf16 *q = radix ? w->q_n : w->q;                                   /* [n_q, QD] */
     bf16 *out = radix ? w->att_n : w->att;                                   /* [n_q, QD] */
     if (w->flash)
-        TRY(flash_attention(out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, c->n_heads,
+        TRY(flash_attention(out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, w->flash, c->n_heads,
                             c->n_kv_heads, c->head_dim));
     else
         TRY(gpu_attention(out, q, kv->k, kv->v, kv->row_stride, n_q, w->q_tok, w->seq_start, kv->kv_row, c->n_heads,
@@ -3330,8 +3334,10 @@ int gpu_memory_free(size_t *free_bytes) {
 /* cu_q and cu_k are host arrays here: the work list is made from them (flash_tiles), then all three go up. */
 int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
                         const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
-                        int head_dim) {
+                        int head_dim, RxAttention kernel) {
     TRY(check_heads(n_heads, n_kv_heads, head_dim));
+    if (kernel < RX_ATTN_FLASH || kernel > RX_ATTN_FLASH_BM128)
+        return rx_fail("gpu_flash_attention: kernel %d is not RX_ATTN_FLASH, _BM64 or _BM128", (int)kernel);
     if (!flash_supported(head_dim))
         return rx_fail("the flash attention kernel is built for head_dim %d, not %d: use the naive kernel", FLASH_D,
                        head_dim);
@@ -3348,9 +3354,10 @@ int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, 
     int n_tiles;
     GpuKvView kv = {.k = (const bf16 *)k, .v = (const bf16 *)v, .row_stride = (int64_t)n_kv_heads * head_dim,
                     .kv_row = kv_row};
-    int rc = flash_tiles(cu_q, cu_k, n_seqs, &d_tiles, &n_tiles) || upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") ||
-             upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
-             flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, n_heads,
+    const int bm = flash_block_m(kernel, cu_q, n_seqs, n_heads);
+    int rc = bm < 0 || flash_tiles(cu_q, cu_k, n_seqs, bm, &d_tiles, &n_tiles) ||
+             upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") || upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
+             flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, bm, n_heads,
                              n_kv_heads, head_dim);
     cudaFree(d_cu_q);
     cudaFree(d_cu_k);
@@ -3475,7 +3482,8 @@ int gpu_gemm(GpuModel *, void *, const void *, const void *, int, int, int) { re
 int gpu_attention(void *, const void *, const void *, const void *, int64_t, int, const int32_t *, const int32_t *,
                   const int32_t *, int, int, int) { return no_gpu(); }
 int gpu_flash_attention(void *, const void *, const void *, const void *, const int32_t *, const int32_t *,
-                        const int32_t *, int, int, int, int) { return no_gpu(); }
+                        const int32_t *, int, int, int, int, RxAttention) { return no_gpu(); }
+int gpu_flash_block_m(RxAttention, const int32_t *, int, int) { return no_gpu(); }
 int gpu_time_median(int (*)(void *), void *, int, double *) { return no_gpu(); }
 int gpu_time_attention(const RxBatch *, RxMode, RxAttention, int, int, int, int, double *) { return no_gpu(); }
 int gpu_test_device_reset(void) { return no_gpu(); }
@@ -4087,9 +4095,11 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
  *   compact   cu_k = cu_seqlens, kv_row = I_scatter, cu_q from radix_compact_cu_q (Lq_s = L_s - p_s): the whole
  *             (token, position) history of every query is read through I_scatter, with no copy.
  *
- * One CTA of 4 warps per (query tile of BM = 64 rows, head); warp w owns query rows 16w .. 16w+15 of the tile. A
- * sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact mode, at key
- * positions 64..299:
+ * One CTA of 4 warps per (query tile of BM rows, head). BM is a template parameter, 64 or 128, chosen per launch
+ * (flash_block_m); warp w owns the m16 fragments f < BM / 64 of 16 query rows each, rows 64f + 16w .. 64f + 16w + 15
+ * of the tile: one fragment at BM = 64, two at BM = 128 (FlashAttention-2's split for head_dim 128, below). With
+ * BM = 64, a sequence with Lk = 300 keys whose first p_s = 64 positions are shared has Lq = 236 queries in compact
+ * mode, at key positions 64..299:
  *
  *                                       key tiles of BN = 64, from key position 0
  *                                       0        64       128      192      256   300
@@ -4103,12 +4113,21 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
  * start at a multiple of 64 (p_s = 40, say) a tile's diagonal crosses two key tiles, and both are masked.
  *
  * For each key tile, up to the diagonal of the tile's last query:
- *   S = Q K^T        [16 x 64] per warp: mma.sync m16n8k16 (bf16 in, fp32 out), Q's fragments held in registers
+ *   S = Q K^T        [16 x 64] per fragment: mma.sync m16n8k16 (bf16 in, fp32 out), Q's fragments held in
+ *                    registers (BM 64) or reread from shared memory (BM 128: flash_tile says why)
  *   online softmax   per row, in fp32 and base 2: x = S * log2(e)/sqrt(d), m = max(m, max x), rescale the running
  *                    sum l and the output O by 2^(m_old - m), p = 2^(x - m)
  *   O += P V         P rounded to bf16 straight from the registers: the mma's accumulator layout for S is its operand
  *                    layout for P, so P never goes through memory; V is read with ldmatrix.trans
  * K and V tiles come in through cp.async into two shared-memory buffers: tile j+1 loads while tile j is computed.
+ * Two, not three: a third K, V buffer (34 KiB) would make BM = 128's 102 KiB 136 KiB, one CTA per SM on an H100
+ * instead of two (the resource gate's table).
+ *
+ * The split (FlashAttention-2's, tutorial §10): each K or V fragment a warp reads from shared memory (ldmatrix) feeds
+ * one pair of MMAs per query fragment the warp owns. At BM = 64 a 16-row warp reads the whole 64-key tile of K and V,
+ * 32 KiB, for 16 rows; at BM = 128 the same 32 KiB (and 8 KiB of Q) serve 32 rows: 1.25 KiB of shared memory per
+ * row and key tile instead of 2, the traffic that bounds BM = 64. The price: twice the registers for O and S, and
+ * half as many CTAs, which a short batch cannot fill the GPU with (flash_block_m).
  * Work is listed longest first (flash_tiles): the query tiles with the most key tiles start first, the short ones
  * fill in at the end.
  *
@@ -4116,15 +4135,17 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
  * tiles (anchored at position 0, not at the query tile) and so the same arithmetic, whichever rows share its CTA. A
  * CTA may run key tiles beyond a row's diagonal (its last row's diagonal is further on); there every element of the
  * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
+ * For the same reason BM = 128 equals BM = 64 bit for bit (gpu/flash_attention_bm128_equals_bm64_bit_for_bit).
  * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
-static_assert(FLASH_WARPS * 16 == FLASH_BM, "each warp owns 16 query rows of the tile (one m16 fragment)");
 /* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
- * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes FLASH_SMEM_BYTES, its own
- * constant: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
-template <int D> struct FlashSmem {
-    enum { SROW = D + 8, Q = 0, K = Q + FLASH_BM * SROW, V = K + 2 * FLASH_BN * SROW, END = V + 2 * FLASH_BN * SROW };
+ * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes flash_smem_bytes(BM), its
+ * own count: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
+template <int D, int BM> struct FlashSmem {
+    enum { SROW = D + 8, Q = 0, K = Q + BM * SROW, V = K + 2 * FLASH_BN * SROW, END = V + 2 * FLASH_BN * SROW };
 };
-enum { FLASH_SMEM_BYTES = (FLASH_BM + 4 * FLASH_BN) * (FLASH_D + 8) * 2 };   /* 85 KiB: Q, 2 x (K, V), bf16 */
+static int flash_smem_bytes(int bm) {   /* Q, 2 x (K, V), bf16: 85 KiB at BM = 64, 102 KiB at BM = 128 */
+    return (bm + 4 * FLASH_BN) * (FLASH_D + 8) * 2;
+}
 
 static __device__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 /* 16 bytes global -> shared, asynchronously; with ok == 0 nothing is read and the 16 bytes become zeros. */
@@ -4133,16 +4154,16 @@ static __device__ void cp_async16(void *dst, const void *src, int ok) {
 }
 static __device__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 static __device__ void cp_async_wait_all_but_1(void) { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
-static __device__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-/* Four 8x8 bf16 matrices from shared memory; lanes 8j..8j+7 give the row addresses of matrix j, and lane l receives
- * elements (l/4, 2(l%4)..+1) of each (with .trans: the transposed matrix). */
-static __device__ void ldmatrix_x4(uint32_t r[4], const bf16 *row) {
+/* Four 8x8 bf16 matrices from shared memory; lanes 8j..8j+7 give the row addresses of matrix j (as smem_u32 gives
+ * them: 32 bits, where a generic pointer takes two registers), and lane l receives elements (l/4, 2(l%4)..+1) of each
+ * (with .trans: the transposed matrix). */
+static __device__ void ldmatrix_x4(uint32_t r[4], unsigned row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
 }
-static __device__ void ldmatrix_x4_trans(uint32_t r[4], const bf16 *row) {
+static __device__ void ldmatrix_x4_trans(uint32_t r[4], unsigned row) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(row)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
 }
 /* c [16 x 8] += a [16 x 16] b [16 x 8], bf16 in, fp32 accumulate. With g = lane/4, q = lane%4, lane holds
  *   a: a[0] = A[g][2q..2q+1], a[1] = A[g+8][2q..], a[2] = A[g][2q+8..], a[3] = A[g+8][2q+8..]   (bf16 pairs)
@@ -4161,12 +4182,16 @@ static __device__ uint32_t pack_bf16(float lo, float hi) {   /* two bf16 in one 
     return r;
 }
 
-/* Key tile t0 .. t0+BN-1 of one sequence into sK, sV [BN][D + 8] (bf16). The 8 padding elements per row shift
- * consecutive rows by 16 bytes, so the 8 row addresses of an ldmatrix hit 8 different groups of banks. */
+/* Key tile t0 .. t0+BN-1 of one sequence into sK, sV [BN][D + 8] (bf16), columns kv_col .. kv_col+D-1 of the key
+ * rows. The 8 padding elements per row shift consecutive rows by 16 bytes, so the 8 row addresses of an ldmatrix hit
+ * 8 different groups of banks. Each thread copies 16-byte chunks of BN / 8 rows and reads each of those rows' kv_row
+ * entry once per tile, for K and V both; the stride is a constant, so the loop unrolls and those loads issue
+ * together, ahead of the copies. Staging kv_row in shared memory would add a barrier and take no load away (each
+ * row's entry is needed by the 16 threads that copy its chunks). */
 template <int D>
 static __device__ void flash_load_kv(bf16 *sK, bf16 *sV, const bf16 *k, const bf16 *v, const int32_t *kv_row,
                                      int k0, int Lk, int t0, int64_t kv_stride, int kv_col) {
-    for (int c = threadIdx.x; c < FLASH_BN * (D / 8); c += blockDim.x) {
+    for (int c = threadIdx.x; c < FLASH_BN * (D / 8); c += FLASH_WARPS * 32) {
         int r = c / (D / 8), col = c % (D / 8) * 8, t = t0 + r, ok = t < Lk;
         int64_t row = !ok ? 0 : kv_row ? kv_row[k0 + t] : k0 + t;      /* the prefix may come from any sequence */
         cp_async16(sK + r * (D + 8) + col, k + row * kv_stride + kv_col + col, ok);
@@ -4174,153 +4199,241 @@ static __device__ void flash_load_kv(bf16 *sK, bf16 *sV, const bf16 *k, const bf
     }
 }
 
-/* One warp's work on one key tile: its 16 query rows (Q fragments qa) against keys j*BN .. j*BN+BN-1 (Kj, Vj in shared
- * memory), updating the running max m, sum l and output O of rows g and g+8 (g = lane/4). pos: the key position of
- * row g; first_pos: the key position of the CTA's first query (no key of the tile after it: no mask needed). */
-template <int D>
-static __device__ void flash_tile(const uint32_t qa[][4], float o[][4], float m_run[2], float l_run[2],
-                                  const bf16 *Kj, const bf16 *Vj, int j, int pos, int first_pos, float scale_log2) {
+/* One warp's work on one key tile: its F query fragments of 16 rows (F = BM / 64; fragment f: rows 64f .. 64f+15 of
+ * sQw, the tile's Q from the warp's first row on) against keys j*BN .. j*BN+BN-1 (Kj, Vj in shared memory), updating
+ * each fragment's running max m, sum l and output O of its rows g and g+8 (g = lane/4). Every K and V fragment read
+ * from shared memory feeds 2F MMAs. Q: with F = 1 the warp's 16 rows stay in registers for all key tiles (qa, 32 of
+ * them); with F = 2 they would take 64 beside O's 128 and S's 64, over the 255 a thread may have, so each 16-column
+ * slice of Q is reread from shared memory (8 KiB per tile beside K and V's 32), as FlashAttention-2 does. pos: the key
+ * position of row g of fragment 0 (fragment f's: pos + 64f); first_pos: the key position of the CTA's first query (no
+ * key of the tile after it: no mask needed). */
+template <int D, int F>
+static __device__ void flash_tile(const uint32_t qa[][4], const bf16 *sQw, float o[F][D / 8][4], float m_run[F][2],
+                                  float l_run[F][2], const bf16 *Kj, const bf16 *Vj, int j, int pos, int first_pos,
+                                  float scale_log2) {
     enum { SROW = D + 8, NT = FLASH_BN / 8, DT = D / 8 };
     const int lane = threadIdx.x % 32, tq = lane % 4;
-    float sc[NT][4];                               /* S = Q K^T [16 x BN]: element e of n is key 8n + 2tq + (e & 1), */
-    for (int n = 0; n < NT; n++) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;   /* row g + 8 (e >> 1) */
-    for (int kk = 0; kk < D / 16; kk++)
+    /* Each lane's row address in Q, K and V for its ldmatrix; the matrices' are these plus constant byte offsets. */
+    const unsigned qs = smem_u32(sQw + lane % 16 * SROW + lane / 16 * 8);
+    const unsigned ks = smem_u32(Kj + (lane % 8 + lane / 16 * 8) * SROW + (lane / 8) % 2 * 8);
+    const unsigned vs = smem_u32(Vj + (lane % 8 + (lane / 8) % 2 * 8) * SROW + lane / 16 * 8);
+    float sc[F][NT][4];                            /* S = Q K^T [16 x BN] per fragment: element e of n is key */
+    for (int f = 0; f < F; f++)                    /* 8n + 2tq + (e & 1), row g + 8 (e >> 1) */
+        for (int n = 0; n < NT; n++) sc[f][n][0] = sc[f][n][1] = sc[f][n][2] = sc[f][n][3] = 0.0f;
+#pragma unroll   /* every loop here, in full: a register array indexed by a run-time counter would live in memory */
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[F][4];                          /* Q's columns 16kk .. 16kk+15 of each fragment */
+        for (int f = 0; f < F; f++) {
+            if (F == 1)
+                for (int i = 0; i < 4; i++) a[f][i] = qa[kk][i];
+            else
+                ldmatrix_x4(a[f], qs + 2 * (64 * f * SROW + 16 * kk));
+        }
         for (int n = 0; n < NT; n += 2) {          /* K [key][dim] is B^T, as the mma wants B: no .trans */
             uint32_t b[4];
-            ldmatrix_x4(b, Kj + (8 * n + lane % 8 + lane / 16 * 8) * SROW + 16 * kk + (lane / 8) % 2 * 8);
-            mma_bf16_16816(sc[n], qa[kk], b[0], b[1]);
-            mma_bf16_16816(sc[n + 1], qa[kk], b[2], b[3]);
-        }
-    const int masked = (j + 1) * FLASH_BN - 1 > first_pos;   /* causal mask: keys after a row's position */
-    for (int n = 0; n < NT; n++)
-        for (int e = 0; e < 4; e++) {
-            int t = j * FLASH_BN + 8 * n + 2 * tq + (e & 1);
-            sc[n][e] = masked && t > pos + 8 * (e >> 1) ? -INFINITY : sc[n][e] * scale_log2;
-        }
-
-    for (int r = 0; r < 2; r++) {                  /* online softmax of rows g (r = 0) and g + 8 (r = 1) */
-        float mx = m_run[r];
-        for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));   /* a row lives in the 4 lanes of a quad */
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float base = mx == -INFINITY ? 0.0f : mx;        /* no key yet: 2^(-inf - 0) = 0, not NaN */
-        const float rescale = exp2f(m_run[r] - base);          /* 1 exactly when the max did not move */
-        m_run[r] = mx;
-        l_run[r] *= rescale;
-        for (int n = 0; n < DT; n++) {
-            o[n][2 * r] *= rescale;
-            o[n][2 * r + 1] *= rescale;
-        }
-        for (int n = 0; n < NT; n++)
-            for (int e = 2 * r; e < 2 * r + 2; e++) {
-                sc[n][e] = exp2f(sc[n][e] - base);             /* masked: 2^-inf = 0 exactly */
-                l_run[r] += sc[n][e];
+            ldmatrix_x4(b, ks + 2 * (8 * n * SROW + 16 * kk));
+            for (int f = 0; f < F; f++) {          /* one read of K, F pairs of MMAs */
+                mma_bf16_16816(sc[f][n], a[f], b[0], b[1]);
+                mma_bf16_16816(sc[f][n + 1], a[f], b[2], b[3]);
             }
+        }
     }
+    /* Causal mask: keys after a row's position. BM 64 skips it on tiles wholly before the CTA's first query; BM 128
+     * masks every tile, since the second, unmasked copy of the loops that the skip makes does not fit in 255
+     * registers (the resource gate sees spills). */
+    const int masked = F == 2 || (j + 1) * FLASH_BN - 1 > first_pos;
+    for (int f = 0; f < F; f++)
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 4; e++) {
+                int t = j * FLASH_BN + 8 * n + 2 * tq + (e & 1);
+                sc[f][n][e] = masked && t > pos + 64 * f + 8 * (e >> 1) ? -INFINITY : sc[f][n][e] * scale_log2;
+            }
 
+#pragma unroll
+    for (int f = 0; f < F; f++)
+        for (int r = 0; r < 2; r++) {              /* online softmax of rows g (r = 0) and g + 8 (r = 1) */
+            float mx = m_run[f][r];
+            for (int n = 0; n < NT; n++) mx = fmaxf(mx, fmaxf(sc[f][n][2 * r], sc[f][n][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));   /* a row lives in the 4 lanes of a quad */
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float base = mx == -INFINITY ? 0.0f : mx;        /* no key yet: 2^(-inf - 0) = 0, not NaN */
+            const float rescale = exp2f(m_run[f][r] - base);       /* 1 exactly when the max did not move */
+            m_run[f][r] = mx;
+            l_run[f][r] *= rescale;
+            for (int n = 0; n < DT; n++) {
+                o[f][n][2 * r] *= rescale;
+                o[f][n][2 * r + 1] *= rescale;
+            }
+            for (int n = 0; n < NT; n++)
+                for (int e = 2 * r; e < 2 * r + 2; e++) {
+                    sc[f][n][e] = exp2f(sc[f][n][e] - base);       /* masked: 2^-inf = 0 exactly */
+                    l_run[f][r] += sc[f][n][e];
+                }
+        }
+
+#pragma unroll
     for (int kc = 0; kc < FLASH_BN / 16; kc++) {  /* O += P V, 16 keys at a time; S's accumulators become P's A */
-        const uint32_t pa[4] = {pack_bf16(sc[2 * kc][0], sc[2 * kc][1]), pack_bf16(sc[2 * kc][2], sc[2 * kc][3]),
-                                pack_bf16(sc[2 * kc + 1][0], sc[2 * kc + 1][1]),
-                                pack_bf16(sc[2 * kc + 1][2], sc[2 * kc + 1][3])};
+        uint32_t pa[F][4];
+        for (int f = 0; f < F; f++) {
+            pa[f][0] = pack_bf16(sc[f][2 * kc][0], sc[f][2 * kc][1]);
+            pa[f][1] = pack_bf16(sc[f][2 * kc][2], sc[f][2 * kc][3]);
+            pa[f][2] = pack_bf16(sc[f][2 * kc + 1][0], sc[f][2 * kc + 1][1]);
+            pa[f][3] = pack_bf16(sc[f][2 * kc + 1][2], sc[f][2 * kc + 1][3]);
+        }
         for (int n = 0; n < DT; n += 2) {          /* V [key][dim] is B itself: ldmatrix .trans */
             uint32_t b[4];
-            ldmatrix_x4_trans(b, Vj + (16 * kc + lane % 8 + (lane / 8) % 2 * 8) * SROW + 8 * n + lane / 16 * 8);
-            mma_bf16_16816(o[n], pa, b[0], b[1]);
-            mma_bf16_16816(o[n + 1], pa, b[2], b[3]);
+            ldmatrix_x4_trans(b, vs + 2 * (16 * kc * SROW + 8 * n));
+            for (int f = 0; f < F; f++) {          /* one read of V, F pairs of MMAs */
+                mma_bf16_16816(o[f][n], pa[f], b[0], b[1]);
+                mma_bf16_16816(o[f][n + 1], pa[f], b[2], b[3]);
+            }
         }
     }
 }
 
-/* One CTA: query tile tiles[blockIdx.x / n_heads] (flash_tiles) of head blockIdx.x % n_heads. */
-template <int D>
+/* One CTA: query tile tiles[blockIdx.x / n_heads] (flash_tiles, made for this BM) of head blockIdx.x % n_heads. */
+template <int D, int BM>
 static __device__ void flash_attention_cta(bf16 *smem, bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v,
                                            int64_t kv_stride, const int32_t *kv_row, const int32_t *cu_q,
                                            const int32_t *cu_k, const FlashTile *tiles, int n_heads, int n_kv_heads,
                                            float scale_log2) {
-    enum { SROW = D + 8, DT = D / 8 };
-    bf16 *sQ = smem + FlashSmem<D>::Q, *sK = smem + FlashSmem<D>::K, *sV = smem + FlashSmem<D>::V;
+    enum { SROW = D + 8, DT = D / 8, F = BM / 64 };
+    static_assert(BM == 64 || BM == 128, "a warp owns one or two m16 fragments of the query tile");
+    bf16 *sQ = smem + FlashSmem<D, BM>::Q, *sK = smem + FlashSmem<D, BM>::K, *sV = smem + FlashSmem<D, BM>::V;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int tile = blockIdx.x / n_heads, h = blockIdx.x % n_heads, kvh = h / (n_heads / n_kv_heads);   /* GQA */
-    const int s = tiles[tile].seq, m0 = tiles[tile].tile * FLASH_BM;      /* sequence, first query of the tile */
+    const int s = tiles[tile].seq, m0 = tiles[tile].tile * BM;            /* sequence, first query of the tile */
     const int q0 = cu_q[s], Lq = cu_q[s + 1] - q0, k0 = cu_k[s], Lk = cu_k[s + 1] - k0, off = Lk - Lq;
-    const int key_end = min(Lk, off + min(m0 + FLASH_BM, Lq));   /* keys 0 .. the last query's position */
+    const int key_end = min(Lk, off + min(m0 + BM, Lq));         /* keys 0 .. the last query's position */
     const int n_kt = (key_end + FLASH_BN - 1) / FLASH_BN;
     const int64_t q_stride = (int64_t)n_heads * D;
 
-    for (int c = threadIdx.x; c < FLASH_BM * (D / 8); c += blockDim.x) {   /* the Q tile, with key tile 0 */
+    /* The copies go in groups of one key tile each: Q with tile 0, then tile 1; tile j + 2 is asked for when tile j
+     * is done (below), so one tile is always on its way while another is computed. */
+    for (int c = threadIdx.x; c < BM * (D / 8); c += FLASH_WARPS * 32) {
         int r = c / (D / 8), col = c % (D / 8) * 8, ok = m0 + r < Lq;
         cp_async16(sQ + r * SROW + col, q + (ok ? (q0 + m0 + r) * q_stride : 0) + h * D + col, ok);
     }
-    flash_load_kv<D>(sK, sV, k, v, kv_row, k0, Lk, 0, kv_stride, kvh * D);
-    cp_async_commit();
+    for (int j = 0; j < 2; j++) {
+        if (j < n_kt)
+            flash_load_kv<D>(sK + j * FLASH_BN * SROW, sV + j * FLASH_BN * SROW, k, v, kv_row, k0, Lk, j * FLASH_BN,
+                             kv_stride, kvh * D);
+        cp_async_commit();
+    }
 
-    uint32_t qa[D / 16][4];                        /* this warp's 16 query rows, as mma A fragments */
-    float o[DT][4];                                /* O [16 x D]: DT accumulators of 16 x 8 */
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};   /* rows g and g+8: max (log2 units), sum */
-    for (int n = 0; n < DT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    const int pos = off + m0 + 16 * warp + g;     /* key position of row g; row g+8 is at pos + 8 */
-    const int warp_rows = min(16, Lq - m0 - 16 * warp);           /* this warp's rows in the sequence (<= 0: none) */
-    const int warp_last = off + m0 + 16 * warp + warp_rows - 1;   /* the key position of its last one */
+    uint32_t qa[D / 16][4];                        /* BM 64: this warp's 16 query rows, as mma A fragments */
+    float o[F][DT][4];                             /* O [16 x D] per fragment: DT accumulators of 16 x 8 */
+    float m_run[F][2], l_run[F][2];                /* rows g and g+8 of each fragment: max (log2 units), sum */
+#pragma unroll   /* as in flash_tile: o and the others stay in registers only where every index is a constant */
+    for (int f = 0; f < F; f++) {
+        m_run[f][0] = m_run[f][1] = -INFINITY;
+        l_run[f][0] = l_run[f][1] = 0.0f;
+        for (int n = 0; n < DT; n++) o[f][n][0] = o[f][n][1] = o[f][n][2] = o[f][n][3] = 0.0f;
+    }
+    const int pos = off + m0 + 16 * warp + g;     /* key position of row g of fragment 0; row g+8: pos + 8 */
+    int warp_last = -1;                            /* the key position of this warp's last row in the sequence */
+    for (int f = 0; f < F; f++)                    /* (-1: it has none) */
+        if (m0 + 64 * f + 16 * warp < Lq) warp_last = off + min(m0 + 64 * f + 16 * warp + 16, Lq) - 1;
 
     for (int j = 0; j < n_kt; j++) {
-        if (j + 1 < n_kt) {                        /* prefetch tile j+1 into the other buffer, then wait for tile j */
-            flash_load_kv<D>(sK + (j + 1) % 2 * FLASH_BN * SROW, sV + (j + 1) % 2 * FLASH_BN * SROW, k, v, kv_row, k0,
-                             Lk, (j + 1) * FLASH_BN, kv_stride, kvh * D);
-            cp_async_commit();
-            cp_async_wait_all_but_1();
-        } else {
-            cp_async_wait_all();
-        }
-        __syncthreads();                           /* every thread's copies of tile j (and Q) have landed */
-        if (j == 0)
+        cp_async_wait_all_but_1();                 /* this thread's copies of tile j (and Q) have landed; */
+        __syncthreads();                           /* and every other thread's */
+        if (F == 1 && j == 0)
             for (int kk = 0; kk < D / 16; kk++)
-                ldmatrix_x4(qa[kk], sQ + (16 * warp + lane % 16) * SROW + 16 * kk + lane / 16 * 8);
-        if (warp_rows > 0 && j * FLASH_BN <= warp_last)   /* else the whole tile is masked for this warp: a no-op */
-            flash_tile<D>(qa, o, m_run, l_run, sK + j % 2 * FLASH_BN * SROW, sV + j % 2 * FLASH_BN * SROW, j, pos,
-                          off + m0, scale_log2);
+                ldmatrix_x4(qa[kk], smem_u32(sQ + (16 * warp + lane % 16) * SROW + 16 * kk + lane / 16 * 8));
+        if (warp_last >= 0 && j * FLASH_BN <= warp_last)   /* else the whole tile is masked for this warp: a no-op */
+            flash_tile<D, F>(qa, sQ + 16 * warp * SROW, o, m_run, l_run, sK + j % 2 * FLASH_BN * SROW,
+                             sV + j % 2 * FLASH_BN * SROW, j, pos, off + m0, scale_log2);
         __syncthreads();                           /* all warps are done with buffer j % 2 before it is refilled */
-    }
+        if (j + 2 < n_kt)                          /* here, where only O is live: fewer registers than at the top */
+            flash_load_kv<D>(sK + j % 2 * FLASH_BN * SROW, sV + j % 2 * FLASH_BN * SROW, k, v, kv_row, k0, Lk,
+                             (j + 2) * FLASH_BN, kv_stride, kvh * D);
+        cp_async_commit();                         /* a group every time, empty or not: wait_group 1 above then */
+    }                                              /* always leaves exactly tile j + 1 in flight */
 
-    for (int r = 0; r < 2; r++) {                  /* out = O / l, rows of this sequence only */
-        float l = l_run[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        int i = m0 + 16 * warp + g + 8 * r;
-        if (i >= Lq) continue;
-        bf16 *orow = out + (q0 + i) * q_stride + h * D + 2 * tq;
-        for (int n = 0; n < DT; n++) {
-            orow[8 * n] = to_bf16(o[n][2 * r] / l);
-            orow[8 * n + 1] = to_bf16(o[n][2 * r + 1] / l);
+#pragma unroll
+    for (int f = 0; f < F; f++)
+        for (int r = 0; r < 2; r++) {              /* out = O / l, rows of this sequence only */
+            float l = l_run[f][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            int i = m0 + 64 * f + 16 * warp + g + 8 * r;
+            if (i >= Lq) continue;
+            bf16 *orow = out + (q0 + i) * q_stride + h * D + 2 * tq;
+            for (int n = 0; n < DT; n++) {
+                orow[8 * n] = to_bf16(o[f][n][2 * r] / l);
+                orow[8 * n + 1] = to_bf16(o[f][n][2 * r + 1] / l);
+            }
         }
-    }
 }
-/* The instantiation, one plainly named kernel per head_dim (what cudaFuncSetAttribute and a profiler name). */
+/* The kernel, one per query tile height: flash_attention_d128_kernel<64> and <128> (what cudaFuncSetAttribute and a
+ * profiler name). BM = 128 needs every one of a thread's 255 registers; ptxas fits it for sm_90 (H100, H200) but
+ * spills for sm_80 (A100), so there it is built empty and never launched (flash_block_m: FLASH_BM128_ARCH). */
+#define FLASH_BM128_ARCH 900   /* __CUDA_ARCH__ from which BM = 128 is built: compute capability 9.0 */
+template <int BM>
 __global__ void __launch_bounds__(FLASH_WARPS * 32)
 flash_attention_d128_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
                             const int32_t *kv_row, const int32_t *cu_q, const int32_t *cu_k, const FlashTile *tiles,
                             int n_heads, int n_kv_heads, float scale_log2) {
     extern __shared__ __align__(16) bf16 smem[];
-    flash_attention_cta<FLASH_D>(smem, out, q, k, v, kv_stride, kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads,
-                                 scale_log2);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < FLASH_BM128_ARCH
+    if (BM == 128) return;
+#endif
+    flash_attention_cta<FLASH_D, BM>(smem, out, q, k, v, kv_stride, kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads,
+                                     scale_log2);
 }
 
-/* The flash kernel's work list, *tiles [n_tiles] in device memory: every query tile of every sequence with queries,
- * the ones with the most key tiles first (ties in batch order). */
+/* The query tile height of one launch, BM = 64 or 128 (kernel RX_ATTN_FLASH_BM64 or _BM128: that one), or -1 on a
+ * CUDA error. BM = 128 reads half the shared memory per FLOP (the split, above), but makes half as many CTAs, and
+ * wastes more rows on a sequence that ends inside a tile: a launch with fewer CTAs than the GPU holds at once leaves
+ * SMs idle, and short batches (P = 1 shapes of a few sequences, a decode step, the tests) make such launches. The
+ * rule: BM = 128 when its launch fills at least one wave, as many CTAs as the device holds at once (SMs x CTAs of
+ * BM = 128 per SM, from the occupancy calculator: 2 on an H100 or H200, where BM = 64 also runs 2, both bound by
+ * shared memory); BM = 64 otherwise, and always below compute capability 9 (A100: FLASH_BM128_ARCH). A model, to be
+ * checked by `bench --attention`, which times both. */
+static int flash_block_m(RxAttention kernel, const int32_t *cu_q, int n_seqs, int n_heads) {
+    if (kernel == RX_ATTN_FLASH_BM64) return 64;
+    int dev, cc, n_sm, per_sm;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&cc, cudaDevAttrComputeCapabilityMajor, dev));
+    const int built = cc >= FLASH_BM128_ARCH / 100;   /* the BM = 128 kernel is built for this device */
+    if (kernel == RX_ATTN_FLASH_BM128 && !built)
+        return rx_fail("the flash kernel's 128-row query tile is built for compute capability %d.0 and newer; this "
+                       "device has %d.x (use RX_ATTN_FLASH or RX_ATTN_FLASH_BM64)", FLASH_BM128_ARCH / 100, cc);
+    if (kernel == RX_ATTN_FLASH_BM128) return 128;
+    if (!built) return 64;
+    int64_t ctas = 0;                                  /* the BM = 128 launch: query tiles x heads */
+    for (int s = 0; s < n_seqs; s++) ctas += (cu_q[s + 1] - cu_q[s] + 127) / 128 * (int64_t)n_heads;
+    CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    flash_smem_bytes(128)));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)flash_attention_d128_kernel<128>,
+                                                             FLASH_WARPS * 32, flash_smem_bytes(128)));
+    return per_sm > 0 && ctas >= (int64_t)n_sm * per_sm ? 128 : 64;
+}
+int gpu_flash_block_m(RxAttention kernel, const int32_t *cu_q, int n_seqs, int n_heads) {
+    if (!gpu_available()) return -1;
+    return flash_block_m(kernel, cu_q, n_seqs, n_heads);
+}
+
+/* The flash kernel's work list for query tiles of bm rows, *tiles [n_tiles] in device memory: every query tile of
+ * every sequence with queries, the ones with the most key tiles first (ties in batch order). */
 static int cmp_flash_tile(const void *a, const void *b) {
     const FlashTile *x = (const FlashTile *)a, *y = (const FlashTile *)b;
     if (x->key_tiles != y->key_tiles) return y->key_tiles - x->key_tiles;
     return x->seq != y->seq ? x->seq - y->seq : x->tile - y->tile;
 }
-static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, FlashTile **tiles, int *n_tiles) {
+static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, int bm, FlashTile **tiles,
+                       int *n_tiles) {
     int n = 0;
-    for (int s = 0; s < n_seqs; s++) n += (cu_q[s + 1] - cu_q[s] + FLASH_BM - 1) / FLASH_BM;
+    for (int s = 0; s < n_seqs; s++) n += (cu_q[s + 1] - cu_q[s] + bm - 1) / bm;
     FlashTile *t = (FlashTile *)rx_alloc((size_t)n * sizeof(FlashTile), "the flash attention work list");
     if (!t) return -1;
     n = 0;
     for (int s = 0; s < n_seqs; s++) {
         int Lq = cu_q[s + 1] - cu_q[s], Lk = cu_k[s + 1] - cu_k[s];
-        for (int m = 0; m * FLASH_BM < Lq; m++) {
-            int key_end = Lk - Lq + (Lq < (m + 1) * FLASH_BM ? Lq : (m + 1) * FLASH_BM);
+        for (int m = 0; m * bm < Lq; m++) {
+            int key_end = Lk - Lq + (Lq < (m + 1) * bm ? Lq : (m + 1) * bm);
             FlashTile ft = {.seq = s, .tile = m, .key_tiles = (key_end + FLASH_BN - 1) / FLASH_BN};
             t[n++] = ft;
         }
@@ -4335,21 +4448,31 @@ static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, Fla
 }
 
 static int flash_supported(int head_dim) { return head_dim == FLASH_D; }
-static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
-                           const int32_t *cu_k, const FlashTile *tiles, int n_tiles, int n_heads, int n_kv_heads,
-                           int head_dim) {
-    if ((int64_t)n_tiles * n_heads > INT32_MAX)
-        return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
-    if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
-    const int shmem = FLASH_SMEM_BYTES;
+/* One launch of the BM kernel over n_ctas = query tiles x heads (a work list made for that BM). */
+template <int BM>
+static int flash_launch(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q, const int32_t *cu_k,
+                        const FlashTile *tiles, int n_ctas, int n_heads, int n_kv_heads, float scale_log2) {
+    const int shmem = flash_smem_bytes(BM);
     /* Above 48 KiB must be asked for. The setting belongs to the current device and a cudaDeviceReset() drops it, so
      * it is made before every launch (a host-side call, cheap beside the kernel), never kept in a static. */
-    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shmem));
-    const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
-    flash_attention_d128_kernel<<<n_tiles * n_heads, FLASH_WARPS * 32, shmem>>>(
+    CUDA_CHECK(cudaFuncSetAttribute(flash_attention_d128_kernel<BM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    shmem));
+    flash_attention_d128_kernel<BM><<<n_ctas, FLASH_WARPS * 32, shmem>>>(
         out, q, kv.k, kv.v, kv.row_stride, kv.kv_row, cu_q, cu_k, tiles, n_heads, n_kv_heads, scale_log2);
     LAUNCH_CHECK();
     return 0;
+}
+static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q,
+                           const int32_t *cu_k, const FlashTile *tiles, int n_tiles, int bm, int n_heads,
+                           int n_kv_heads, int head_dim) {
+    if ((int64_t)n_tiles * n_heads > INT32_MAX)
+        return rx_fail("flash attention: %d query tiles x %d heads are too many for one launch", n_tiles, n_heads);
+    if (n_tiles == 0) return 0;                    /* no queries: every sequence is fully shared, or empty */
+    const float scale_log2 = (float)(1.4426950408889634 / sqrt((double)head_dim));   /* log2(e) / sqrt(d) */
+    return bm == 128 ? flash_launch<128>(out, q, kv, cu_q, cu_k, tiles, n_tiles * n_heads, n_heads, n_kv_heads,
+                                         scale_log2)
+                     : flash_launch<64>(out, q, kv, cu_q, cu_k, tiles, n_tiles * n_heads, n_heads, n_kv_heads,
+                                        scale_log2);
 }
 
 /* Every kernel's launch as its launcher makes it, for the resource gate (`make resource-gate`, no device):
@@ -4362,7 +4485,10 @@ static const GpuLaunchShape launch_shapes[] = {
     {"silu_mul_kernel", BLOCK, 0, 0},
     {"add_kernel", BLOCK, 0, 0},
     {"attention_kernel", BLOCK, 0, 0},
-    {"flash_attention_d128_kernel", FLASH_WARPS * 32, FLASH_SMEM_BYTES, FlashSmem<FLASH_D>::END * (int)sizeof(bf16)},
+    {"flash_attention_d128_kernel<64>", FLASH_WARPS * 32, flash_smem_bytes(64),
+     FlashSmem<FLASH_D, 64>::END * (int)sizeof(bf16)},
+    {"flash_attention_d128_kernel<128>", FLASH_WARPS * 32, flash_smem_bytes(128),
+     FlashSmem<FLASH_D, 128>::END * (int)sizeof(bf16)},
 };
 int gpu_launch_shapes(const GpuLaunchShape **shapes) {
     *shapes = launch_shapes;

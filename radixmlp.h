@@ -244,8 +244,16 @@ void gpu_model_free(GpuModel *g);
 /* The attention kernel of gpu_forward. RX_ATTN_AUTO (the default): the tensor-core flash kernel where it applies
  * (head_dim 128, every Qwen3 model), the naive one otherwise and on the definition path (RADIXMLP_CPU=definition).
  * RX_ATTN_NAIVE: one warp per query and head, the kernel to read first and the oracle of the other. RX_ATTN_FLASH:
- * fails here if the model's head_dim is not 128. */
-typedef enum { RX_ATTN_AUTO = 0, RX_ATTN_NAIVE = 1, RX_ATTN_FLASH = 2 } RxAttention;
+ * fails here if the model's head_dim is not 128.
+ * The flash kernel's query tile is 64 or 128 rows, chosen per launch (gpu_flash_block_m); RX_ATTN_FLASH_BM64 and
+ * RX_ATTN_FLASH_BM128 force one (bench --attention times both), with the same results bit for bit. */
+typedef enum {
+    RX_ATTN_AUTO = 0,
+    RX_ATTN_NAIVE = 1,
+    RX_ATTN_FLASH = 2,
+    RX_ATTN_FLASH_BM64 = 3,
+    RX_ATTN_FLASH_BM128 = 4
+} RxAttention;
 int  gpu_set_attention(GpuModel *g, RxAttention attention);
 
 typedef struct {
@@ -309,17 +317,22 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
  * kv_row ? kv_row[cu_k[s] + t] : cu_k[s] + t. q, out [cu_q[n_seqs], n_heads*head_dim]; k, v [*, n_kv*head_dim];
  * kv_row [cu_k[n_seqs]] or NULL. cu_q and cu_k [n_seqs+1] are host arrays: the call makes the kernel's work list
  * from them and uploads all three. Baseline: cu_q = cu_k = cu_seqlens; compact: cu_q from radix_compact_cu_q,
- * cu_k = cu_seqlens, kv_row = I_scatter. */
+ * cu_k = cu_seqlens, kv_row = I_scatter. kernel: RX_ATTN_FLASH (the query tile chosen per launch), or
+ * RX_ATTN_FLASH_BM64 or RX_ATTN_FLASH_BM128. */
 int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
                         const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
-                        int head_dim);
+                        int head_dim, RxAttention kernel);
+/* The flash kernel's query tile height for a launch over these queries (cu_q [n_seqs+1], host) and heads: 64 or 128
+ * (kernel RX_ATTN_FLASH_BM64 or _BM128: that one; RX_ATTN_FLASH: the per-launch rule, flash_block_m in radixmlp.cu,
+ * which asks the current device); -1 on a CUDA error. */
+int gpu_flash_block_m(RxAttention kernel, const int32_t *cu_q, int n_seqs, int n_heads);
 
 /* The benchmarks' timer: CUDA events around each of reps calls of run(ctx) (0: success), after one warm-up call that
  * is not counted; *median_ms = their median. A failing run stops it with that run's error. */
 int gpu_time_median(int (*run)(void *ctx), void *ctx, int reps, double *median_ms);
 /* Attention alone (bench --attention): the causal attention of batch b with random bf16 q, k, v, as gpu_forward runs
  * it in `layout`: RX_BASELINE on the N rows; RX_RADIX the scatter of q, k, v to the N rows, attention, and the gather
- * back (Algorithm 1, lines 20-23); RX_COMPACT on the N' rows, keys read through I_scatter. kernel: NAIVE or FLASH. */
+ * back (Algorithm 1, lines 20-23); RX_COMPACT on the N' rows, keys read through I_scatter. kernel: any RxAttention. */
 int gpu_time_attention(const RxBatch *b, RxMode layout, RxAttention kernel, int n_heads, int n_kv_heads, int head_dim,
                        int reps, double *median_ms);
 /* cudaDeviceReset(): frees everything of this process on the device and drops per-device settings. */

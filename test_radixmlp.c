@@ -2712,23 +2712,47 @@ static void attention_ref_and_abs(const float *q, const float *k, const float *v
 }
 
 /* gpu_flash_attention on host arrays: q, out [cu_q[n_seqs], nh*hd]; k, v [n_kv_rows, nkv*hd]; kv_row [cu_k[n_seqs]] or
- * NULL; cu_q and cu_k [n_seqs+1] (host arrays in gpu_flash_attention too). */
+ * NULL; cu_q and cu_k [n_seqs+1] (host arrays in gpu_flash_attention too); kernel: the query tile (RX_ATTN_FLASH: the
+ * per-launch choice, _BM64, _BM128). */
 static int flash_attention_on_gpu(const float *q, const float *k, const float *v, float *out, const int32_t *cu_q,
                                   const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_kv_rows, int nh,
-                                  int nkv, int hd) {
+                                  int nkv, int hd, RxAttention kernel) {
     size_t nq = (size_t)cu_q[n_seqs] * nh * hd, nkv_n = (size_t)n_kv_rows * nkv * hd;
     DevBufs d = {0};
     void *d_q = dev_bf16(&d, q, nq), *d_k = dev_bf16(&d, k, nkv_n), *d_v = dev_bf16(&d, v, nkv_n);
     void *d_out = dev_bf16(&d, NULL, nq);
     const int32_t *d_kv_row = kv_row ? (const int32_t *)dev_raw(&d, kv_row, cu_k[n_seqs] * sizeof(int32_t)) : NULL;
-    int rc = d.failed || gpu_flash_attention(d_out, d_q, d_k, d_v, cu_q, cu_k, d_kv_row, n_seqs, nh, nkv, hd);
+    int rc = d.failed || gpu_flash_attention(d_out, d_q, d_k, d_v, cu_q, cu_k, d_kv_row, n_seqs, nh, nkv, hd, kernel);
     return dev_finish(&d, rc, out, d_out, nq);
+}
+
+/* The same call with query tiles of 128 rows (two m16 fragments per warp) must give bm64 [cu_q[n_seqs], nh*hd], the
+ * BM = 64 result, bit for bit: a row's arithmetic does not depend on which rows share its CTA (radixmlp.cu, the flash
+ * kernel). Prints the rows that differ. */
+static void flash_bm128_as_bm64(const char *what, int rc64, const float *bm64, const float *q, const float *k,
+                                const float *v, const int32_t *cu_q, const int32_t *cu_k, const int32_t *kv_row,
+                                int n_seqs, int n_kv_rows, int nh, int nkv, int hd) {
+    const size_t row = (size_t)nh * hd, nq = (size_t)cu_q[n_seqs] * row;
+    float *got = floats(nq);
+    int rc = flash_attention_on_gpu(q, k, v, got, cu_q, cu_k, kv_row, n_seqs, n_kv_rows, nh, nkv, hd,
+                                    RX_ATTN_FLASH_BM128);
+    int differ = 0, first = -1;
+    for (int r = 0; rc == 0 && rc64 == 0 && r < cu_q[n_seqs]; r++)
+        if (memcmp(got + r * row, bm64 + r * row, row * sizeof(float))) {
+            differ++;
+            if (first < 0) first = r;
+        }
+    note("%s: BM 128 vs BM 64, %d of %d rows differ (must be 0; first: %d)", what, differ, cu_q[n_seqs], first);
+    expect(rc == 0 && rc64 == 0 && differ == 0, "%s: BM 128 differs from BM 64 in %d rows (rc %d): %s", what,
+           differ, rc, radix_error());
+    free(got);
 }
 
 /* The flash kernel in its three index modes on sequences of lengths {1, 15, 16, 17, 63, 64, 65, 129, 300} (partial,
  * exact and one-over tiles of 16 and 64) sharing prefixes p_s in {0, 1, 63, 64, 65, 200}, three of them fully shared
  * (no query rows in compact mode); GQA 4:1, MHA, MQA; q and k in +-2 (softmax spread over many keys) or in +-6
- * (peaky: scores ~ +-12, a few keys carry the weight, so a wrongly masked or missing key shows). */
+ * (peaky: scores ~ +-12, a few keys carry the weight, so a wrongly masked or missing key shows). Both query tiles:
+ * BM = 64 against the reference, BM = 128 (two fragments per warp) bit for bit equal to it (flash_bm128_as_bm64). */
 static void test_gpu_flash_attention(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     static const int spec[][2] = {{300, 0}, {1, 0},    {15, 1},    {16, 0},    {17, 1}, {63, 0},  {64, 63},
@@ -2772,8 +2796,10 @@ static void test_gpu_flash_attention(void) {
         /* baseline: cu_q = cu_k = cu_seqlens, keys in place */
         attention_ref_and_abs(q, k, v, ref, a_ref, N, NULL, seq_start, NULL, nkn, nh, nkv, hd);
         snprintf(what, sizeof what, "flash baseline (%s)", cfg);
-        int rc = flash_attention_on_gpu(q, k, v, got, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
+        int rc = flash_attention_on_gpu(q, k, v, got, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd,
+                                        RX_ATTN_FLASH_BM64);
         expect_flash_close(what, rc, got, ref, a_ref, nq);
+        flash_bm128_as_bm64(what, rc, got, q, k, v, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
         /* radix: the compact rows scattered to the N original rows, then the baseline call */
         for (int t = 0; t < N; t++) {
             memcpy(q + (size_t)t * qd, qc + (size_t)ix.scatter[t] * qd, (size_t)qd * sizeof(float));
@@ -2782,14 +2808,17 @@ static void test_gpu_flash_attention(void) {
         }
         attention_ref_and_abs(q, k, v, ref, a_ref, N, NULL, seq_start, NULL, nkn, nh, nkv, hd);
         snprintf(what, sizeof what, "flash radix (%s)", cfg);
-        int rc_r = flash_attention_on_gpu(q, k, v, got_r, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
+        int rc_r = flash_attention_on_gpu(q, k, v, got_r, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd,
+                                          RX_ATTN_FLASH_BM64);
         expect_flash_close(what, rc_r, got_r, ref, a_ref, nq);
+        flash_bm128_as_bm64(what, rc_r, got_r, q, k, v, b.cu_seqlens, b.cu_seqlens, NULL, n_seqs, N, nh, nkv, hd);
         /* compact: the N' rows, queries the blocks cu_q, keys through I_scatter */
         attention_ref_and_abs(qc, kc, vc, ref_c, a_ref_c, Nc, ix.gather, seq_start, ix.scatter, nkc, nh, nkv, hd);
         snprintf(what, sizeof what, "flash compact (%s)", cfg);
         int rc_c = flash_attention_on_gpu(qc, kc, vc, got_c, cu_q, b.cu_seqlens, ix.scatter, n_seqs, Nc, nh, nkv,
-                                            hd);
+                                          hd, RX_ATTN_FLASH_BM64);
         expect_flash_close(what, rc_c, got_c, ref_c, a_ref_c, nqc);
+        flash_bm128_as_bm64(what, rc_c, got_c, qc, kc, vc, cu_q, b.cu_seqlens, ix.scatter, n_seqs, Nc, nh, nkv, hd);
         /* compact row j is radix row I_gather[j], bit for bit (see attention in radixmlp.cu) */
         int differ = 0;
         for (int j = 0; rc_r == 0 && rc_c == 0 && j < Nc; j++)
@@ -2844,7 +2873,7 @@ static void test_gpu_flash_attention_matches_naive_at_table4_shape(void) {
         orig[i] = ix.gather[r];
         memcpy(qs + (size_t)i * qd, q + (size_t)r * qd, (size_t)qd * sizeof(float));
     }
-    int rc = flash_attention_on_gpu(q, k, v, got, cu_q, b.cu_seqlens, ix.scatter, B, Nc, NH, NKV, HD);
+    int rc = flash_attention_on_gpu(q, k, v, got, cu_q, b.cu_seqlens, ix.scatter, B, Nc, NH, NKV, HD, RX_ATTN_FLASH);
     for (int i = 0; rc == 0 && i < SAMPLE; i++)
         memcpy(flash + (size_t)i * qd, got + (size_t)rows[i] * qd, (size_t)qd * sizeof(float));
     attention_ref_and_abs(qs, k, v, ref, a_ref, SAMPLE, orig, seq_start, ix.scatter, nkv, NH, NKV, HD);
@@ -2858,20 +2887,23 @@ static void test_gpu_flash_attention_matches_naive_at_table4_shape(void) {
     rx_batch_free(&b);
 }
 
-/* bench --attention's timer, on a small batch: every layout with either kernel runs and gives a positive median. */
+/* bench --attention's timer, on a small batch: every layout with each kernel (flash with either query tile, naive)
+ * runs and gives a positive median. */
 static void test_gpu_attention_timer(void) {
     if (!gpu_available()) { skip_test(radix_error()); return; }
     static const int spec[][2] = {{70, 0}, {70, 40}, {40, 40}};   /* a shared prefix, and a fully shared sequence */
     static const RxMode layouts[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
     RxBatch b = shared_prefix_batch(spec, 3, 131);
+    static const RxAttention kernels[3] = {RX_ATTN_FLASH_BM64, RX_ATTN_FLASH_BM128, RX_ATTN_NAIVE};
+    static const char *names[3] = {"flash BM 64", "flash BM 128", "naive"};
     for (int k = 0; k < 3; k++)
-        for (int naive = 0; naive <= 1; naive++) {
+        for (int kn = 0; kn < 3; kn++) {
             double ms = -1.0;
-            int rc = gpu_time_attention(&b, layouts[k], naive ? RX_ATTN_NAIVE : RX_ATTN_FLASH, 2, 1, 128, 1, &ms);
-            note("gpu_time_attention %-8s %s: %.3f ms on %s", rx_mode_name(layouts[k]), naive ? "naive" : "flash",
-                 ms, gpu_device_name());
-            expect(rc == 0 && ms > 0, "%s, %s: rc %d, %g ms: %s", rx_mode_name(layouts[k]), naive ? "naive" : "flash",
-                   rc, ms, radix_error());
+            int rc = gpu_time_attention(&b, layouts[k], kernels[kn], 2, 1, 128, 1, &ms);
+            note("gpu_time_attention %-8s %-12s: %.3f ms on %s", rx_mode_name(layouts[k]), names[kn], ms,
+                 gpu_device_name());
+            expect(rc == 0 && ms > 0, "%s, %s: rc %d, %g ms: %s", rx_mode_name(layouts[k]), names[kn], rc, ms,
+                   radix_error());
         }
     double ms;
     expect(gpu_time_attention(&b, RX_COMPACT, RX_ATTN_FLASH, 2, 1, 64, 1, &ms) != 0 && strstr(radix_error(), "128"),
@@ -2929,6 +2961,91 @@ static void test_gpu_attention_choice(void) {
     rx_batch_free(&b);
     gpu_model_free(g);
     gpu_model_free(h);
+}
+
+/* BM = 128 against BM = 64 and the reference where the key tiles cycle through both buffers (more than two key tiles,
+ * so a buffer is refilled while the other is read): sequences of 300, 257 (P = 1: one shared token), 129 and 1 tokens,
+ * 4 heads on 2 kv heads, baseline and compact (keys through I_scatter). Small enough for the emulator's race check. */
+static void test_gpu_flash_attention_bm128_equals_bm64_bit_for_bit(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    static const int spec[][2] = {{300, 0}, {257, 1}, {129, 128}, {1, 1}};
+    enum { NS = 4, NH = 4, NKV = 2, HD = 128 };
+    RxBatch b = shared_prefix_batch(spec, NS, 151);
+    RadixIndex ix;
+    int32_t cu_q[NS + 1];
+    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs) ||
+        radix_compact_cu_q(&ix, b.cu_seqlens, b.n_seqs, cu_q)) {
+        expect(0, "%s", radix_error());
+        rx_batch_free(&b);
+        return;
+    }
+    int32_t *seq_start = seq_starts(&b);
+    uint64_t rng = 152;
+    for (int compact = 0; compact <= 1; compact++) {
+        const int n = compact ? ix.n_compact : b.n_tokens;
+        const size_t nq = (size_t)n * NH * HD, nk = (size_t)n * NKV * HD;
+        float *q = rand_floats(nq, -4, 4, &rng), *k = rand_floats(nk, -4, 4, &rng), *v = rand_floats(nk, -2, 2, &rng);
+        float *ref = floats(nq), *a_ref = floats(nq), *got = floats(nq);
+        round_to_bf16(q, nq), round_to_bf16(k, nk), round_to_bf16(v, nk);
+        const int32_t *cq = compact ? cu_q : b.cu_seqlens, *kv_row = compact ? ix.scatter : NULL;
+        attention_ref_and_abs(q, k, v, ref, a_ref, n, compact ? ix.gather : NULL, seq_start, kv_row, nk, NH, NKV, HD);
+        const char *what = compact ? "compact, BM 64" : "baseline, BM 64";
+        int rc = flash_attention_on_gpu(q, k, v, got, cq, b.cu_seqlens, kv_row, NS, n, NH, NKV, HD,
+                                        RX_ATTN_FLASH_BM64);
+        expect_flash_close(what, rc, got, ref, a_ref, nq);
+        flash_bm128_as_bm64(what, rc, got, q, k, v, cq, b.cu_seqlens, kv_row, NS, n, NH, NKV, HD);
+        free(q); free(k); free(v); free(ref); free(a_ref); free(got);
+    }
+    free(seq_start);
+    radix_index_free(&ix);
+    rx_batch_free(&b);
+}
+
+/* The flash kernel's query tile, 64 or 128 rows: the per-launch rule (gpu_flash_block_m) takes 128 only for a launch
+ * that fills the device (one query tile of 128 x 8 heads here: 64; 2^24 queries x 32 heads: 128), the forced kinds
+ * force; and a forward on the GPU with BM = 128 equals BM = 64 bit for bit, in baseline, radix and compact mode, on
+ * P = 1 shapes (sequences sharing one token) of lengths off the tile: 128, 127, 100, 65, 2, 1 (GQA 4:2, head_dim
+ * 128). */
+static void test_gpu_flash_tile_rule_and_forward_bm128_equals_bm64(void) {
+    if (!gpu_available()) { skip_test(radix_error()); return; }
+    const int32_t small[2] = {0, 128}, huge[2] = {0, 1 << 24};
+    int r_small = gpu_flash_block_m(RX_ATTN_FLASH, small, 1, 8);
+    int r_huge = gpu_flash_block_m(RX_ATTN_FLASH, huge, 1, 32);
+    int f64 = gpu_flash_block_m(RX_ATTN_FLASH_BM64, huge, 1, 32);
+    int f128 = gpu_flash_block_m(RX_ATTN_FLASH_BM128, small, 1, 8);
+    note("the rule: 128 queries x 8 heads -> BM %d, 2^24 x 32 -> BM %d; forced: %d, %d", r_small, r_huge, f64, f128);
+    expect(r_small == 64 && r_huge == 128 && f64 == 64 && f128 == 128, "the tile rule: %d %d %d %d", r_small, r_huge,
+           f64, f128);
+    Qwen3Config cfg = flash_config();
+    GpuModel *g = NULL;
+    if (gpu_model_random(&g, &cfg, 141)) {
+        expect(0, "gpu_model_random: %s", radix_error());
+        return;
+    }
+    int lens[6] = {128, 127, 100, 65, 2, 1};
+    int32_t ids[6 * 128];
+    uint64_t rng = 142;
+    for (int s = 0, at = 0; s < 6; s++)          /* every sequence starts with token 7, then its own random ids */
+        for (int i = 0; i < lens[s]; i++) ids[at++] = i == 0 ? 7 : 8 + rng_int(&rng, cfg.vocab_size - 8);
+    RxBatch b = batch_of(6, lens, ids, NULL);
+    size_t n = (size_t)b.n_tokens * cfg.vocab_size;
+    float *l64 = floats(n), *l128 = floats(n);
+    static const RxMode modes[3] = {RX_BASELINE, RX_RADIX, RX_COMPACT};
+    for (int m = 0; m < 3; m++) {
+        int rc = gpu_set_attention(g, RX_ATTN_FLASH_BM64) ||
+                 gpu_forward(g, &b, modes[m], RX_AUTO_THRESHOLD, 0, l64, NULL) ||
+                 gpu_set_attention(g, RX_ATTN_FLASH_BM128) ||
+                 gpu_forward(g, &b, modes[m], RX_AUTO_THRESHOLD, 0, l128, NULL);
+        size_t differ = 0;
+        for (size_t i = 0; rc == 0 && i < n; i++) differ += memcmp(&l64[i], &l128[i], sizeof(float)) != 0;
+        note("%s: N = %d, logits of BM 128 vs BM 64: %zu of %zu differ (must be 0)", rx_mode_name(modes[m]),
+             b.n_tokens, differ, n);
+        expect(rc == 0 && differ == 0, "%s: rc %d, %zu logits differ: %s", rx_mode_name(modes[m]), rc, differ,
+               radix_error());
+    }
+    free(l64); free(l128);
+    rx_batch_free(&b);
+    gpu_model_free(g);
 }
 
 /* The GPU forward on a head_dim-128 model (so the flash kernel runs) against the C reference in every mode, and the
@@ -6272,10 +6389,10 @@ static void test_gpu_kernels_index_rows_past_2_31_elements(void) {
     for (int h = 0; h < 2 && rc == 0; h++)       /* the V rows again: the 2-byte copies above overwrote some */
         rc = gpu_rows_to_index(big[h], KVD * 2, d_row, h ? d_v : d_k, NULL, T, KVD * 2);
     for (int flash = 0; flash < 2 && rc == 0; flash++) {
-        rc = flash ? gpu_flash_attention(d_out, d_q, d_k, d_v, cu, cu, NULL, 2, NH, NKV, D)
+        rc = flash ? gpu_flash_attention(d_out, d_q, d_k, d_v, cu, cu, NULL, 2, NH, NKV, D, RX_ATTN_FLASH)
                    : gpu_attention(d_out, d_q, d_k, d_v, KVD, T, NULL, d_start, NULL, NH, NKV, D);
         rc = rc || gpu_download_bf16(want, d_out, (size_t)T * QD);
-        rc = rc || (flash ? gpu_flash_attention(d_out, d_q, big[0], big[1], cu, cu, d_row, 2, NH, NKV, D)
+        rc = rc || (flash ? gpu_flash_attention(d_out, d_q, big[0], big[1], cu, cu, d_row, 2, NH, NKV, D, RX_ATTN_FLASH)
                           : gpu_attention(d_out, d_q, big[0], big[1], KVD, T, NULL, d_start, d_row, NH, NKV, D));
         rc = rc || gpu_download_bf16(got, d_out, (size_t)T * QD);
         if (rc == 0) expect_identical(flash ? "flash attention, keys past 2^31 vs packed" :
@@ -6739,6 +6856,8 @@ static const Test tests[] = {
     {"gpu", "flash_attention_matches_reference_in_all_index_modes", test_gpu_flash_attention},
     {"gpu", "flash_attention_matches_naive_at_table4_shape", test_gpu_flash_attention_matches_naive_at_table4_shape},
     {"gpu", "attention_auto_is_flash_for_head_dim_128_naive_on_the_definition_path", test_gpu_attention_choice},
+    {"gpu", "flash_attention_bm128_equals_bm64_bit_for_bit", test_gpu_flash_attention_bm128_equals_bm64_bit_for_bit},
+    {"gpu", "flash_tile_rule_and_forward_bm128_equals_bm64", test_gpu_flash_tile_rule_and_forward_bm128_equals_bm64},
     {"gpu", "forward_flash_matches_reference_table7", test_gpu_forward_flash_table7},
     {"gpu", "attention_timer_runs_every_layout", test_gpu_attention_timer},
     {"gpu", "prefill_matches_c_reference_on_random_traces", test_gpu_prefill_matches_c_reference_on_random_traces},
