@@ -52,6 +52,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -3108,9 +3109,11 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     st->pool_pages = pool.n_pages;
     t0 = rx_now_ms();
     while (S.n_done < n_req) {                             /* a step: grow, admit, one forward, sample */
+        int done_before = S.n_done;
         if (grow_step(&S) || admit_step(&S)) goto done;
         if (S.n_run == 0) {
-            if (S.n_done == n_req) break;                  /* the last ones were refused */
+            /* Refused in this step, none running: a later turn of a refused request learns it in the next step. */
+            if (S.n_done > done_before) continue;
             rx_fail("rx_serve: %d requests wait and none can run", S.n_wait);   /* cannot happen: no hang if it does */
             goto done;
         }
@@ -3123,14 +3126,11 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     st->cache_pages = cs.cached_pages;
     st->evicted_pages = cs.evicted_pages;
     st->request_pages = cs.request_pages;
-    if (st->refused) {
-        refused_message(&S);
-        goto done;
-    }
+    if (st->refused) refused_message(&S);                  /* the others were served: their outputs stand */
     rx_cache_free(S.c);                                    /* the final flush: the cache lets go of every page */
     S.c = NULL;
     st->held_after_flush = pool.n_pages - pool.n_free;
-    rc = 0;
+    rc = st->refused ? 1 : 0;
 done:
     rx_batch_free(&w.sfx);
     for (int s = 0; S.req && s < n_req; s++) rx_request_abort(S.c, &S.req[s]);
@@ -3593,7 +3593,9 @@ static void pack_tile(float *xp, const float *const xr[MM_ROWS], int in) {
 
 void rx_pack_weight(float *wp, const RxTensor *W) {
     int out = (int)W->shape[0], in = (int)W->shape[1], n_panels = (out + MM_COLS - 1) / MM_COLS;
-    const float *wf = W->dtype == RX_F32 ? (const float *)W->data : NULL;     /* fp32 weights: a plain copy */
+    /* fp32 weights: a plain copy, through memcpy: a file's data need not start 4-byte aligned (its header's length
+     * decides), and a misaligned float load is undefined (a trap on some CPUs). */
+    const uint8_t *wf = W->dtype == RX_F32 ? (const uint8_t *)W->data : NULL;
     RX_OMP(omp parallel for schedule(static) if((size_t)out * in >= RX_GRAIN))
     for (int p = 0; p < n_panels; p++) {
         float *panel = wp + (size_t)p * in * MM_COLS;                         /* [in][MM_COLS] */
@@ -3602,7 +3604,10 @@ void rx_pack_weight(float *wp, const RxTensor *W) {
                 for (int i = i0; i < i0 + 16 && i < in; i++) {
                     int o = p * MM_COLS + c;
                     size_t at = (size_t)o * in + i;
-                    panel[(size_t)i * MM_COLS + c] = o >= out ? 0.0f : wf ? wf[at] : rx_tensor_at(W, (int64_t)at);
+                    float w = 0.0f;
+                    if (o < out && wf) memcpy(&w, wf + at * 4, 4);
+                    else if (o < out) w = rx_tensor_at(W, (int64_t)at);
+                    panel[(size_t)i * MM_COLS + c] = w;
                 }
     }
 }
@@ -4861,7 +4866,9 @@ static int json_parse(Json *j, const char *text, size_t len, const char *file) {
         size_t at = (size_t)(j->p - text);
         json_free(j);
         if (too_deep) return rx_fail("%s: JSON nested deeper than %d levels", file, JSON_MAX_DEPTH);
-        return rx_fail("%s: invalid JSON near byte %zu", file, at);
+        int line = 1;
+        for (size_t k = 0; k < at; k++) line += text[k] == '\n';
+        return rx_fail("%s: invalid JSON near byte %zu (line %d)", file, at, line);
     }
     if (json_keys_unique(j, file)) {
         json_free(j);
@@ -5107,16 +5114,28 @@ static int config_model(const Json *j, const char *file) {
     return 0;
 }
 
-/* "eos_token_id": an int, a list of them, null or absent (none); generation stops at any of them (--ignore-eos). */
-static int config_eos(const Json *j, Qwen3Config *c, const char *file) {
+/* "eos_token_id" of object j: an int, a list of them, null or absent (none); generation stops at any of them
+ * (--ignore-eos). Any integer is read, a negative one too: a bad id is refused only where generation would stop at
+ * it (rx_eos_check), so that it never blocks a forward or --check, which do not use it. */
+static int json_eos(const Json *j, int32_t *ids, int *n, const char *file) {
     int v = jget(j, 0, "eos_token_id");
+    *n = 0;
     if (v < 0 || j->v[v].type == J_NULL) return 0;
     const int list = j->v[v].type == J_ARR;
     for (int e = list ? j->v[v].child : v; e >= 0; e = list ? j->v[e].next : -1) {
-        if (j->v[e].type != J_NUM || !j->v[e].is_uint || j->v[e].u > INT32_MAX || c->n_eos == RX_MAX_EOS)
+        double x = j->v[e].type == J_NUM ? j->v[e].num : 0.5;
+        if (x != floor(x) || x < INT32_MIN || x > INT32_MAX || *n == RX_MAX_EOS)
             return rx_fail("%s: \"eos_token_id\" must be a token id or a list of at most %d", file, RX_MAX_EOS);
-        c->eos_token_id[c->n_eos++] = (int32_t)j->v[e].u;
+        ids[(*n)++] = (int32_t)x;
     }
+    return 0;
+}
+
+int rx_eos_check(const int32_t *ids, int n, int vocab, const char *file) {
+    for (int e = 0; e < n; e++)
+        if (ids[e] < 0 || ids[e] >= vocab)
+            return rx_fail("%s: eos_token_id %d is outside the vocabulary [0, %d): generation would never stop at it; "
+                           "fix the file, or give --ignore-eos", file, ids[e], vocab);
     return 0;
 }
 
@@ -5161,7 +5180,7 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
     if (bias)
         return rx_fail("%s: \"attention_bias\" is true; the q/k/v/o projection biases are not implemented (only false "
                        "is supported)", file);
-    if (config_full_attention(j, c, file) || config_eos(j, c, file)) return -1;
+    if (config_full_attention(j, c, file) || json_eos(j, c->eos_token_id, &c->n_eos, file)) return -1;
     return cfg_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, file);
 }
 
@@ -5172,6 +5191,42 @@ int rx_parse_config(Qwen3Config *c, const char *json, size_t len, const char *fi
     int rc = config_fields(&j, c, file);
     json_free(&j);
     return rc;
+}
+
+/* A sampling default of generation_config.json: absent or null, *out stays -1; else a number in [lo, hi], and, as
+ * the flags' rule (parse_real), not a nonzero one below FLT_MIN, which single precision would turn into 0. */
+static int gen_num(const Json *j, const char *key, double lo, double hi, double *out, const char *file) {
+    int v = jget(j, 0, key);
+    if (v < 0 || j->v[v].type == J_NULL) return 0;
+    double x = j->v[v].type == J_NUM ? j->v[v].num : NAN;
+    if (!(x >= lo && x <= hi) || (x != 0 && x < FLT_MIN))
+        return rx_fail("%s: \"%s\" must be %sa number from %g to %g", file, key, lo == 0 ? "0 or " : "", FLT_MIN, hi);
+    *out = x;
+    return 0;
+}
+
+/* transformers' GenerationConfig reads more keys (max_length, repetition_penalty, ...); these are the ones this code
+ * acts on. Each is checked; the others are left alone, as keys of config.json this code does not use are. */
+int rx_parse_generation_config(RxGenerationConfig *g, const char *json, size_t len, const char *file) {
+    Json j;
+    memset(g, 0, sizeof *g);
+    g->do_sample = g->top_k = -1;
+    g->temperature = g->top_p = -1;
+    if (json_parse(&j, json, len, file)) return -1;
+    int rc = j.v[0].type == J_OBJ ? 0 : rx_fail("%s: not a JSON object", file);
+    int ds = jget(&j, 0, "do_sample");
+    if (!rc && ds >= 0 && j.v[ds].type != J_NULL) {
+        if (j.v[ds].type != J_BOOL) rc = rx_fail("%s: \"do_sample\" must be true or false", file);
+        g->do_sample = j.v[ds].boolean;
+    }
+    int tk = jget(&j, 0, "top_k");
+    if (!rc && tk >= 0 && j.v[tk].type != J_NULL) rc = cfg_int(&j, "top_k", -1, 0, 1 << 22, &g->top_k, file);
+    if (!rc)
+        rc = gen_num(&j, "temperature", 0, 100, &g->temperature, file) ||
+             gen_num(&j, "top_p", FLT_MIN, 1, &g->top_p, file) || json_eos(&j, g->eos_token_id, &g->n_eos, file);
+    json_free(&j);
+    g->present = !rc;
+    return rc ? -1 : 0;
 }
 
 /* model.safetensors.index.json: {"weight_map": {"tensor name": "shard file", ...}}. Parses it into j and returns the
@@ -5319,6 +5374,57 @@ int rx_close_output(FILE *f, const char *path) {
     }
     if (bad) return rx_fail("%s: cannot write: %s", path, err ? strerror(err) : "write error");
     return 0;
+}
+
+/* An existing output named through a link is replaced where the link points: the link stays. */
+static const char *output_target(const char *path, char *real) { return realpath(path, real) ? real : path; }
+
+FILE *rx_output_open(const char *path, char *tmp) {
+    struct stat st;
+    char real[4096];
+    int exists = stat(path, &st) == 0;
+    tmp[0] = '\0';
+    if (exists && (!S_ISREG(st.st_mode) || rx_is_stdout(path))) {   /* bench --replot --svg /dev/stdout */
+        FILE *f = fopen(path, "wb");
+        if (!f) rx_fail("%s: cannot write: %s", path, strerror(errno));
+        return f;
+    }
+    snprintf(tmp, RX_TMP_PATH, "%.4000s.tmp-XXXXXX", output_target(path, real));
+    int fd = mkstemp(tmp);                                  /* mode 0600: given the target's, or the umask's, next */
+    if (fd < 0) {
+        rx_fail("%s: cannot write: %s", path, strerror(errno));
+        tmp[0] = '\0';
+        return NULL;
+    }
+    mode_t mask = umask(0);
+    umask(mask);
+    FILE *f = fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~mask) ? NULL : fdopen(fd, "wb");
+    if (!f) {
+        rx_fail("%s: cannot write: %s", path, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        tmp[0] = '\0';
+    }
+    return f;
+}
+
+int rx_output_commit(FILE *f, const char *tmp, const char *path) {
+    char real[4096];
+    if (rx_close_output(f, path)) {
+        if (*tmp) unlink(tmp);
+        return -1;
+    }
+    if (*tmp && rename(tmp, output_target(path, real))) {
+        int err = errno;
+        unlink(tmp);
+        return rx_fail("%s: cannot write: %s", path, strerror(err));
+    }
+    return 0;
+}
+
+void rx_output_discard(FILE *f, const char *tmp) {
+    if (f) fclose(f);
+    if (*tmp) unlink(tmp);
 }
 
 static const RxTensor *find_tensor(const Qwen3Model *m, const char *name) {
@@ -5544,6 +5650,15 @@ int qwen3_load(Qwen3Model *m, const char *dir) {
     rc = rx_parse_config(&m->cfg, (const char *)text.map, text.len, path);
     unmap_file(&text);
     if (rc) goto fail;
+    /* transformers reads generation_config.json when the folder has one (an unreadable or malformed one is an
+     * error, never skipped: its eos ids decide where generation stops). */
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (lstat(path, &st) == 0 || errno != ENOENT) {
+        if (map_file(&text, path, 1 << 20, 1)) goto fail;
+        rc = rx_parse_generation_config(&m->generation, (const char *)text.map, text.len, path);
+        unmap_file(&text);
+        if (rc) goto fail;
+    }
     /* transformers looks for model.safetensors first, and reads the index only when there is no such file. */
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
@@ -5718,7 +5833,7 @@ static const char *turn_of(const char *q, const char *eol, int line, const char 
     int64_t v = 0;
     const char *d = ++q;
     while (q < eol && isdigit((unsigned char)*q) && v <= INT32_MAX) v = v * 10 + (*q++ - '0');
-    if (q == d || v < 1 || v >= line || (q < eol && *q != ' ' && *q != '\t')) {
+    if (q == d || v < 1 || v >= line || (q < eol && *q != ' ' && *q != '\t' && *q != '\r')) {   /* \r: CRLF */
         rx_fail("%s:%d: a line may begin with @K, K an earlier line's number (1 to %d)", path, line, line - 1);
         return NULL;
     }
@@ -5741,10 +5856,10 @@ int rx_requests_read(RxBatch *b, int32_t **after, const char *path) {
             if (!eol) eol = end;
             line++;
             int count = 0;
+            int32_t k = -1;
             const char *q = p;
             while (q < eol && (*q == ' ' || *q == '\t')) q++;
             if (after && q < eol && *q == '@') {          /* a requests file's turn: @K, then its own tokens */
-                int32_t k;
                 if (!(q = turn_of(q, eol, line, path, &k))) goto done;
                 if (pass) (*after)[s] = k;
             }
@@ -5767,6 +5882,11 @@ int rx_requests_read(RxBatch *b, int32_t **after, const char *path) {
                 }
                 if (pass) { b->input_ids[at] = (int32_t)v; b->position_ids[at] = count; at++; }
                 count++;
+            }
+            if (!count && k >= 0) {
+                rx_fail("%s:%d: @%d has no tokens after it: a turn adds at least one token to request %d's "
+                        "conversation", path, line, k + 1, k + 1);
+                goto done;
             }
             if (!count) {
                 rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line);
@@ -6005,6 +6125,33 @@ static int show_index(const char *tokens) {
     return 0;
 }
 
+/* Eos ids [n] on one line after what; an id outside the vocabulary is marked (generation refuses it). */
+static void print_eos(const char *what, const int32_t *ids, int n, int vocab) {
+    printf("%s", what);
+    if (!n) printf(" none");
+    for (int e = 0; e < n; e++)
+        printf(" %d%s", ids[e], ids[e] >= 0 && ids[e] < vocab ? "" : " (outside the vocabulary: --generate refuses "
+               "it)");
+}
+
+/* --check: the eos ids of both files and generation_config.json's sampling defaults, as --generate will read them. */
+static void print_generation_config(const Qwen3Model *m) {
+    const RxGenerationConfig *g = &m->generation;
+    print_eos("generation: eos ids in config.json:", m->cfg.eos_token_id, m->cfg.n_eos, m->cfg.vocab_size);
+    if (!g->present) {
+        printf("; no generation_config.json (--generate: greedy unless --temperature)\n");
+        return;
+    }
+    print_eos("; in generation_config.json:", g->eos_token_id, g->n_eos, m->cfg.vocab_size);
+    char k[16], t[32], p[32];
+    snprintf(k, sizeof k, g->top_k < 0 ? "absent" : "%d", g->top_k);
+    snprintf(t, sizeof t, g->temperature < 0 ? "absent" : "%g", g->temperature);
+    snprintf(p, sizeof p, g->top_p < 0 ? "absent" : "%g", g->top_p);
+    printf("\n            generation_config.json's sampling defaults (flags override them): do_sample %s, "
+           "temperature %s, top_k %s, top_p %s\n", g->do_sample < 0 ? "absent" : g->do_sample ? "true" : "false", t, k,
+           p);
+}
+
 /* --check: loads a checkpoint on the host, which validates it, and prints its config and tensor inventory. */
 static int check_model(const char *dir) {
     Qwen3Model m;
@@ -6027,6 +6174,7 @@ static int check_model(const char *dir) {
            !m.lm_head ? "no, and no LM head: an embedding checkpoint (--embed)" : !c->tie_word_embeddings ? "no"
            : m.lm_head == m.embed ? "yes" : "yes in config.json, but the file's lm_head.weight differs: using it, "
            "untied, as transformers does");
+    print_generation_config(&m);
     int64_t params = 0;
     for (int i = 0; i < m.n_tensors; i++) {
         const RxTensor *t = &m.tensors[i];
@@ -6051,10 +6199,11 @@ static int check_model(const char *dir) {
 /* Writes out [rows, cols] float32 to path and says so. */
 static int write_f32(const char *path, const float *out, int rows, int cols, const char *what) {
     size_t n = (size_t)rows * cols;
-    FILE *f = fopen(path, "wb");
-    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    char tmp[RX_TMP_PATH];
+    FILE *f = rx_output_open(path, tmp);
+    if (!f) return -1;
     fwrite(out, sizeof(float), n, f);
-    if (rx_close_output(f, path)) return -1;
+    if (rx_output_commit(f, tmp, path)) return -1;
     printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
     return 0;
 }
@@ -6129,14 +6278,76 @@ done:
 
 /* --out: request i's generated ids [n_out[i]] on line i, space-separated, in the requests file's order. */
 static int write_generated(const char *path, const RxGenerate *g, int n) {
-    FILE *f = fopen(path, "w");
-    if (!f) return rx_fail("%s: cannot write: %s", path, strerror(errno));
+    char tmp[RX_TMP_PATH];
+    FILE *f = rx_output_open(path, tmp);
+    if (!f) return -1;
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < g->n_out[i]; j++) fprintf(f, "%s%d", j ? " " : "", g->out[(size_t)i * g->max_new + j]);
         fprintf(f, "\n");
     }
-    if (rx_close_output(f, path)) return -1;
+    if (rx_output_commit(f, tmp, path)) return -1;
     printf("wrote %s: %d lines of generated token ids\n", path, n);
+    return 0;
+}
+
+/* The sampling a run uses, as transformers' generate() decides it: a flag given wins, else the checkpoint's
+ * generation_config.json, else this program's default (greedy; when sampling, temperature 1, top-k off, top-p 1).
+ * do_sample false is greedy whatever the temperature; --temperature T samples at T above 0 and is greedy at 0,
+ * whatever do_sample says. In g, -1 marks a flag not given; flag: a sampling flag given (--top-k, --top-p, --seed)
+ * or NULL. Writes what was used, and where each value came from, to used [n]. Returns 2 (a command-line mistake,
+ * exit 2) when a sampling flag is given to a run that is greedy. */
+static int resolve_sampling(RxGenerate *g, const RxGenerationConfig *f, const char *flag, char *used, size_t n) {
+    static const char *const GC = "generation_config.json";
+    static const RxGenerationConfig none = {.present = 0, .eos_token_id = {0}, .n_eos = 0, .do_sample = -1,
+                                            .temperature = -1, .top_p = -1, .top_k = -1};
+    if (!f->present) f = &none;
+    const int t_flag = g->temperature >= 0;
+    const int sample = t_flag ? g->temperature > 0 : f->do_sample == 1 && f->temperature != 0;
+    if (!sample) {
+        const char *why = t_flag            ? "--temperature 0"
+                        : f->do_sample == 0 ? "do_sample false in generation_config.json"
+                        : f->do_sample == 1 ? "temperature 0 in generation_config.json"
+                        : "the default: no --temperature, no do_sample true in generation_config.json";
+        if (flag) {
+            rx_fail("%s applies to sampling: give --temperature T above 0 (without it: greedy, by %s)", flag, why);
+            return 2;
+        }
+        g->temperature = 0;
+        g->top_k = 0;
+        g->top_p = 1;
+        snprintf(used, n, "greedy (%s)", why);
+        return 0;
+    }
+    const char *t_from = t_flag ? "--temperature" : f->temperature >= 0 ? GC : "default";
+    const char *k_from = g->top_k >= 0 ? "--top-k" : f->top_k >= 0 ? GC : "default";
+    const char *p_from = g->top_p >= 0 ? "--top-p" : f->top_p >= 0 ? GC : "default";
+    if (!t_flag) g->temperature = f->temperature >= 0 ? (float)f->temperature : 1;
+    if (g->top_k < 0) g->top_k = f->top_k >= 0 ? f->top_k : 0;
+    if (g->top_p < 0) g->top_p = f->top_p >= 0 ? (float)f->top_p : 1;
+    char k[16];
+    snprintf(k, sizeof k, g->top_k ? "%d" : "off", g->top_k);
+    snprintf(used, n, "sampled%s: temperature %g (%s), top-k %s (%s), top-p %g (%s), seed %llu",
+             t_flag ? "" : " (do_sample true in generation_config.json)", g->temperature, t_from, k, k_from, g->top_p,
+             p_from, (unsigned long long)g->seed);
+    return 0;
+}
+
+/* The eos ids a run stops at, as transformers' generate() takes them: config.json's and generation_config.json's
+ * together (ids [RX_MAX_EOS * 2], each once), every one checked against the vocabulary with its file named. */
+static int run_eos(const Qwen3Model *m, const char *dir, int32_t *ids, int *n) {
+    char file[4200];
+    const RxGenerationConfig *g = &m->generation;
+    snprintf(file, sizeof file, "%s/config.json", dir);
+    if (rx_eos_check(m->cfg.eos_token_id, m->cfg.n_eos, m->cfg.vocab_size, file)) return -1;
+    snprintf(file, sizeof file, "%s/generation_config.json", dir);
+    if (rx_eos_check(g->eos_token_id, g->n_eos, m->cfg.vocab_size, file)) return -1;
+    *n = 0;
+    for (int e = 0; e < m->cfg.n_eos + g->n_eos; e++) {
+        int32_t id = e < m->cfg.n_eos ? m->cfg.eos_token_id[e] : g->eos_token_id[e - m->cfg.n_eos];
+        int seen = 0;
+        for (int i = 0; i < *n; i++) seen |= ids[i] == id;
+        if (!seen) ids[(*n)++] = id;
+    }
     return 0;
 }
 
@@ -6144,14 +6355,14 @@ static int write_generated(const char *path, const RxGenerate *g, int n) {
  * o->gen, each request generates after its prefill (greedy or sampled; it stops at the config's eos_token_id unless
  * ignore_eos); a line "@K ..." is a turn after request K. */
 static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump,
-                        const char *out, int ignore_eos, int force_cpu) {
+                        const char *out, int ignore_eos, int force_cpu, const char *sampling_flag) {
     Qwen3Model m;
     RxBatch file;
     GpuModel *g = NULL;
     int32_t *after = NULL;
     if (qwen3_load(&m, dir)) return -1;
     if (rx_requests_read(&file, &after, path)) { qwen3_free(&m); return -1; }
-    int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1, N = o->gen ? o->gen->max_new : 0;
+    int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1, N = o->gen ? o->gen->max_new : 0, refused = 0;
     RxGenerate gen;                         /* the options' settings, with this model's eos and the outputs */
     memset(&gen, 0, sizeof gen);
     if (o->gen) gen = *o->gen;
@@ -6176,12 +6387,28 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
     o->after = after;
-    gen.eos = m.cfg.eos_token_id;           /* a request stops at the config's eos_token_id (an int or a list) */
-    gen.n_eos = ignore_eos ? 0 : m.cfg.n_eos;
+    int32_t eos[2 * RX_MAX_EOS];            /* a request stops at any eos id of config.json or generation_config.json */
+    char used[400];                         /* what resolve_sampling chose, for the summary */
+    used[0] = '\0';
+    if (N && (rc = resolve_sampling(&gen, &m.generation, sampling_flag, used, sizeof used))) goto done;
+    rc = -1;
+    if (N && !ignore_eos && run_eos(&m, dir, eos, &gen.n_eos)) goto done;
+    gen.eos = eos;
     gen.out = gen_out;
     gen.n_out = n_out;
     o->gen = N ? &gen : NULL;
     if (rx_batch_check(&file, &m.cfg, path)) goto done;
+    for (int s = 0; s < n && N; s++) {      /* positions 0 .. prompt + N - 2 must exist: refused before any work */
+        int64_t prompt = (after[s] >= 0 ? (int64_t)prompt_of[after[s]] + N : 0) + lens[s];   /* at most */
+        prompt_of[s] = (int)(prompt < INT32_MAX ? prompt : INT32_MAX);
+        if (prompt + N - 1 > m.cfg.max_position_embeddings) {
+            rx_fail("%s:%d: a prompt of %s%lld tokens and %d to generate reach position %lld, beyond "
+                    "max_position_embeddings %d: give a smaller --generate", path, s + 1,
+                    after[s] >= 0 ? "up to " : "", (long long)prompt, N, (long long)(prompt + N - 2),
+                    m.cfg.max_position_embeddings);
+            goto done;
+        }
+    }
     for (int s = 0; s < n && o->n_pages; s++) {     /* --cache-pages: every request must fit into the pool */
         int most = lens[s] + (N ? N - 1 : 0), pages = (most + o->page_size - 1) / o->page_size;
         if (after[s] < 0 && pages > o->n_pages) {
@@ -6195,23 +6422,38 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     if (o->show_cache)
         printf("--show-cache: 'model %llu' is this checkpoint's id in the cache (a hash of its path): K/V computed by "
                "one model is never offered to another\n", (unsigned long long)o->model_id);
-    if (rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st)) goto done;
+    for (int s = 0; s < n; s++) batch_of[s] = -1;      /* -1 after rx_serve: the request was refused */
+    refused = rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st);
+    if (refused < 0) goto done;
+    char refusal[sizeof rx_err_buf];                    /* said last, after what the others' outputs give */
+    refusal[0] = '\0';
+    snprintf(refusal, sizeof refusal, "%s", radix_error());
     for (int s = 0; s < n; s++)                         /* an @K turn's prompt: K's prompt and output, then its line */
         prompt_of[s] = (after[s] >= 0 ? prompt_of[after[s]] + n_out[after[s]] : 0) + lens[s];
+    for (int s = 0; logits && s < n; s++)               /* a refused request has no logits: NaN, never stale memory */
+        for (int v = 0; batch_of[s] < 0 && v < V; v++) logits[(size_t)s * V + v] = NAN;
     printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
            " %s%s, mode %s: %.1f ms\n", n, st.prompt_tokens, rx_cache_kind_name(o->cache), o->page_size, st.pool_pages,
            o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
            g ? "the GPU, bf16: " : "the C reference on the CPU", g ? gpu_device_name() : "", rx_mode_name(o->mode),
            st.ms);
+    if (N) {
+        printf("generation: up to %d tokens, %s; %s", N, used, ignore_eos ? "eos ids ignored (--ignore-eos)"
+               : gen.n_eos ? "stops at eos ids" : "no eos id in config.json or generation_config.json");
+        for (int e = 0; e < gen.n_eos; e++) printf(" %d", gen.eos[e]);
+        printf("%s\n", gen.n_eos ? " (config.json's and generation_config.json's)" : "");
+    }
     if (g) printf("bf16 budget against the C reference: %.4g x max|ref| (%d layers)\n", rx_bf16_tolerance(&m.cfg),
                   m.cfg.n_layers);
     if (stats) {                                        /* a CSV row per request */
-        FILE *f = fopen(stats, "w");
-        if (!f) { rx_fail("%s: cannot write: %s", stats, strerror(errno)); goto done; }
+        char tmp[RX_TMP_PATH];
+        FILE *f = rx_output_open(stats, tmp);
+        if (!f) goto done;
         fprintf(f, "request,batch,prompt_tokens,cached_tokens,generated_tokens\n");
-        for (int s = 0; s < n; s++)
-            fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
-        if (rx_close_output(f, stats)) goto done;
+        for (int s = 0; s < n; s++)                     /* a refused request: empty fields, 0 generated */
+            if (batch_of[s] < 0) fprintf(f, "%d,,,,0\n", s);
+            else fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
+        if (rx_output_commit(f, tmp, stats)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
@@ -6219,14 +6461,14 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
            "tokens)\n",
            n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
-           100.0 * st.cached_tokens / st.prompt_tokens);
+           st.prompt_tokens ? 100.0 * st.cached_tokens / st.prompt_tokens : 0.0);
     if (N)
         printf("generated tokens %ld; of the cached tokens %ld were generated by earlier turns; preemptions %d (%ld "
                "tokens prefilled again)\n", st.generated_tokens, st.cached_generated, st.preemptions,
                st.recomputed_tokens);
     printf("compact rows computed %ld (of %ld uncached tokens), evictions %ld pages, "
            "pages in use by the cache %d of %d\n",
-           st.rows_computed, st.prompt_tokens - st.cached_tokens + st.generated_tokens - (N ? n : 0) +
+           st.rows_computed, st.prompt_tokens - st.cached_tokens + st.generated_tokens - (N ? n - st.refused : 0) +
            st.recomputed_tokens, st.evicted_pages, st.cache_pages, st.pool_pages);
     if (st.request_pages || st.held_after_flush) {
         rx_fail("%d pages held by requests at the end, %d pages not free after the final flush: a leak",
@@ -6234,6 +6476,11 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         goto done;
     }
     printf("after the final flush: 0 pages held by requests, all %d pages free (no leak)\n", st.pool_pages);
+    if (refused) {
+        rx_fail("%s; the other requests' outputs are written (a refused request's: an empty line in --out, empty "
+                "fields in --stats, NaN logits)", refusal);
+        goto done;
+    }
     rc = 0;
 done:
     free(seqs); free(lens); free(batch_of); free(cached_of); free(prompt_of); free(n_out); free(gen_out);
@@ -6253,14 +6500,21 @@ static int usage_error(const char *fmt, ...) {
     return 2;
 }
 
-/* A real flag value in [lo, hi] (lo_open: above lo), or exit code 2 from main. */
+/* A real flag value in [lo, hi] (lo_open: above lo), or exit code 2 from main. The value is kept in single
+ * precision, so one rule for every such flag: a nonzero value below FLT_MIN (1.2e-38, the smallest normal float) is
+ * refused here, whatever other flags say; it would become 0 or a subnormal, which is not the number given. */
 static int parse_real(const char *flag, const char *s, double lo, int lo_open, double hi, float *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(lo_open ? v > lo : v >= lo) || !(v <= hi))
+    int tiny = v != 0 && fabs(v) < FLT_MIN;         /* strtod sets ERANGE on underflow: tiny, not malformed */
+    if ((errno && !tiny) || end == s || *end || !(lo_open ? v > lo : v >= lo) || !(v <= hi))
         return usage_error("%s takes a number %s %g and at most %g, not '%s'", flag, lo_open ? "above" : "from", lo, hi,
                            s);
+    if (tiny)
+        return usage_error("%s takes a number %s %g and at most %g, not '%s': a nonzero value must be at least %g "
+                           "(single precision holds no smaller normal number)", flag, lo_open ? "above" : "from", lo,
+                           hi, s, FLT_MIN);
     *out = (float)v;
     return 0;
 }
@@ -6374,21 +6628,23 @@ int main(int argc, char **argv) {
         return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
     for (int f = F_OUT; f < N_FLAGS; f++)                   /* the generation flags go with --generate N */
         if (val[f] && !val[F_GENERATE]) return usage_error("%s goes with --generate N", FLAGS[f].name);
-    RxGenerate gen;                                          /* run_requests adds the eos ids and the outputs */
+    RxGenerate gen;                         /* run_requests adds the checkpoint's defaults, the eos ids, the outputs */
     memset(&gen, 0, sizeof gen);
-    gen.top_p = 1;
+    gen.temperature = gen.top_p = -1;       /* -1: not given (resolve_sampling) */
+    gen.top_k = -1;
     int seed = 0;
     if ((val[F_GENERATE] && parse_count("--generate", val[F_GENERATE], 1, 1 << 20, &gen.max_new)) ||
         (val[F_TEMPERATURE] && parse_real("--temperature", val[F_TEMPERATURE], 0, 0, 100, &gen.temperature)) ||
-        (val[F_TOP_K] && parse_count("--top-k", val[F_TOP_K], 1, 1 << 22, &gen.top_k)) ||
+        (val[F_TOP_K] && parse_count("--top-k", val[F_TOP_K], 0, 1 << 22, &gen.top_k)) ||
         (val[F_TOP_P] && parse_real("--top-p", val[F_TOP_P], 0, 1, 1, &gen.top_p)) ||
         (val[F_SEED] && parse_count("--seed", val[F_SEED], 0, INT32_MAX, &seed)))
         return 2;
     gen.seed = (uint64_t)seed;
-    for (int f = F_TOP_K; f <= F_SEED; f++)                 /* sampling's own flags need a temperature to sample at */
-        if (val[f] && gen.temperature == 0)
-            return usage_error("%s applies to sampling: give --temperature T above 0 (without it: greedy)",
-                               FLAGS[f].name);
+    const char *sampling_flag = NULL;       /* sampling's own flags need sampling: --temperature 0 is greedy */
+    for (int f = F_SEED; f >= F_TOP_K; f--)
+        if (val[f]) sampling_flag = FLAGS[f].name;
+    if (sampling_flag && val[F_TEMPERATURE] && gen.temperature == 0)
+        return usage_error("%s applies to sampling: give --temperature T above 0 (without it: greedy)", sampling_flag);
     RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
     RxServeOptions so = {
         .cache = RX_CACHE_RADIX,
@@ -6430,7 +6686,8 @@ int main(int argc, char **argv) {
     if (!rc) {
         if (action == SERVE) {
             so.gen = gen.max_new ? &gen : NULL;
-            rc = run_requests(model, requests, &so, stats, dump, val[F_OUT], !!val[F_IGNORE_EOS], force_cpu);
+            rc = run_requests(model, requests, &so, stats, dump, val[F_OUT], !!val[F_IGNORE_EOS], force_cpu,
+                              sampling_flag);
         }
         else if (action == CHECK) rc = check_model(model);
         else if (action == SHOW_INDEX) rc = show_index(tokens);
@@ -6438,7 +6695,7 @@ int main(int argc, char **argv) {
         else rc = demo();
     }
     if (!rc) rc = rx_close_output(stdout, "<stdout>");
-    if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 1; }
+    if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return rc == 2 ? 2 : 1; }   /* 2: resolve_sampling */
     return 0;
 }
 #endif /* RADIXMLP_NO_MAIN */

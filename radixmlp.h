@@ -33,11 +33,19 @@ double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_b
  *   folder and name), so that an output never overwrites an input or another output.
  * rx_is_stdout: 1 if path is the file or pipe stdout goes to however spelled (/dev/stdout, /dev/fd/1, its own name),
  *   /dev/null excepted: an output file there would mix with the text the program prints.
- * rx_close_output: flushes and closes an output (stdout included), 0, or -1 with "PATH: cannot write: why". */
+ * rx_close_output: flushes and closes an output (stdout included), 0, or -1 with "PATH: cannot write: why".
+ * rx_output_open: an output file written whole or not at all: it opens a temporary file beside path (its name in
+ *   tmp [RX_TMP_PATH]); rx_output_commit closes it (rx_close_output) and renames it onto path; rx_output_discard
+ *   (a failed run) removes it. A run interrupted or failed before the rename leaves path as it was. An output that
+ *   is not a regular file (/dev/null, a FIFO), or is stdout, is written in place: tmp "". */
+#define RX_TMP_PATH 4200
 int  rx_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
 int  rx_same_file(const char *a, const char *b);
 int  rx_is_stdout(const char *path);
 int  rx_close_output(FILE *f, const char *path);
+FILE *rx_output_open(const char *path, char *tmp);
+int  rx_output_commit(FILE *f, const char *tmp, const char *path);
+void rx_output_discard(FILE *f, const char *tmp);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Algorithm 2: the prefix trie and its compaction indices
@@ -109,8 +117,22 @@ typedef struct {
     int max_position_embeddings;
     double rope_theta, rms_norm_eps;
     int tie_word_embeddings;
-    int32_t eos_token_id[RX_MAX_EOS]; int n_eos;   /* "eos_token_id": an int or a list (absent: none, n_eos 0)  */
+    int32_t eos_token_id[RX_MAX_EOS]; int n_eos;   /* "eos_token_id": an int or a list (absent: none, n_eos 0);
+                                                      checked against the vocabulary only where generation stops at
+                                                      them (rx_eos_check), so a bad one never blocks a forward   */
 } Qwen3Config;
+/* generation_config.json (transformers' GenerationConfig), when a checkpoint has one: the end-of-sequence ids that
+ * join config.json's (generate() stops at any of them) and the sampling defaults that flags override. */
+typedef struct {
+    int present;                                   /* the file exists and was read                               */
+    int32_t eos_token_id[RX_MAX_EOS]; int n_eos;   /* its "eos_token_id": an int, a list, null or absent          */
+    int do_sample;                                 /* -1: absent (or null); else 0 or 1                          */
+    double temperature, top_p;                     /* -1: absent (or null)                                       */
+    int top_k;                                     /* -1: absent (or null); 0: off, as in transformers          */
+} RxGenerationConfig;
+int rx_parse_generation_config(RxGenerationConfig *g, const char *json, size_t len, const char *file);
+/* Each of ids [n] that is not a token of a vocabulary of vocab: one line naming file, or 0. */
+int rx_eos_check(const int32_t *ids, int n, int vocab, const char *file);
 /* The bf16 GPU forward's budget against the fp32 C reference, max|gpu - ref| / max|ref|, for model c: it grows with
  * the number of bf16 roundings on a logit's path, 19 per layer and 3 in the head (the formula: radixmlp.cu). */
 double rx_bf16_tolerance(const Qwen3Config *c);
@@ -136,12 +158,14 @@ typedef struct {
     const RxTensor *final_norm;     /* [hidden]                              */
     const RxTensor *lm_head;        /* [vocab, hidden]; == embed when tied;  NULL for an untied embedding checkpoint
                                        (Qwen3Model: flat names, no lm_head.weight), which gives embeddings only */
+    RxGenerationConfig generation;  /* DIR/generation_config.json; .present 0 without one                       */
     /* ownership: the loaded files and tensor table */
     RxTensor *tensors; int n_tensors;
     void *priv;
 } Qwen3Model;
 
-/* Loads DIR/config.json and DIR/model.safetensors or the shards of DIR/model.safetensors.index.json, validating
+/* Loads DIR/config.json (and DIR/generation_config.json when there is one) and DIR/model.safetensors or the shards
+ * of DIR/model.safetensors.index.json, validating
  * everything (docs/qwen3.md lists the checks). Weights stay in their file dtype (F32, F16, BF16), memory-mapped. */
 int  qwen3_load(Qwen3Model *m, const char *dir);
 /* A random model held in memory (fp32, 4 bytes a parameter), for the demo, tests and benchmark: no download. */
@@ -514,7 +538,8 @@ int32_t rx_sample(const float *logits, int vocab, const RxGenerate *g, uint64_t 
  * prefill. At the end it audits the pool and flushes the cache. last_logits [n, vocab] (the prompt's last token),
  * batch_of [n] (the step of its prefill) and cached_of [n] (tokens from the cache at its first admission) are in
  * request order; each may be NULL. A NaN or Inf in any logits fails the run, naming the request. A request that
- * cannot fit in the pool even alone is refused: the others are served, then rx_serve returns -1 naming it.       */
+ * cannot fit in the pool even alone is refused, and so are the later turns (@K) of a refused one: the others are
+ * served, their outputs and st complete, then rx_serve returns 1, radix_error() naming the first refused. -1: failed.*/
 typedef struct {
     RxCacheKind cache;
     int page_size;

@@ -615,7 +615,7 @@ static void test_config_parsing(void) {
          "\"architectures\" must be an array"},
         {"eos_token_id a string", "\"rope_scaling\":null", "\"eos_token_id\":\"</s>\"",
          "\"eos_token_id\" must be a token id or a list of at most 8"},
-        {"eos_token_id -1", "\"rope_scaling\":null", "\"eos_token_id\":[151645,-1]", "\"eos_token_id\" must be"},
+        {"eos_token_id 1.5", "\"rope_scaling\":null", "\"eos_token_id\":[151645,1.5]", "\"eos_token_id\" must be"},
         {"nine eos ids", "\"rope_scaling\":null", "\"eos_token_id\":[1,2,3,4,5,6,7,8,9]", "a list of at most 8"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -636,18 +636,25 @@ static void test_config_parsing(void) {
     expect(rc == 0 && c.rope_theta == 5e5 && c.head_dim == 128 && c.n_kv_heads == 32 && !c.tie_word_embeddings,
            "top-level rope_theta and Qwen3Config's defaults: rc %d '%s', head_dim %d (want 128), kv %d (want 32)", rc,
            radix_error(), c.head_dim, c.n_kv_heads);
-    /* eos_token_id: absent or null, none; an int, one; a list, each (Qwen3's instruct models list two) */
-    const char *eos[] = {"", ",\"eos_token_id\":null", ",\"eos_token_id\":151645", ",\"eos_token_id\":[151645,151643]"};
-    for (int e = 0; e < 4; e++) {
+    /* eos_token_id: absent or null, none; an int, one; a list, each (Qwen3's instruct models list two). A negative
+     * id is read too: only generation, which stops at it, refuses it (rx_eos_check), never loading. */
+    const char *eos[] = {"", ",\"eos_token_id\":null", ",\"eos_token_id\":151645", ",\"eos_token_id\":[151645,151643]",
+                         ",\"eos_token_id\":[151645,-1]"};
+    for (int e = 0; e < 5; e++) {
         char buf[512];
         snprintf(buf, sizeof buf, "{\"model_type\":\"qwen3\",\"vocab_size\":8,\"hidden_size\":8,"
                  "\"intermediate_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":64%s}", eos[e]);
         rc = rx_parse_config(&c, buf, strlen(buf), "config.json");
-        int want = e < 2 ? 0 : e - 1;
+        int want = e < 2 ? 0 : e == 2 ? 1 : 2;
         expect(rc == 0 && c.n_eos == want && (want < 1 || c.eos_token_id[0] == 151645) &&
-               (want < 2 || c.eos_token_id[1] == 151643), "'%s': rc %d, %d eos ids (want %d)", eos[e], rc, c.n_eos,
-               want);
+               (want < 2 || c.eos_token_id[1] == (e == 4 ? -1 : 151643)), "'%s': rc %d, %d eos ids (want %d)", eos[e],
+               rc, c.n_eos, want);
     }
+    expect(rx_eos_check(c.eos_token_id, c.n_eos, 151936, "config.json") &&
+           strstr(radix_error(), "config.json: eos_token_id -1 is outside the vocabulary [0, 151936)") &&
+           !rx_eos_check(c.eos_token_id, 1, 151936, "config.json") &&
+           rx_eos_check(c.eos_token_id, 1, 151645, "config.json"),
+           "rx_eos_check: -1 and 151645 (vocab 151645) refused, 151645 (vocab 151936) accepted: '%s'", radix_error());
     const char *kv_null = "{\"model_type\":\"qwen3\","
                           "\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,\"num_hidden_layers\":1,"
                           "\"num_attention_heads\":4,\"num_key_value_heads\":null}";
@@ -854,6 +861,56 @@ static int have_fixtures(void) {
     if (access(p, R_OK) == 0) return 1;
     expect(0, "fixtures not found at %s (set RADIXMLP_FIXTURES or run from the repository root)", fixtures());
     return 0;
+}
+
+/* A safetensors file whose data starts off a 4-byte boundary (a header of a length that is not a multiple of 4: legal,
+ * whatever writers do) loads and computes the same logits, bit for bit, as the aligned file: every read of its fp32
+ * weights goes through memcpy (rx_tensor_at, rx_pack_weight), never a misaligned float load, which UBSan aborts on
+ * (make test-asan) and some CPUs trap on. The file is tiny-tied's with two spaces more of header padding. */
+static void test_misaligned_tensor_data_loads_as_aligned(void) {
+    if (!have_fixtures()) return;
+    char *d = copy_fixture("tiny-tied"), path[600];
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", d);
+    uint8_t *b = read_file(path, &len);
+    if (!b || len < 8) { expect(0, "cannot read %s", path); free(b); remove_dir(d); return; }
+    uint64_t h = 0;
+    for (int i = 7; i >= 0; i--) h = h << 8 | b[i];
+    uint8_t *m2 = (uint8_t *)malloc(len + 2);
+    for (int i = 0; i < 8; i++) m2[i] = (uint8_t)((h + 2) >> (8 * i));
+    memcpy(m2 + 8, b + 8, h);
+    m2[8 + h] = m2[9 + h] = ' ';                                   /* the header may end in spaces */
+    memcpy(m2 + 10 + h, b + 8 + h, len - 8 - h);
+    write_file(d, "model.safetensors", m2, len + 2);
+    free(b);
+    free(m2);
+    Qwen3Model ref, mis;
+    RxBatch batch;
+    char ref_dir[512], tokens[512];
+    snprintf(ref_dir, sizeof ref_dir, "%s/tiny-tied", fixtures());
+    snprintf(tokens, sizeof tokens, "%s/batches/mixed.txt", fixtures());
+    if (qwen3_load(&ref, ref_dir)) { expect(0, "load %s: %s", ref_dir, radix_error()); remove_dir(d); return; }
+    int rc = qwen3_load(&mis, d);
+    expect(rc == 0, "the file with its data at offset %llu (mod 4: %llu) is refused: %s", (unsigned long long)(h + 10),
+           (unsigned long long)((h + 10) % 4), radix_error());
+    if (!rc && !rx_batch_read(&batch, tokens)) {
+        int off = (int)((uintptr_t)mis.embed->data % 4);
+        size_t n = (size_t)batch.n_tokens * ref.cfg.vocab_size;
+        float *want = (float *)malloc(n * sizeof(float)), *got = (float *)malloc(n * sizeof(float));
+        int ok = !qwen3_forward_ref(&ref, &batch, RX_COMPACT, want) &&
+                 !qwen3_forward_ref(&mis, &batch, RX_COMPACT, got);
+        expect(ok && off != 0 && mis.embed->dtype == RX_F32 && !memcmp(want, got, n * sizeof(float)),
+               "data %d bytes off a 4-byte boundary: forward %s, logits %s the aligned file's", off, ok ? "ran" :
+               radix_error(), ok && !memcmp(want, got, n * sizeof(float)) ? "equal" : "differ from");
+        summary("fp32 tensors %d bytes off a 4-byte boundary: the logits [%d, %d] equal the aligned file's, bit for "
+                "bit", off, batch.n_tokens, ref.cfg.vocab_size);
+        free(want);
+        free(got);
+        rx_batch_free(&batch);
+    }
+    if (!rc) qwen3_free(&mis);
+    qwen3_free(&ref);
+    remove_dir(d);
 }
 
 static void test_fixture_checkpoints_load(void) {
@@ -6760,6 +6817,10 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
     write_file(dir, "bad.txt", "1 2 3\n1 999 4\n", 14);
     write_file(dir, "turn.txt", "1 2 3\n@2 4 5\n", 13);
     write_file(dir, "turn2.txt", "1 2 3\n@1 4 5 6\n", 15);
+    write_file(dir, "bare.txt", "1 2 3\n#1\n", 9);                 /* '#' for '@': at_dir would replace an at */
+    write_file(dir, "bare_crlf.txt", "1 2 3\r\n#1 \r\n", 12);
+    edit_file(dir, "bare.txt", "#", "@");
+    edit_file(dir, "bare_crlf.txt", "#", "@");
     const struct { const char *args; int rc; const char *msg; } cases[] = {
         {"--requests @/t.txt --generate 0", 2, "--generate takes an integer from 1 to 1048576, not '0'"},
         {"--requests @/t.txt --generate 2 --temperature 1 --top-p 1.5", 2,
@@ -6770,8 +6831,20 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
         {"--tokens @/turn2.txt", 1, "' is not part of a token id"},                 /* sign in the message        */
         {"--requests @/t.txt --generate 3 --cache-pages 1 --page-size 4", 1, "t.txt:1: a request of 5 tokens (its "
          "prompt and what it generates) needs 2 pages of 4 tokens, but --cache-pages is 1"},
-        {"--requests @/turn2.txt --generate 4 --cache-pages 2 --page-size 4", 1, "turn2.txt:2: refused: 10 prompt "
-         "tokens and 4 to generate need 4 pages of 4 tokens, but the KV pool has only 2 (1 request refused)"},
+        {"--requests @/t.txt --generate 127", 1, "t.txt:1: a prompt of 3 tokens and 127 to generate reach position "
+         "128, beyond max_position_embeddings 128: give a smaller --generate"},
+        {"--requests @/turn2.txt --generate 62", 1, "turn2.txt:2: a prompt of up to 68 tokens and 62 to generate "
+         "reach position 128, beyond max_position_embeddings 128"},          /* line 1's answer: at most 62 tokens */
+        {"--requests @/t.txt --generate 2 --temperature 1 --top-p 1e-300", 2, "--top-p takes a number above 0 and at "
+         "most 1, not '1e-300': a nonzero value must be at least 1.17549e-38"},
+        {"--requests @/t.txt --generate 2 --temperature 1e-50", 2, "--temperature takes a number from 0 and at most "
+         "100, not '1e-50': a nonzero value must be at least 1.17549e-38"},
+        {"--requests @/t.txt --generate 2 --temperature 1e-50 --top-k 3", 2, "--temperature takes a number from 0 "
+         "and at most 100, not '1e-50': a nonzero value must be at least 1.17549e-38"},
+        {"--requests @/t.txt --generate 2 --temperature 1 --top-p 1e-308", 2, "not '1e-308': a nonzero value must"},
+        {"--requests @/bare.txt", 1, "1 has no tokens after it: a turn adds at least one token to request 1's "
+         "conversation"},
+        {"--requests @/bare_crlf.txt", 1, "1 has no tokens after it: a turn adds at least one token to request 1's"},
         {"--tokens @/t.txt --dump-logits @/t.txt", 2, "--dump-logits @/t.txt: that is the input @/t.txt"},
         {"--requests @/t.txt --cache-pages 16777216 --page-size 4096", 2,
          "--cache-pages 16777216 x --page-size 4096 is 68719476736 token slots; a KV pool holds at most 2147483647"},
@@ -6789,6 +6862,245 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
         at_dir(msg, sizeof msg, cases[i].msg, dir);
         snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied %s", cli(), fixtures(), args);
         expect_one_line(cases[i].args, cases[i].rc, run_cmd(cmd, out, sizeof out), out, msg);
+    }
+    remove_dir(dir);
+}
+
+/* Runs radixmlp on model folder dir with args ("@" stands for dir); its exit code, its text in out, and the
+ * --out file's first two lines (dir/gen.out) in gen. */
+static int run_in(const char *dir, const char *args, char *out, size_t n, char *gen, size_t gn) {
+    char a[1024], cmd[1600], path[600];
+    at_dir(a, sizeof a, args, dir);
+    snprintf(path, sizeof path, "%s/gen.out", dir);
+    unlink(path);
+    snprintf(cmd, sizeof cmd, "%s --model %s %s", cli(), dir, a);
+    int rc = run_cmd(cmd, out, n);
+    size_t len = 0;
+    uint8_t *b = read_file(path, &len);
+    snprintf(gen, gn, "%s", b ? (const char *)b : "(no --out file)");
+    free(b);
+    return rc;
+}
+
+/* generation_config.json is read as transformers reads it: its eos ids join config.json's (generate() stops at any of
+ * them: null in config.json and a list there stops), its sampling defaults apply unless a flag overrides them
+ * (do_sample false is greedy whatever the temperature), and a malformed one is an error naming the file, never
+ * skipped. An eos id outside the vocabulary is refused by --generate only: --tokens and --check never use it.
+ * Greedy on tiny-tied, 8 tokens: request 1 generates 479 479 479 198 2 ..., request 2 100 203 479 273 ... */
+static void test_cli_generation_config_as_transformers(void) {
+    if (!have_cli()) return;
+    char *d = copy_fixture("tiny-tied"), out[8192], gen[4096], src[512], file[600];
+    size_t len = 0;
+    write_file(d, "t.txt", "5 6 7 8 9 9 1\n5 6 7 8 4 4 2\n", 28);
+    const char *run = "--cpu --requests @/t.txt --generate 8 --out @/gen.out";
+    int rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && !strcmp(gen, "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n") &&
+           strstr(out, "no eos id in config.json or generation_config.json"),
+           "no generation_config.json, null eos in config.json: exit %d, --out:\n%s%s", rc, gen, out);
+    const struct { const char *what, *json, *config_eos, *args, *want_out, *want_text; } cases[] = {
+        {"null in config.json, a list in generation_config.json", "eos_list.json", NULL, "",
+         "479 479 479 198\n100 203\n", "stops at eos ids 198 203 (config.json's and generation_config.json's)"},
+        {"an int in config.json joins the list", "eos_list.json", "479", "",
+         "479\n100 203\n", "stops at eos ids 479 198 203"},
+        {"--ignore-eos", "eos_list.json", "479", "--ignore-eos",
+         "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n", "eos ids ignored (--ignore-eos)"},
+        {"do_sample false: greedy, whatever its temperature", "greedy_with_temperature.json", NULL, "",
+         "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n",
+         "greedy (do_sample false in generation_config.json)"},
+        {"its sampling defaults", "sampling.json", NULL, "", NULL,
+         "sampled (do_sample true in generation_config.json): temperature 0.6 (generation_config.json), top-k 20 "
+         "(generation_config.json), top-p 0.95 (generation_config.json), seed 0"},
+        {"the flags override them", "sampling.json", NULL, "--temperature 2 --top-k 0 --top-p 0.5 --seed 3", NULL,
+         "sampled: temperature 2 (--temperature), top-k off (--top-k), top-p 0.5 (--top-p), seed 3"},
+        {"--temperature 0 overrides do_sample true", "sampling.json", NULL, "--temperature 0",
+         "479 479 479 198\n100 203\n", "greedy (--temperature 0)"},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    char sampled_file[4096] = "", sampled_flags[4096] = "";
+    for (int i = 0; i < n; i++) {
+        snprintf(src, sizeof src, "%s/generation_config/%s", fixtures(), cases[i].json);
+        uint8_t *b = read_file(src, &len);
+        if (!b) { expect(0, "cannot read %s", src); break; }
+        write_file(d, "generation_config.json", b, len);
+        free(b);
+        char a[512];
+        if (cases[i].config_eos) edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": 479");
+        snprintf(a, sizeof a, "%s %s", run, cases[i].args);
+        rc = run_in(d, a, out, sizeof out, gen, sizeof gen);
+        if (cases[i].config_eos) edit_file(d, "config.json", "\"eos_token_id\": 479", "\"eos_token_id\": null");
+        expect(rc == 0 && (!cases[i].want_out || !strcmp(gen, cases[i].want_out)) && strstr(out, cases[i].want_text),
+               "%s: exit %d, want '%s' in the text, --out:\n%s(want:\n%s)\n%s", cases[i].what, rc, cases[i].want_text,
+               gen, cases[i].want_out ? cases[i].want_out : "any", out);
+        if (i == 4) snprintf(sampled_file, sizeof sampled_file, "%s", gen);
+        note("%-55.55s --out %.*s", cases[i].what, (int)strcspn(gen, "\n"), gen);
+    }
+    /* the file's defaults are used: the same tokens as those values given as flags, other than greedy's */
+    snprintf(file, sizeof file, "%s --temperature 0.6 --top-k 20 --top-p 0.95", run);
+    rc = run_in(d, file, out, sizeof out, sampled_flags, sizeof sampled_flags);
+    expect(rc == 0 && *sampled_file && !strcmp(sampled_file, sampled_flags) &&
+           strcmp(sampled_file, "479 479 479 198\n100 203\n"),
+           "sampling.json's defaults drew\n%sthe same values as flags drew\n%s", sampled_file, sampled_flags);
+    /* a sampling flag on a greedy run is a command-line mistake, the file's do_sample false or not */
+    rc = run_in(d, "--cpu --requests @/t.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "top-k 5 (--top-k)"), "--top-k 5 with sampling.json: exit %d\n%s", rc, out);
+    snprintf(src, sizeof src, "%s/generation_config/greedy_with_temperature.json", fixtures());
+    uint8_t *b = read_file(src, &len);
+    if (b) write_file(d, "generation_config.json", b, len);
+    free(b);
+    rc = run_in(d, "--cpu --requests @/t.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
+    expect_one_line("--top-k, do_sample false", 2, rc, out, "--top-k applies to sampling: give --temperature T above 0 "
+                    "(without it: greedy, by do_sample false in generation_config.json)");
+    /* malformed: an error naming the file and the line, for every action that loads the model */
+    snprintf(src, sizeof src, "%s/generation_config/malformed.json", fixtures());
+    b = read_file(src, &len);
+    if (b) write_file(d, "generation_config.json", b, len);
+    free(b);
+    const char *actions[] = {"--check", "--cpu --tokens @/t.txt", run};
+    for (int a = 0; a < 3; a++) {
+        rc = run_in(d, actions[a], out, sizeof out, gen, sizeof gen);
+        snprintf(file, sizeof file, "%s/generation_config.json: invalid JSON near byte 54 (line 4)", d);
+        expect_one_line(actions[a], 1, rc, out, file);
+    }
+    /* eos ids outside the vocabulary [0, 512): refused by --generate alone, named with their file */
+    write_file(d, "generation_config.json", "{\"eos_token_id\": [203, 512]}", 28);
+    edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": -1");
+    rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (outside the vocabulary: --generate refuses "
+                             "it); in generation_config.json: 203 512 (outside the vocabulary"),
+           "--check with eos ids -1 and 512 (vocab 512): exit %d\n%s", rc, out);
+    rc = run_in(d, "--cpu --tokens @/t.txt", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "sequence 1: next token"), "--tokens with eos ids -1 and 512: exit %d\n%s", rc, out);
+    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+    snprintf(file, sizeof file, "%s/config.json: eos_token_id -1 is outside the vocabulary [0, 512): generation would "
+             "never stop at it; fix the file, or give --ignore-eos", d);
+    expect_one_line("--generate, eos -1 in config.json", 1, rc, out, file);
+    edit_file(d, "config.json", "\"eos_token_id\": -1", "\"eos_token_id\": 2");
+    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+    snprintf(file, sizeof file, "%s/generation_config.json: eos_token_id 512 is outside the vocabulary [0, 512)", d);
+    expect_one_line("--generate, eos 512 in generation_config.json", 1, rc, out, file);
+    snprintf(file, sizeof file, "%s --ignore-eos", run);
+    rc = run_in(d, file, out, sizeof out, gen, sizeof gen);
+    expect(rc == 0, "--generate --ignore-eos with eos id 512: exit %d\n%s", rc, out);
+    summary("%d runs: eos ids of both files joined, sampling defaults taken and overridden, a malformed file named "
+            "with its line, eos ids outside the vocabulary refused by --generate alone", n + 13);
+    remove_dir(d);
+}
+
+/* A turn refused for lack of pool space, and the turn after it (@2), are refused in one line naming the first one's
+ * line; the other requests are served and their outputs written (--out, --stats, --dump-logits: the same as a run of
+ * them alone), the refused ones' rows empty or NaN; exit 1. A CRLF file's "@1\r" parses as "@1" does. */
+static void test_cli_refused_turn_keeps_the_others_outputs(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX", cmd[2048], out[8192], path[600];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const char *text = "1 2 3 4\n#1 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24\n#2 7\n";
+    write_file(dir, "r.txt", text, strlen(text));
+    edit_file(dir, "r.txt", "#", "@");
+    edit_file(dir, "r.txt", "#", "@");
+    write_file(dir, "one.txt", "1 2 3 4\n", 8);
+    write_file(dir, "out.txt", "old\n", 4);                      /* outputs there before: replaced */
+    const char *flags = "--generate 4 --cache-pages 2 --page-size 8";
+    snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s/one.txt %s --out %s/one.out --stats "
+             "%s/one.csv --dump-logits %s/one.f32", cli(), fixtures(), dir, flags, dir, dir, dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    expect(rc == 0, "the first line alone: exit %d\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s/r.txt %s --out %s/out.txt --stats "
+             "%s/s.csv --dump-logits %s/l.f32", cli(), fixtures(), dir, flags, dir, dir, dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    char want[1024], *last = strstr(out, "radixmlp: ");
+    snprintf(want, sizeof want, "radixmlp: %s/r.txt:2: refused: 28 prompt tokens and 4 to generate need 4 pages of 8 "
+             "tokens, but the KV pool has only 2 (2 requests refused); the other requests' outputs are written", dir);
+    expect(rc == 1 && last && !strncmp(last, want, strlen(want)) && !strstr(last + 1, "radixmlp: ") &&
+           !strstr(out, "none can run"), "refused turn: exit %d, want 1 and one error line '%s':\n%s", rc, want, out);
+    size_t n1 = 0, n3 = 0, c1 = 0, c3 = 0, l1 = 0, l3 = 0;
+    snprintf(path, sizeof path, "%s/one.out", dir);
+    char *o1 = (char *)read_file(path, &n1);
+    snprintf(path, sizeof path, "%s/out.txt", dir);
+    char *o3 = (char *)read_file(path, &n3);
+    snprintf(path, sizeof path, "%s/one.csv", dir);
+    char *s1 = (char *)read_file(path, &c1);
+    snprintf(path, sizeof path, "%s/s.csv", dir);
+    char *s3 = (char *)read_file(path, &c3);
+    snprintf(path, sizeof path, "%s/one.f32", dir);
+    float *f1 = (float *)read_file(path, &l1);
+    snprintf(path, sizeof path, "%s/l.f32", dir);
+    float *f3 = (float *)read_file(path, &l3);
+    if (o1 && o3 && s1 && s3 && f1 && f3) {
+        char want_out[256], want_csv[512];
+        snprintf(want_out, sizeof want_out, "%s\n\n", o1);        /* line 1's tokens, then two empty lines */
+        snprintf(want_csv, sizeof want_csv, "%s1,,,,0\n2,,,,0\n", s1);
+        int nan_rows = 1;
+        for (int v = 0; v < 2 * 512 && l3 == 3 * 512 * sizeof(float); v++) nan_rows &= isnan(f3[512 + v]);
+        expect(!strcmp(o3, want_out) && !strcmp(s3, want_csv) && l1 == 512 * sizeof(float) &&
+               l3 == 3 * 512 * sizeof(float) && !memcmp(f1, f3, l1) && nan_rows,
+               "--out\n%s(want\n%s), --stats\n%s(want\n%s), --dump-logits %zu bytes, row 0 %s line 1's alone, rows 1 "
+               "and 2 %s", o3, want_out, s3, want_csv, l3, l3 >= l1 && !memcmp(f1, f3, l1) ? "equals" : "differs from",
+               nan_rows ? "NaN" : "not NaN");
+        note("--out '%.*s' then 2 empty lines; --stats rows 1 and 2 '1,,,,0', '2,,,,0'; logits rows 1 and 2 NaN",
+             (int)strcspn(o3, "\n"), o3);
+    } else expect(0, "an output is missing (%s %s %s %s %s %s)", o1 ? "" : "one.out", o3 ? "" : "out.txt",
+                  s1 ? "" : "one.csv", s3 ? "" : "s.csv", f1 ? "" : "one.f32", f3 ? "" : "l.f32");
+    free(o1); free(o3); free(s1); free(s3); free(f1); free(f3);
+    /* CRLF: "@1\r" is "@1" (the refusal above is not needed: a pool of enough pages) */
+    write_file(dir, "lf.txt", "1 2 3 4\n#1 5\n", 13);
+    write_file(dir, "crlf.txt", "1 2 3 4\r\n#1\t5\r\n", 15);
+    edit_file(dir, "lf.txt", "#", "@");
+    edit_file(dir, "crlf.txt", "#", "@");
+    write_file(dir, "crlf0.txt", "1 2\r\n#1\r\n", 9);
+    edit_file(dir, "crlf0.txt", "#", "@");
+    char got[2][256];
+    for (int f = 0; f < 2; f++) {
+        snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s/%s --generate 3 --out %s/t.out", cli(),
+                 fixtures(), dir, f ? "crlf.txt" : "lf.txt", dir);
+        rc = run_cmd(cmd, out, sizeof out);
+        snprintf(path, sizeof path, "%s/t.out", dir);
+        size_t len = 0;
+        char *b = (char *)read_file(path, &len);
+        snprintf(got[f], sizeof got[f], "%s", b ? b : "(none)");
+        free(b);
+        expect(rc == 0, "%s: exit %d\n%s", f ? "crlf.txt" : "lf.txt", rc, out);
+    }
+    expect(!strcmp(got[0], got[1]) && strchr(got[0], '\n') && strchr(strchr(got[0], '\n') + 1, '\n'),
+           "the CRLF file generated\n%sthe LF file\n%s", got[1], got[0]);
+    snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --requests %s/crlf0.txt", cli(), fixtures(), dir);
+    expect_one_line("a bare turn in a CRLF file", 1, run_cmd(cmd, out, sizeof out), out,
+                    "crlf0.txt:2: @1 has no tokens after it");
+    summary("a refused turn and the turn after it: exit 1, one line naming line 2; line 1's --out, --stats and "
+            "--dump-logits equal a run of it alone; CRLF turns parse as LF ones");
+    remove_dir(dir);
+}
+
+/* An output is written whole or not at all (rx_output_open): bench --csv FILE is renamed onto FILE when the run
+ * succeeds, so that a run that fails (its tables cannot be written: stdout is /dev/full) or is interrupted (SIGINT,
+ * during --generate's warm-ups) leaves a FILE there before as it was, and no temporary file beside it. */
+static void test_bench_csv_untouched_by_failed_runs(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char dir[] = "/tmp/radixmlp-bench-XXXXXX", cmd[1024], out[8192], path[600];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    const struct { const char *what, *cmd; int rc; } cases[] = {
+        {"stdout /dev/full", "./bench --table 5 --quick --csv %s/t.csv > /dev/full", 1},
+        {"SIGINT after 3 s", "timeout -s INT 3 ./bench --generate --csv %s/t.csv > /dev/null", 124},
+        {"a run that succeeds", "./bench --table 5 --quick --csv %s/t.csv > /dev/null", 0},
+    };
+    for (int i = 0; i < 3; i++) {
+        write_file(dir, "t.csv", "keep\n", 5);
+        snprintf(path, sizeof path, "%s/t.csv", dir);
+        chmod(path, 0640);
+        snprintf(cmd, sizeof cmd, cases[i].cmd, dir);
+        int rc = run_cmd(cmd, out, sizeof out), files = 0;
+        size_t len = 0;
+        char *b = (char *)read_file(path, &len);
+        struct stat st;
+        DIR *d = opendir(dir);
+        for (struct dirent *e; d && (e = readdir(d));) files += e->d_name[0] != '.';
+        if (d) closedir(d);
+        int kept = b && !strcmp(b, "keep\n"), mode = !stat(path, &st) ? (int)(st.st_mode & 0777) : -1;
+        expect(rc == cases[i].rc && files == 1 && (i < 2 ? kept : b && !strncmp(b, "cpu,configuration", 17)) &&
+               mode == 0640, "%s: exit %d (want %d), %d files in the folder (want t.csv alone), mode %o, t.csv %s",
+               cases[i].what, rc, cases[i].rc, files, mode, b ? b : "(none)");
+        note("%-20s exit %3d, t.csv %s, mode %o, %d file%s in its folder", cases[i].what, rc,
+             kept ? "as it was" : "the new table", mode, files, files == 1 ? "" : "s");
+        free(b);
     }
     remove_dir(dir);
 }
@@ -6811,6 +7123,7 @@ static const Test tests[] = {
     {"loader", "safetensors_rejections", test_safetensors_rejections},
     {"loader", "safetensors_edge_cases_accepted", test_safetensors_edge_cases_accepted},
     {"loader", "half_formats_decode_exactly", test_half_formats_decode_exactly},
+    {"loader", "misaligned_tensor_data_loads_as_aligned", test_misaligned_tensor_data_loads_as_aligned},
     {"loader", "config_parsing", test_config_parsing},
     {"loader", "json_encodings_named", test_json_encodings_named},
     {"loader", "shard_index_names", test_shard_index_names},
@@ -6920,6 +7233,9 @@ static const Test tests[] = {
     {"cli", "outputs_are_never_stdout", test_cli_outputs_are_never_stdout},
     {"bench", "outputs_are_never_stdout", test_bench_outputs_are_never_stdout},
     {"cli", "exit_status_2_for_arguments_1_for_data", test_cli_exit_status_2_for_arguments_1_for_data},
+    {"cli", "generation_config_as_transformers_reads_it", test_cli_generation_config_as_transformers},
+    {"cli", "refused_turn_keeps_the_others_outputs", test_cli_refused_turn_keeps_the_others_outputs},
+    {"bench", "failed_or_interrupted_run_leaves_csv_untouched", test_bench_csv_untouched_by_failed_runs},
 };
 
 #ifndef RADIXMLP_FUZZ
