@@ -2718,7 +2718,8 @@ int32_t rx_sample(const float *z, int V, const RxGenerate *g, uint64_t *rng) {
  *                  preempt the newest running request (its pages freed; requeued first, to prefill again)
  *         admit    waiting requests, up to `batch` running, in arrival order (fcfs) or longest cached prefix first
  *                  (lpm: sorting by matched length visits the tree depth first, so a prefix is reused while it is
- *                  cached); the first one that finds no room waits for the next step
+ *                  cached; only the queue's first RX_LPM_WINDOW requests, see lpm_window); the first one that
+ *                  finds no room waits for the next step
  *         forward  one prefill (qwen3_prefill_ref, or gpu_prefill with o->gpu) of every running request's tokens
  *                  that have no K/V yet: a new request's uncached prompt, a decoding request's newest token
  *         sample   each request's next token from its logits; it finishes at max_new or an end-of-sequence token
@@ -2730,6 +2731,17 @@ int32_t rx_sample(const float *z, int V, const RxGenerate *g, uint64_t *rng) {
  * generated tokens go into the cache at each page boundary and at the end (rx_request_cache), so a later turn that
  * repeats this conversation (@K) finds its answer cached too. At the end the pool is audited and the cache flushed. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
+
+/* lpm's window. Sorting the whole queue by cached prefix every step costs a cache lookup per waiting request per
+ * step: quadratic in the queue (2,500 waiting requests of 16 tokens took 5.1 s, 10,000 over 60 s, where fcfs took
+ * 3.6 s). SGLang turns lpm off past 128 waiting requests (schedule_policy.py, _determine_active_policy: FCFS when
+ * len(waiting_queue) > 128). We do better than that fallback: lpm never turns off, it orders the first RX_LPM_WINDOW
+ * waiting requests whose prompt is known (o->lpm_window, 0: this) and the rest wait behind them in arrival order.
+ * A step then costs at most a window of lookups and one sort of it, whatever the queue's length, and a queue no
+ * longer than the window is ordered exactly as a sort of the whole queue orders it (the equivalence test:
+ * cache/lpm_window_keeps_decisions). Admission reads the queue only up to where the batch is full, so fcfs too costs
+ * what a step admits, not the queue's length. */
+#define RX_LPM_WINDOW 128
 
 static int by_cached_then_index(const void *a, const void *b) {
     const Waiting *x = (const Waiting *)a, *y = (const Waiting *)b;
@@ -2751,7 +2763,10 @@ typedef struct {                     /* what the steps of one rx_serve share    
     RxPrefixCache *c;
     RxRequest *req;                  /* [n] */
     Turn *turn;                      /* [n] */
-    Waiting *wait; int n_wait;       /* [n] waiting, in the order they are offered admission                    */
+    Waiting *queue;                  /* [n] the allocation that wait points into                               */
+    Waiting *wait; int n_wait;       /* [n_wait] waiting, in the order they are offered admission; the requests
+                                        admitted from its front move wait forward, so there is always room before
+                                        it for a preempted one (the requests out of the queue are running or done) */
     RxRequest **run; int n_run;      /* [batch] running, oldest admission first                                */
     const int32_t *const *tokens;    /* [n] each request's own tokens (its line)                               */
     const int *lens;                 /* [n]                                                                     */
@@ -2793,26 +2808,38 @@ static int pages_at_most(const Sched *S, int i) {
     return (tokens + S->o->page_size - 1) / S->o->page_size;
 }
 
+/* lpm: orders the queue's front, the first window requests whose prompt is known and the turns between them that
+ * wait for an earlier turn, by cached prefix (longest first, then arrival). Refuses a turn whose earlier turn was
+ * refused. */
+static void lpm_order(Sched *S) {
+    const int window = S->o->lpm_window > 0 ? S->o->lpm_window : RX_LPM_WINDOW;
+    int front = 0, known = 0;
+    for (; front < S->n_wait && known < window; front++) {
+        int i = S->wait[front].index;
+        const RxRequest *r = &S->req[i];
+        if (S->turn[i].state == 0 && build_prompt(S, i) == 2) refuse(S, i);
+        known += S->turn[i].prompt_len > 0;
+        S->wait[front].cached = S->turn[i].prompt_len ? rx_cache_lookup(S->c, r->model_id, r->tokens, r->len - 1, NULL)
+                                                      : -1;
+    }
+    qsort(S->wait, (size_t)front, sizeof *S->wait, by_cached_then_index);
+}
+
 /* Admits waiting requests while fewer than o->batch run, in the scheduler's order; skips a turn whose conversation
- * is still running, refuses one that could never fit, stops at the first that finds no room. */
+ * is still running, refuses one that could never fit (or whose earlier turn was refused), stops at the first that
+ * finds no room. It reads the queue up to there only: the rest keep their places. */
 static int admit_step(Sched *S) {
     const RxServeOptions *o = S->o;
-    for (int w = 0; w < S->n_wait; w++) {
-        int i = S->wait[w].index;
-        if (build_prompt(S, i) == 2) refuse(S, i);
-        const RxRequest *r = &S->req[i];
-        S->wait[w].cached = S->turn[i].prompt_len && o->lpm ? rx_cache_lookup(S->c, r->model_id, r->tokens,
-                                                                               r->len - 1, NULL) : -1;
-    }
-    if (o->lpm) qsort(S->wait, (size_t)S->n_wait, sizeof *S->wait, by_cached_then_index);
-    int kept = 0, full = S->n_run == o->batch;
-    for (int w = 0; w < S->n_wait; w++) {
+    if (o->lpm) lpm_order(S);
+    int kept = 0, full = S->n_run == o->batch, w = 0;
+    for (; w < S->n_wait && !full; w++) {
         int i = S->wait[w].index, rc = 1;
         Turn *t = &S->turn[i];
         RxRequest *r = &S->req[i];
+        if (t->state == 0 && build_prompt(S, i) == 2) refuse(S, i);
         if (t->state == 2) continue;                              /* refused with its earlier turn */
-        if (!full && t->prompt_len && pages_at_most(S, i) > S->c->pool->n_pages) { refuse(S, i); continue; }
-        if (!full && t->prompt_len && (rc = rx_request_admit(S->c, r)) < 0) return -1;
+        if (t->prompt_len && pages_at_most(S, i) > S->c->pool->n_pages) { refuse(S, i); continue; }
+        if (t->prompt_len && (rc = rx_request_admit(S->c, r)) < 0) return -1;
         if (rc) {                                                 /* waits: its turn 1 runs, or no room */
             full |= t->prompt_len > 0;
             S->wait[kept++] = S->wait[w];
@@ -2829,7 +2856,9 @@ static int admit_step(Sched *S) {
         S->st->cached_tokens += r->cached_len;
         for (int p = 0; p < r->cached_len; p++) S->st->cached_generated += t->generated[p];
     }
-    S->n_wait = kept;
+    memmove(S->wait + (w - kept), S->wait, (size_t)kept * sizeof *S->wait);   /* the kept ones, just before w */
+    S->wait += w - kept;
+    S->n_wait -= w - kept;
     return 0;
 }
 
@@ -2840,7 +2869,7 @@ static void preempt_newest(Sched *S) {
     int i = (int)(r - S->req);
     rx_request_abort(S->c, r);
     rx_request_init(r, S->turn[i].hist, S->turn[i].prompt_len + S->turn[i].n_gen, S->o->model_id);
-    memmove(S->wait + 1, S->wait, (size_t)S->n_wait * sizeof *S->wait);
+    S->wait--;                                                    /* room: r itself left the queue before */
     S->wait[0].index = i;
     S->n_wait++;
     S->st->preemptions++;
@@ -3057,7 +3086,8 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     S.st = st;
     S.req = (RxRequest *)calloc((size_t)n_req + 1, sizeof(RxRequest));
     S.turn = (Turn *)calloc((size_t)n_req + 1, sizeof(Turn));
-    S.wait = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
+    S.queue = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
+    S.wait = S.queue;
     S.run = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));                         /* [batch] running */
     Step w;
     memset(&w, 0, sizeof w);
@@ -3068,7 +3098,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     w.sfx_lens = (int *)calloc((size_t)B, sizeof(int));
     w.logits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a step's logits [batch, vocab]");
     memset(&pool, 0, sizeof pool);
-    if (!S.req || !S.turn || !S.wait || !S.run || !w.cached_len || !w.prefix_key || !w.tables || !w.seqs ||
+    if (!S.req || !S.turn || !S.queue || !S.run || !w.cached_len || !w.prefix_key || !w.tables || !w.seqs ||
         !w.sfx_lens || !w.logits) {
         rx_fail("out of host memory for serving %d requests", n_req);
         goto done;
@@ -3122,7 +3152,7 @@ done:
     gpu_kv_pool_free(gpu_kv);
     free(S.req);
     free(S.turn);
-    free(S.wait);
+    free(S.queue);
     free(S.run);
     free(w.cached_len);
     free(w.prefix_key);
@@ -6254,6 +6284,7 @@ int main(int argc, char **argv) {
         .n_pages = 0,
         .batch = 1,
         .lpm = 0,
+        .lpm_window = 0,
         .mode = RX_COMPACT,
         .model_id = 0,
         .trace = NULL,

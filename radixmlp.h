@@ -507,6 +507,8 @@ typedef struct {
     int n_pages;                     /* the KV pool; 0: enough pages for every request at once                     */
     int batch;                       /* requests running at once (each step's sequences)                           */
     int lpm;                         /* 0: fcfs, 1: longest cached prefix first                                    */
+    int lpm_window;                  /* lpm orders the first lpm_window waiting requests, the rest wait in arrival
+                                        order behind them (0: 128; radixmlp.cu, RX_LPM_WINDOW, says why)           */
     RxMode mode;                     /* of qwen3_prefill_ref                                                       */
     uint64_t model_id;
     FILE *trace;                     /* each step's rx_prefill_print line (N, N', cached, computed); NULL: none   */

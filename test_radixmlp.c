@@ -5373,6 +5373,158 @@ static void test_generation_same_tokens_across_batches_schedules_threads_paths(v
     qwen3_free(&m);
 }
 
+/* ---- the lpm scheduler: a window, decisions kept ---- */
+/* A trace for the scheduler's decisions: n requests of 3 to 20 tokens, most after one of 12 stems (what lpm reorders),
+ * some repeats; with generation, one request in five a turn 2 (@K) of an earlier turn 1. */
+enum { SCHED_MAX = 320, SCHED_LEN = 24 };
+typedef struct {
+    int n, lens[SCHED_MAX], n_out[SCHED_MAX];
+    int32_t toks[SCHED_MAX][SCHED_LEN], after[SCHED_MAX], out[SCHED_MAX][4], batch_of[SCHED_MAX];
+    int32_t cached_of[SCHED_MAX];
+    const int32_t *ptr[SCHED_MAX];
+} SchedTrace;
+static void sched_trace(SchedTrace *t, int n, int turns, uint64_t seed, int vocab) {
+    uint64_t rng = seed;
+    int32_t stems[12][SCHED_LEN];
+    memset(t, 0, sizeof *t);
+    t->n = n;
+    for (int g = 0; g < 12; g++)
+        for (int i = 0; i < SCHED_LEN; i++) stems[g][i] = 1 + rng_int(&rng, vocab - 1);
+    for (int s = 0; s < n; s++) {
+        int g = rng_int(&rng, 12), shared = rng_int(&rng, 16), j = s ? rng_int(&rng, s) : 0;
+        t->lens[s] = 3 + rng_int(&rng, 18);
+        for (int i = 0; i < t->lens[s]; i++) t->toks[s][i] = i < shared ? stems[g][i] : 1 + rng_int(&rng, vocab - 1);
+        if (s && rng_int(&rng, 8) == 0) {                                   /* a repeat of an earlier request */
+            t->lens[s] = t->lens[j];
+            memcpy(t->toks[s], t->toks[j], sizeof t->toks[s]);
+        }
+        t->after[s] = turns && s && rng_int(&rng, 5) == 0 && t->after[j] < 0 ? j : -1;
+        t->ptr[s] = t->toks[s];
+    }
+}
+
+/* Serves a trace; returns the FNV-1a digest of the decisions: rx_serve's result, each request's step (batch_of), its
+ * cached prefix at first admission (cached_of) and generated tokens, and the counts (steps, cached tokens,
+ * preemptions, recomputed tokens, evicted pages, refused). 0 where rx_serve failed (and a FAIL line). */
+static uint64_t sched_digest(const Qwen3Model *m, SchedTrace *t, RxServeOptions o, int max_new, RxServeStats *st) {
+    RxGenerate g = {.max_new = max_new, .temperature = 0, .top_p = 1, .out = &t->out[0][0], .n_out = t->n_out};
+    o.gen = max_new ? &g : NULL;
+    o.after = max_new ? t->after : NULL;
+    o.model_id = 3;
+    int rc = rx_serve(m, t->ptr, t->lens, t->n, &o, NULL, t->batch_of, t->cached_of, st);
+    expect(rc == 0, "rx_serve of %d requests: %s", t->n, radix_error());
+    if (rc) return 0;
+    uint64_t h = 1469598103934665603ull;
+    long counts[6] = {st->n_batches, st->cached_tokens, st->preemptions, st->recomputed_tokens, st->evicted_pages,
+                      st->refused};
+    const void *parts[4] = {t->batch_of, t->cached_of, t->out, counts};
+    size_t sizes[4] = {sizeof(int32_t) * (size_t)t->n, sizeof(int32_t) * (size_t)t->n, sizeof t->out, sizeof counts};
+    for (int p = 0; p < 4; p++)
+        for (size_t i = 0; i < sizes[p]; i++) h = (h ^ ((const uint8_t *)parts[p])[i]) * 1099511628211ull;
+    return h;
+}
+
+/* --schedule lpm orders only the queue's first 128 waiting requests (RX_LPM_WINDOW in radixmlp.cu: a step costs a
+ * window, not the queue). Its decisions where the old code sorted the whole queue every step: DIGEST holds the
+ * digests that code (commit 1219fc9) gave on these traces, fcfs and lpm; radix and hash caches; batches 1 to 4; pools
+ * that evict and preempt; turn 2s. Now: fcfs, and lpm with a window as long as the queue, give the same digests;
+ * so does lpm's default window on the traces of at most 128 requests (the queue never outgrows it). On the longer
+ * ones it differs, as it should: a request past the window waits in arrival order, where the whole sort took the
+ * longest cached prefix in the queue (the last check: request 200 repeats request 0, whose prompt is cached). */
+static void test_lpm_window_keeps_decisions(void) {
+    Qwen3Config cfg = tiny_config();
+    cfg.vocab_size = 64;
+    cfg.hidden_size = 16;
+    cfg.intermediate_size = 32;
+    cfg.n_layers = 1;
+    cfg.head_dim = 8;
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 77)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    static const struct {
+        int n, turns, lpm, batch, page, pool, max_new;
+        RxCacheKind cache;
+        uint64_t digest;
+    } cases[] = {
+        {60, 0, 1, 1, 4, 0, 0, RX_CACHE_RADIX, 0xba47da5cdb29d637ull},
+        {60, 1, 1, 2, 4, 0, 3, RX_CACHE_RADIX, 0x4d00ede58688e084ull},
+        {120, 1, 1, 3, 2, 40, 3, RX_CACHE_RADIX, 0x1b6b733979b61128ull},
+        {120, 0, 1, 1, 4, 12, 0, RX_CACHE_HASH, 0x83f06a14a5daac5aull},
+        {128, 1, 1, 4, 4, 30, 2, RX_CACHE_HASH, 0x32387c0caf8bc704ull},
+        {100, 1, 0, 3, 2, 40, 3, RX_CACHE_RADIX, 0x57d02db08c75e4e7ull},
+        {300, 0, 1, 1, 4, 0, 0, RX_CACHE_RADIX, 0x4adb47d301dbc337ull},
+        {300, 1, 1, 4, 2, 60, 3, RX_CACHE_RADIX, 0x884a884042e0ad29ull},
+        {300, 1, 1, 2, 4, 25, 2, RX_CACHE_HASH, 0xc7923d59eb9166d5ull},
+        {300, 1, 0, 4, 2, 60, 3, RX_CACHE_RADIX, 0x0a4a7675cbd0f3dfull},
+        {300, 0, 0, 1, 4, 12, 0, RX_CACHE_HASH, 0xcd38178aa2c1c624ull},
+        {120, 1, 1, 4, 2, 26, 4, RX_CACHE_RADIX, 0x430eb652ead04824ull},
+        {300, 1, 1, 4, 2, 26, 4, RX_CACHE_HASH, 0xfc85cdda4aa9358cull},
+        {120, 1, 0, 4, 2, 26, 4, RX_CACHE_RADIX, 0x5449bedc53925f8bull},
+    };
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    SchedTrace *t = (SchedTrace *)malloc(sizeof *t);
+    int same_window = 0, other_window = 0, preemptions = 0;
+    long evicted = 0;
+    for (int k = 0; k < n_cases && !test_failed; k++) {
+        RxServeOptions o = {.cache = cases[k].cache, .page_size = cases[k].page, .n_pages = cases[k].pool,
+                            .batch = cases[k].batch, .lpm = cases[k].lpm, .mode = RX_COMPACT};
+        RxServeStats st;
+        char what[160];
+        snprintf(what, sizeof what, "%d requests%s, %s, %s, batch %d, page %d, pool %d", cases[k].n,
+                 cases[k].turns ? " with turn 2s" : "", cases[k].lpm ? "lpm" : "fcfs",
+                 rx_cache_kind_name(o.cache), o.batch, o.page_size, o.n_pages);
+        o.lpm_window = cases[k].n;                                  /* the whole queue, as the old sort */
+        sched_trace(t, cases[k].n, cases[k].turns, 1000 + (uint64_t)k, cfg.vocab_size);
+        uint64_t d = sched_digest(&m, t, o, cases[k].max_new, &st);
+        expect(d == cases[k].digest, "%s: decisions digest 0x%016llx, the old code's 0x%016llx", what,
+               (unsigned long long)d, (unsigned long long)cases[k].digest);
+        preemptions += st.preemptions;
+        evicted += st.evicted_pages;
+        if (!cases[k].lpm) continue;
+        o.lpm_window = 0;                                           /* the default window */
+        sched_trace(t, cases[k].n, cases[k].turns, 1000 + (uint64_t)k, cfg.vocab_size);
+        d = sched_digest(&m, t, o, cases[k].max_new, &st);
+        if (cases[k].n <= 128) {
+            expect(d == cases[k].digest, "%s, default window: decisions digest 0x%016llx, the old code's 0x%016llx",
+                   what, (unsigned long long)d, (unsigned long long)cases[k].digest);
+            same_window++;
+        } else {
+            expect(d && d != cases[k].digest, "%s, default window: the same decisions as the whole sort", what);
+            other_window++;
+        }
+    }
+    /* Past the window: 300 requests of 8 tokens of their own (the first two name the request), at batch 1;
+     * request 200 repeats request 0, whose first page of 4 is cached once it ran. The whole sort runs it second;
+     * the window at step 73, when it enters the window (requests 73 to 200), and then at once. */
+    for (int s = 0; s < 300; s++) {
+        t->lens[s] = 8;
+        t->ptr[s] = t->toks[s];
+        for (int i = 0; i < 8; i++) t->toks[s][i] = 1 + (s * 5 + i * 3) % (cfg.vocab_size - 1);
+        t->toks[s][0] = 1 + s % (cfg.vocab_size - 1);
+        t->toks[s][1] = 1 + s / (cfg.vocab_size - 1);
+    }
+    t->n = 300;
+    memcpy(t->toks[200], t->toks[0], sizeof t->toks[0]);
+    for (int whole = 0; whole < 2 && !test_failed; whole++) {
+        RxServeOptions o = {.cache = RX_CACHE_RADIX, .page_size = 4, .batch = 1, .lpm = 1, .mode = RX_COMPACT,
+                            .lpm_window = whole ? 300 : 0};
+        RxServeStats st;
+        sched_digest(&m, t, o, 0, &st);
+        expect(whole ? t->batch_of[200] == 1 : t->batch_of[1] == 1 && t->batch_of[200] == 200 - 128 + 1,
+               "window %d: request 200 ran at step %d, request 1 at step %d", whole ? 300 : 128, t->batch_of[200],
+               t->batch_of[1]);
+        note("window %3d: request 200 (a repeat of request 0, %d tokens cached) runs at step %d, request 1 at step %d",
+             whole ? 300 : 128, t->cached_of[200], t->batch_of[200], t->batch_of[1]);
+    }
+    free(t);
+    expect(preemptions > 0 && evicted > 0, "no trace preempted (%d) or evicted (%ld): a test of less", preemptions,
+           evicted);
+    summary("%d traces (fcfs and lpm, radix and hash, batch 1 to 4, %d preemptions, %ld pages evicted): the old "
+            "code's decisions, digest for digest, with lpm's window as long as the queue; the default window too on "
+            "the %d lpm traces of at most 128 requests, other decisions on the %d longer ones", n_cases, preemptions,
+            evicted, same_window, other_window);
+    qwen3_free(&m);
+}
+
 /* Multi-turn: a turn 2 (@K) hits turn 1's prompt and its generated tokens, page-aligned, with either cache; its
  * tokens and logits equal a run without the cache (the step check compares every logits row with a full forward). */
 static void test_generation_turn_two_hits_turn_one_generated_tokens(void) {
@@ -6776,6 +6928,7 @@ static const Test tests[] = {
      test_cache_serve_fuzz_equals_recomputation_without_cache},
     {"cache", "generation_same_tokens_across_batches_schedules_threads_paths",
      test_generation_same_tokens_across_batches_schedules_threads_paths},
+    {"cache", "lpm_window_keeps_decisions", test_lpm_window_keeps_decisions},
     {"cache", "generation_turn_two_hits_turn_one_generated_tokens",
      test_generation_turn_two_hits_turn_one_generated_tokens},
     {"cache", "cli_generate_matches_transformers_greedy", test_cli_generate_matches_transformers_greedy},
