@@ -1053,6 +1053,25 @@ int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, f
     return forward_ref(m, b, mode, 1, logits, embed, NULL);
 }
 
+/* The paper's workload (paper Sec. 4.1 (b), (c)): a reranker reads each (query, document) prompt's last-token logits
+ * and keeps two of them. The Qwen3-Reranker model card scores a pair as
+ *     scores = log_softmax(stack([logits[:, no], logits[:, yes]], dim=1), dim=1)[:, 1].exp()
+ * that is P(yes) = e^yes / (e^yes + e^no) over the two logits alone. In double, from the larger logit (no overflow
+ * for any float), then rounded to float: |our score - transformers'| is at most a quarter of the difference in
+ * (yes - no), the logistic's steepest slope, plus a rounding. */
+int rx_rerank_scores(const float *logits, int n_seqs, int vocab, int32_t yes, int32_t no, float *scores) {
+    if (yes < 0 || no < 0 || yes >= vocab || no >= vocab || yes == no)
+        return rx_fail("rx_rerank_scores: the yes and no ids (%d, %d) must be two different token ids below the "
+                       "vocabulary size %d", yes, no, vocab);
+    for (int s = 0; s < n_seqs; s++) {
+        const float *row = logits + (size_t)s * vocab;               /* [vocab] sequence s's last token */
+        double y = row[yes], n = row[no], top = fmax(y, n);
+        double log_sum = top + log(exp(y - top) + exp(n - top));     /* log(e^yes + e^no), the softmax's norm */
+        scores[s] = (float)exp(y - log_sum);
+    }
+    return 0;
+}
+
 /* How far the bf16 GPU forward may be from the fp32 C reference: a bound on max|logit_gpu - logit_ref| / max|logit_ref|
  * that follows the model's depth (the bf16 note below says where the GPU rounds; docs/tutorial.md, section 11).
  * bf16 keeps 8 significant bits, so rounding to nearest moves a value by at most u = 2^-8 of itself; taken as uniform
@@ -5717,12 +5736,15 @@ static const char *usage =
     "       radixmlp --check --model DIR      validate a checkpoint on the host and print its inventory\n"
     "       radixmlp --show-index --tokens FILE   the trie, I_gather and I_scatter of a batch (no model needed)\n"
     "       radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits FILE] [--cpu]\n"
-    "                [--last-only | --embed FILE]\n"
+    "                [--last-only | --embed FILE | --score YES,NO [--out FILE]]\n"
     "                FILE: one sequence per line, token ids separated by spaces. --dump-logits writes raw\n"
     "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n"
     "                --last-only: the logits of each sequence's last token only, [n_seqs, vocab] (reranking).\n"
     "                --embed FILE: no logits; writes float32 [n_seqs, hidden], each sequence's last-token state\n"
     "                after the final norm, L2-normalised (Qwen3-Embedding's pooling).\n"
+    "                --score YES,NO (token ids): reranking, as the Qwen3-Reranker model card scores a pair: P(yes),\n"
+    "                the softmax over the last token's logits of YES and NO. One number a line, in the batch's order,\n"
+    "                printed, or with --out FILE written there as text (9 digits: the float exactly).\n"
     "       radixmlp --model DIR --requests FILE [--prefix-cache radix|hash|off] [--page-size P] [--cache-pages M]\n"
     "                [--batch B] [--schedule fcfs|lpm] [--stats FILE] [--dump-logits FILE] [--cpu] [--show-batches]\n"
     "                [--show-cache]\n"
@@ -5956,14 +5978,44 @@ static int check_finite(const float *out, int rows, int cols, const char *what, 
                    what, out[bad], bad / cols, bad % cols, dir);
 }
 
-/* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits. */
+/* --score: scores [n_seqs] of the last-token logits [n_seqs, vocab] (rx_rerank_scores), printed one a line, or
+ * written to out as text, one a line, in the batch's order. %.9g: 9 significant digits give the float back exactly. */
+static int print_scores(const float *logits, int n_seqs, int vocab, const int32_t score[2], const char *out) {
+    float *p = (float *)rx_alloc((size_t)n_seqs * sizeof(float), "the scores [n_seqs]");
+    FILE *f = out ? fopen(out, "w") : stdout;
+    int rc = -1;
+    if (!p || rx_rerank_scores(logits, n_seqs, vocab, score[0], score[1], p)) goto done;
+    if (!f) { rx_fail("%s: cannot write: %s", out, strerror(errno)); goto done; }
+    for (int s = 0; s < n_seqs; s++) {
+        if (!out) printf("sequence %d: P(yes) = ", s);
+        fprintf(f, "%.9g\n", p[s]);
+    }
+    rc = out && rx_close_output(f, out) ? -1 : 0;
+    if (!rc && out) printf("wrote %s: %d lines, P(yes) of each sequence in the batch's order (YES %d, NO %d)\n", out,
+                           n_seqs, score[0], score[1]);
+done:
+    free(p);
+    return rc;
+}
+
+/* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits;
+ * score (or NULL): the yes and no ids of --score, whose P(yes) of each sequence goes to out (NULL: printed). Returns 2
+ * for ids the model's vocabulary does not have (a wrong command line), before the forward. */
 static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, const char *dump, int force_cpu,
-                          int last_only, const char *embed) {
+                          int last_only, const char *embed, const int32_t *score, const char *out) {
     Qwen3Model m;
     RxBatch b;
     RadixIndex ix;
     if (qwen3_load(&m, dir)) return -1;
     if (!embed && !m.lm_head) { qwen3_free(&m); return no_lm_head(); }
+    for (int k = 0; score && k < 2; k++)
+        if (score[k] >= m.cfg.vocab_size) {
+            rx_fail("--score %d,%d: the %s id %d is not below this model's vocabulary size %d", score[0], score[1],
+                    k ? "NO" : "YES", score[k], m.cfg.vocab_size);
+            qwen3_free(&m);
+            return 2;
+        }
+    last_only |= score != NULL;                          /* a score reads the last token's logits only */
     if (rx_batch_read(&b, tokens)) { qwen3_free(&m); return -1; }
     int rc = -1;
     float *logits = NULL;
@@ -5998,7 +6050,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
                rx_now_ms() - t0);
     }
     if (check_finite(logits, rows, cols, what, dir)) goto done;
-    for (int s = 0; !embed && s < b.n_seqs; s++) {      /* the greedy next token of each sequence */
+    for (int s = 0; !embed && !score && s < b.n_seqs; s++) {      /* the greedy next token of each sequence */
         const float *row = logits + (size_t)(last_only ? s : b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;
         int best = 0;
         for (int v = 1; v < m.cfg.vocab_size; v++) if (row[v] > row[best]) best = v;
@@ -6008,6 +6060,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         const float *e = logits + (size_t)s * cols;
         printf("sequence %d: embedding [%d], first values %.4f %.4f %.4f\n", s, cols, e[0], e[1 % cols], e[2 % cols]);
     }
+    if (score && print_scores(logits, b.n_seqs, cols, score, out)) goto done;
     rc = embed ? write_f32(embed, logits, rows, cols, what) : dump ? write_f32(dump, logits, rows, cols, what) : 0;
 done:
     gpu_model_free(g);
@@ -6164,6 +6217,23 @@ static int parse_count(const char *flag, const char *s, int lo, int hi, int *out
     return 0;
 }
 
+/* --score YES,NO: two different token ids (each checked against the model's vocabulary once it is loaded), or exit
+ * code 2 from main. */
+static int parse_score(const char *s, int32_t ids[2]) {
+    const char *p = s;
+    for (int k = 0; k < 2; k++) {
+        char *end;
+        errno = 0;
+        long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
+        if (v < 0 || errno || v > INT32_MAX || *end != (k ? '\0' : ','))
+            return usage_error("--score takes two token ids, YES,NO (e.g. 9693,2152), not '%s'", s);
+        ids[k] = (int32_t)v;
+        p = end + 1;
+    }
+    if (ids[0] == ids[1]) return usage_error("--score %s: YES and NO are one id; a score needs two", s);
+    return 0;
+}
+
 /* A file of the model folder that is path, or NULL: an output must never overwrite the checkpoint it reads. */
 static const char *model_file_at(const char *dir, const char *path) {
     static char file[4096];
@@ -6203,18 +6273,18 @@ static int check_output(const char *flag, const char *path, const char *const ou
 enum { DEMO, CHECK, SHOW_INDEX, RUN, SERVE, N_ACTIONS };
 static const char *const ACTION_NAME[N_ACTIONS] = {"the demo", "--check", "--show-index",
                                                     "--model DIR --tokens FILE", "--requests FILE"};
-enum { F_MODEL, F_TOKENS, F_REQUESTS, F_CHECK, F_SHOW_INDEX, F_MODE, F_DUMP, F_CPU, F_LAST_ONLY, F_EMBED, F_CACHE,
-       F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, F_GENERATE, F_OUT,
+enum { F_MODEL, F_TOKENS, F_REQUESTS, F_CHECK, F_SHOW_INDEX, F_MODE, F_DUMP, F_CPU, F_LAST_ONLY, F_EMBED, F_SCORE,
+       F_CACHE, F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, F_GENERATE, F_OUT,
        F_TEMPERATURE, F_TOP_K, F_TOP_P, F_SEED, F_IGNORE_EOS, N_FLAGS };
 #define ON(a) (1 << (a))
 static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAGS] = {   /* in the enum's order */
     {"--model", 1, ON(CHECK) | ON(RUN) | ON(SERVE)}, {"--tokens", 1, ON(SHOW_INDEX) | ON(RUN)},
     {"--requests", 1, ON(SERVE)}, {"--check", 0, ON(CHECK)}, {"--show-index", 0, ON(SHOW_INDEX)},
     {"--mode", 1, ON(RUN) | ON(SERVE)}, {"--dump-logits", 1, ON(RUN) | ON(SERVE)}, {"--cpu", 0, ON(RUN) | ON(SERVE)},
-    {"--last-only", 0, ON(RUN)}, {"--embed", 1, ON(RUN)}, {"--prefix-cache", 1, ON(SERVE)},
+    {"--last-only", 0, ON(RUN)}, {"--embed", 1, ON(RUN)}, {"--score", 1, ON(RUN)}, {"--prefix-cache", 1, ON(SERVE)},
     {"--page-size", 1, ON(SERVE)}, {"--cache-pages", 1, ON(SERVE)}, {"--batch", 1, ON(SERVE)},
     {"--schedule", 1, ON(SERVE)}, {"--stats", 1, ON(SERVE)}, {"--show-batches", 0, ON(SERVE)},
-    {"--show-cache", 0, ON(SERVE)}, {"--generate", 1, ON(SERVE)}, {"--out", 1, ON(SERVE)},
+    {"--show-cache", 0, ON(SERVE)}, {"--generate", 1, ON(SERVE)}, {"--out", 1, ON(RUN) | ON(SERVE)},
     {"--temperature", 1, ON(SERVE)}, {"--top-k", 1, ON(SERVE)}, {"--top-p", 1, ON(SERVE)}, {"--seed", 1, ON(SERVE)},
     {"--ignore-eos", 0, ON(SERVE)},
 };
@@ -6260,7 +6330,13 @@ int main(int argc, char **argv) {
         return usage_error("running a checkpoint needs both --model and --tokens");
     if (embed && (dump || last_only))
         return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
-    for (int f = F_OUT; f < N_FLAGS; f++)                   /* the generation flags go with --generate N */
+    int32_t score[2];                                        /* --score YES,NO: the two token ids */
+    if (val[F_SCORE] && parse_score(val[F_SCORE], score)) return 2;
+    if (val[F_SCORE] && (embed || (dump && !last_only)))
+        return usage_error("--score reads the last token's logits: it takes no --embed, and --dump-logits only with "
+                           "--last-only");
+    if (action == RUN && val[F_OUT] && !val[F_SCORE]) return usage_error("--out goes with --score YES,NO");
+    for (int f = F_OUT + (action == RUN); f < N_FLAGS; f++)  /* the generation flags go with --generate N */
         if (val[f] && !val[F_GENERATE]) return usage_error("%s goes with --generate N", FLAGS[f].name);
     RxGenerate gen;                                          /* run_requests adds the eos ids and the outputs */
     memset(&gen, 0, sizeof gen);
@@ -6323,11 +6399,13 @@ int main(int argc, char **argv) {
         }
         else if (action == CHECK) rc = check_model(model);
         else if (action == SHOW_INDEX) rc = show_index(tokens);
-        else if (action == RUN) rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);
+        else if (action == RUN)
+            rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed, val[F_SCORE] ? score : NULL,
+                                val[F_OUT]);
         else rc = demo();
     }
     if (!rc) rc = rx_close_output(stdout, "<stdout>");
-    if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 1; }
+    if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return rc == 2 ? 2 : 1; }
     return 0;
 }
 #endif /* RADIXMLP_NO_MAIN */

@@ -179,6 +179,10 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
  *   embed  [n_seqs, hidden]  its final hidden state after the final norm, L2-normalised: last-token pooling, as
  *                            sentence-transformers pools a Qwen3-Embedding model                              */
 int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed);
+/* Reranker scores, as the Qwen3-Reranker model card computes them: scores [n_seqs] = P(yes), the softmax over the
+ * two logits [yes, no] of each row of logits [n_seqs, vocab] (each sequence's last token). 0, or -1 when yes and no
+ * are not two different ids in [0, vocab). */
+int rx_rerank_scores(const float *logits, int n_seqs, int vocab, int32_t yes, int32_t no, float *scores);
 
 /* The plain-C causal attention for ragged batches, shared by every mode (and the oracle of the CUDA kernel).
  *   q   [n_q, n_heads*head_dim]  query rows (N original rows, or N' compact rows)

@@ -1034,6 +1034,48 @@ static void test_reference_matches_transformers(void) {
     }
 }
 
+/* rx_rerank_scores against P(yes) = 1 / (1 + e^(no - yes)) in long double, an independent form of the model card's
+ * softmax over [no, yes]: within 6e-8 (half an ulp of float at 1; the double arithmetic adds 1e-16), on equal logits
+ * (exactly 0.5), logits a thousand apart and near float's limits (0 and 1 without overflow), and random ones. Swapped
+ * ids give 1 - P. Ids that are not two different ids in [0, vocab) are refused. */
+static void test_rerank_scores_are_softmax_of_two_logits(void) {
+    enum { ROWS = 40, V = 8 };
+    float logits[ROWS * V], p[ROWS], q[ROWS];
+    uint64_t rng = 99;
+    for (int i = 0; i < ROWS * V; i++) logits[i] = (float)(rng_int(&rng, 2001) - 1000) / 97.0f;
+    const float edge[5][2] = {{1.5f, 1.5f}, {600.0f, -600.0f}, {-3e38f, 3e38f}, {88.7f, 0.0f}, {-1e-30f, 1e-30f}};
+    for (int r = 0; r < 5; r++) {
+        logits[r * V + 3] = edge[r][0];
+        logits[r * V + 5] = edge[r][1];
+    }
+    int rc = rx_rerank_scores(logits, ROWS, V, 3, 5, p);
+    expect(rc == 0, "rx_rerank_scores: %s", radix_error());
+    double worst = 0, worst_swap = 0;
+    for (int r = 0; rc == 0 && r < ROWS; r++) {
+        long double y = logits[r * V + 3], n = logits[r * V + 5];
+        double want = (double)(1.0L / (1.0L + expl(n - y)));
+        worst = fmax(worst, fabs(p[r] - want));
+        expect(isfinite(p[r]) && fabs(p[r] - want) <= 6e-8, "row %d (yes %g, no %g): P(yes) %.9g, want %.9g", r,
+               (double)y, (double)n, p[r], want);
+    }
+    expect(rc == 0 && p[0] == 0.5f && p[1] == 1.0f && p[2] == 0.0f, "equal logits: %.9g (want 0.5); 1200 apart: %.9g "
+           "(want 1); 6e38 apart: %.9g (want 0)", p[0], p[1], p[2]);
+    rc = rx_rerank_scores(logits, ROWS, V, 5, 3, q);
+    for (int r = 0; rc == 0 && r < ROWS; r++) worst_swap = fmax(worst_swap, fabs(p[r] + q[r] - 1.0));
+    expect(rc == 0 && worst_swap <= 1.2e-7, "swapped ids: max|P(yes) + P(no) - 1| %.3g > 1.2e-7", worst_swap);
+    const int32_t bad[4][2] = {{3, 3}, {-1, 2}, {2, V}, {V + 5, 0}};
+    int refused = 0;
+    for (int k = 0; k < 4; k++) {
+        int r = rx_rerank_scores(logits, ROWS, V, bad[k][0], bad[k][1], q);
+        refused += r != 0;
+        expect(r != 0 && strstr(radix_error(), "two different token ids below the vocabulary size 8"),
+               "ids (%d, %d) of a vocabulary of %d: rc %d, '%s'", bad[k][0], bad[k][1], V, r, radix_error());
+        if (k == 0) note("ids (3, 3) -> %s", radix_error());
+    }
+    summary("%d rows: max|P(yes) - 1/(1 + e^(no - yes))| %.3g (tol 6e-8), equal logits 0.5, far apart 1 and 0; "
+            "swapped ids 1 - P within %.3g; %d pairs of bad ids refused", ROWS, worst, worst_swap, refused);
+}
+
 /* Reranking and embedding read one row per sequence (qwen3_forward_ref_last): its last-token logits must be the
  * full forward's rows bit for bit (the same per-row arithmetic), and its embedding what sentence-transformers makes
  * of transformers' Qwen3Model (last-token pooling, L2 normalisation; fixtures/make_fixtures.py --variants), to fp32
@@ -3315,6 +3357,17 @@ static void test_cli(void) {
                     "(radixmlp --help lists them)");
 }
 
+/* args [768] = pattern (at most 511 characters) with FIX replaced by the fixtures folder, OUT by the output file. */
+static void cli_args(char *args, const char *pattern, const char *out_file) {
+    size_t at = 0;
+    for (const char *p = pattern; *p && at < 512;)
+        if (!strncmp(p, "FIX", 3) || !strncmp(p, "OUT", 3)) {
+            at += (size_t)snprintf(args + at, 768 - at, "%s", *p == 'F' ? fixtures() : out_file);
+            p += 3;
+        } else args[at++] = *p++;
+    args[at] = 0;
+}
+
 /* Every flag that does not apply to the action the command line chose is an error (exit 2, one line), and nothing
  * runs: the output file a wrongly placed flag names is never written. */
 static void test_cli_rejects_flags_of_other_actions(void) {
@@ -3347,14 +3400,8 @@ static void test_cli_rejects_flags_of_other_actions(void) {
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         char pattern[512], args[768];
-        size_t at = 0;
         snprintf(pattern, sizeof pattern, "%s %s %s", cases[i].a, cases[i].b, cases[i].c);
-        for (const char *p = pattern; *p && at < 512;)          /* FIX: the fixtures folder, OUT: the output file */
-            if (!strncmp(p, "FIX", 3) || !strncmp(p, "OUT", 3)) {
-                at += (size_t)snprintf(args + at, sizeof args - at, "%s", *p == 'F' ? fixtures() : f);
-                p += 3;
-            } else args[at++] = *p++;
-        args[at] = 0;
+        cli_args(args, pattern, f);
         snprintf(cmd, sizeof cmd, "%s %s", cli(), args);
         expect_one_line(args, 2, run_cmd(cmd, out, sizeof out), out, cases[i].msg);
         expect(access(f, F_OK) != 0, "'%s' wrote %s", args, f);
@@ -3457,6 +3504,109 @@ static void test_cli_last_only_and_embed(void) {
     expect_one_line_error("logits of an embedding model", run_cmd(cmd, out, sizeof out), out, "has no LM head");
     remove_dir(d);
 }
+/* --score YES,NO: P(yes) of each sequence of fixtures/batches/rerank.txt (7 reranking pairs: a shared template head,
+ * two queries, passages of their own, a shared tail, one pair repeated) against transformers' model-card scores
+ * (fixtures/rerank/MODEL-rerank.txt, make_fixtures.py --rerank, YES 300 and NO 301) on the three tiny checkpoints.
+ * The tolerance follows from the logits': they are within 1e-4 x max|logit| of transformers' (reference group), and
+ * max|logit| of these last tokens is below 3.5, so yes - no moves by at most 7e-4 and P, whose slope is at most 1/4,
+ * by 1.75e-4: tol 2e-4. The --out file is the same bytes in every mode (baseline, radix, compact); on tiny-bf16 also
+ * at 1 and 2 threads, on the definition path and the widest (RADIXMLP_CPU); without --out the same numbers are the
+ * run's text. Wrong
+ * uses are refused with exit 2 and one line, and write nothing. */
+static void test_cli_score_matches_transformers_and_every_mode(void) {
+    if (!have_cli()) return;
+    static const char *models[3] = {"tiny-tied", "tiny-untied", "tiny-bf16"};
+    static const char *modes[3] = {"baseline", "radix", "compact"};
+    static const char *paths[2] = {"definition", "auto"};
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX", cmd[1024], out[8192], p[512];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    snprintf(p, sizeof p, "%s/s.txt", dir);
+    double worst = 0;
+    int runs = 0;
+    for (int mi = 0; mi < 3 && !test_failed; mi++) {
+        char *first = NULL, want_path[512];
+        size_t first_len = 0, len;
+        for (int k = 0; k < (mi == 2 ? 12 : 3) && !test_failed; k++) {   /* 3 modes (x 1, 2 threads x 2 paths) */
+            snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d RADIXMLP_CPU=%s %s --cpu --model %s/%s --tokens "
+                     "%s/batches/rerank.txt --mode %s --score 300,301 --out %s", 1 + k / 3 % 2, paths[k / 6], cli(),
+                     fixtures(), models[mi], fixtures(), modes[k % 3], p);
+            int rc = run_cmd(cmd, out, sizeof out);
+            char *got = (char *)read_file(p, &len);
+            expect(rc == 0 && got && strstr(out, "wrote ") && !strstr(out, "P(yes) ="), "'%s': exit %d\n%s", cmd, rc,
+                   out);
+            if (!first) {
+                first = got;
+                first_len = got ? len : 0;
+                continue;
+            }
+            expect(got && len == first_len && !memcmp(got, first, len), "%s, %s, %d thread(s), %s: --out differs "
+                   "from baseline's:\n%s---\n%s", models[mi], modes[k % 3], 1 + k / 3 % 2, paths[k / 6],
+                   got ? got : "(none)", first);
+            free(got);
+            unlink(p);
+            runs++;
+        }
+        snprintf(want_path, sizeof want_path, "%s/rerank/%s-rerank.txt", fixtures(), models[mi]);
+        char *want = (char *)read_file(want_path, &len), *a = first, *b = want;
+        int n = 0;
+        double d = 0;
+        for (char *ea, *eb; a && b && *b; a = ea, b = eb, n++) {
+            double x = strtod(a, &ea), y = strtod(b, &eb);
+            if (ea == a || eb == b) break;
+            d = fmax(d, fabs(x - y));
+        }
+        expect(want && n == 7 && a && strspn(a, "\n") == strlen(a) && d <= 2e-4, "%s: %d scores of 7, max|ours - transformers| %.3g (tol 2e-4)",
+               models[mi], n, d);
+        note("%-11s 7 scores, max|P(yes) - transformers' model-card P(yes)| = %.3g (tol 2e-4)", models[mi], d);
+        worst = fmax(worst, d);
+        snprintf(cmd, sizeof cmd, "%s --cpu --model %s/%s --tokens %s/batches/rerank.txt --score 300,301", cli(),
+                 fixtures(), models[mi], fixtures());
+        int rc = run_cmd(cmd, out, sizeof out);
+        char *t = out;
+        a = first;
+        for (int s = 0; rc == 0 && a && s < 7; s++) {   /* the text: "sequence s: P(yes) = " and the file's line */
+            char head[48];
+            size_t nl = strcspn(a, "\n");
+            snprintf(head, sizeof head, "sequence %d: P(yes) = ", s);
+            t = strstr(t, head);
+            expect(t && !strncmp(t + strlen(head), a, nl + 1), "without --out: no line '%s%.*s'", head, (int)nl, a);
+            if (!t) break;
+            a += nl + 1;
+        }
+        expect(rc == 0, "'%s': exit %d\n%s", cmd, rc, out);
+        free(first);
+        free(want);
+    }
+    const char *T = "--tokens FIX/batches/rerank.txt", *M = "--model FIX/tiny-tied";
+    const struct { const char *a, *b, *msg; } bad[] = {
+        {T, "--score 300", "--score takes two token ids, YES,NO"},
+        {T, "--score 300,301,302", "--score takes two token ids, YES,NO"},
+        {T, "--score 300,-1", "--score takes two token ids, YES,NO"},
+        {T, "--score yes,no", "--score takes two token ids, YES,NO"},
+        {T, "--score 300,300", "YES and NO are one id"},
+        {T, "--score 300,512 --out OUT", "the NO id 512 is not below this model's vocabulary size 512"},
+        {T, "--score 300,301 --embed OUT", "it takes no --embed"},
+        {T, "--score 300,301 --dump-logits OUT", "--dump-logits only with --last-only"},
+        {T, "--out OUT", "--out goes with --score YES,NO"},
+        {T, "--score 300,301 --generate 4", "--generate does not apply to --model DIR --tokens FILE"},
+        {"--requests FIX/batches/rerank.txt", "--score 300,301", "--score does not apply to --requests FILE"},
+    };
+    int n_bad = (int)(sizeof bad / sizeof bad[0]);
+    for (int i = 0; i < n_bad; i++) {
+        char pattern[512], args[768];
+        snprintf(pattern, sizeof pattern, "%s %s %s", M, bad[i].a, bad[i].b);
+        cli_args(args, pattern, p);
+        snprintf(cmd, sizeof cmd, "%s --cpu %s", cli(), args);
+        expect_one_line(bad[i].b, 2, run_cmd(cmd, out, sizeof out), out, bad[i].msg);
+        expect(access(p, F_OK) != 0, "'%s' wrote %s", args, p);
+        unlink(p);
+    }
+    remove_dir(dir);
+    summary("--score 300,301 on 3 checkpoints: max|P(yes) - transformers'| %.3g (tol 2e-4); %d runs (3 modes; on "
+            "tiny-bf16 x 1, 2 threads x definition, widest path) gave the same --out bytes as baseline, and the same "
+            "numbers as the text without --out; %d wrong uses refused with exit 2, nothing written", worst, runs, n_bad);
+}
+
 /* Batches of copies, as a reranking batch of duplicates: more sequences than compact rows (S > N'), where the LM
  * head of --last-only packs S rows and the layers N'. Files of 13, 14, 15 and 16 lines of "5 6 7 8" and 64 lines of
  * "5"; every mode, full and --last-only, 1 and 2 threads (OMP_NUM_THREADS): exit 0, and the dump equal to the
@@ -6857,6 +7007,7 @@ static const Test tests[] = {
     {"reference", "logits_identical_for_1_and_2_threads_every_mode_and_cpu_path",
      test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path},
     {"reference", "last_token_logits_and_embeddings", test_last_token_logits_and_embeddings},
+    {"reference", "rerank_scores_are_softmax_of_two_logits", test_rerank_scores_are_softmax_of_two_logits},
     {"reference", "forward_fuzz_radix_compact_equal_baseline_equals_double",
      test_forward_fuzz_radix_compact_equal_baseline_equals_double},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
@@ -6896,6 +7047,7 @@ static const Test tests[] = {
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
     {"cli", "cpu_path_choice_and_RADIXMLP_CPU", test_cpu_path_choice_and_env},
     {"cli", "last_only_and_embed", test_cli_last_only_and_embed},
+    {"cli", "score_matches_transformers_and_every_mode", test_cli_score_matches_transformers_and_every_mode},
     {"cli", "copies_more_sequences_than_rows", test_cli_copies_more_sequences_than_rows},
     {"cli", "rejects_flags_of_other_actions", test_cli_rejects_flags_of_other_actions},
     {"cli", "checks_output_paths_before_the_work", test_cli_checks_output_paths_first},
