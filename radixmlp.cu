@@ -6274,8 +6274,8 @@ enum { DEMO, CHECK, SHOW_INDEX, RUN, SERVE, N_ACTIONS };
 static const char *const ACTION_NAME[N_ACTIONS] = {"the demo", "--check", "--show-index",
                                                     "--model DIR --tokens FILE", "--requests FILE"};
 enum { F_MODEL, F_TOKENS, F_REQUESTS, F_CHECK, F_SHOW_INDEX, F_MODE, F_DUMP, F_CPU, F_LAST_ONLY, F_EMBED, F_SCORE,
-       F_CACHE, F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, F_GENERATE, F_OUT,
-       F_TEMPERATURE, F_TOP_K, F_TOP_P, F_SEED, F_IGNORE_EOS, N_FLAGS };
+       F_CACHE, F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, F_GENERATE,
+       F_OUT, F_TEMPERATURE, F_TOP_K, F_TOP_P, F_SEED, F_IGNORE_EOS, N_FLAGS };
 #define ON(a) (1 << (a))
 static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAGS] = {   /* in the enum's order */
     {"--model", 1, ON(CHECK) | ON(RUN) | ON(SERVE)}, {"--tokens", 1, ON(SHOW_INDEX) | ON(RUN)},

@@ -3555,8 +3555,8 @@ static void test_cli_score_matches_transformers_and_every_mode(void) {
             if (ea == a || eb == b) break;
             d = fmax(d, fabs(x - y));
         }
-        expect(want && n == 7 && a && strspn(a, "\n") == strlen(a) && d <= 2e-4, "%s: %d scores of 7, max|ours - transformers| %.3g (tol 2e-4)",
-               models[mi], n, d);
+        expect(want && n == 7 && a && strspn(a, "\n") == strlen(a) && d <= 2e-4,
+               "%s: %d scores of 7, max|ours - transformers| %.3g (tol 2e-4)", models[mi], n, d);
         note("%-11s 7 scores, max|P(yes) - transformers' model-card P(yes)| = %.3g (tol 2e-4)", models[mi], d);
         worst = fmax(worst, d);
         snprintf(cmd, sizeof cmd, "%s --cpu --model %s/%s --tokens %s/batches/rerank.txt --score 300,301", cli(),
@@ -3604,7 +3604,8 @@ static void test_cli_score_matches_transformers_and_every_mode(void) {
     remove_dir(dir);
     summary("--score 300,301 on 3 checkpoints: max|P(yes) - transformers'| %.3g (tol 2e-4); %d runs (3 modes; on "
             "tiny-bf16 x 1, 2 threads x definition, widest path) gave the same --out bytes as baseline, and the same "
-            "numbers as the text without --out; %d wrong uses refused with exit 2, nothing written", worst, runs, n_bad);
+            "numbers as the text without --out; %d wrong uses refused with exit 2, nothing written", worst, runs,
+            n_bad);
 }
 
 /* Batches of copies, as a reranking batch of duplicates: more sequences than compact rows (S > N'), where the LM
@@ -3955,6 +3956,49 @@ static void test_bench_cpu_table2_quick(void) {
     expect(rows == 1, "%d data rows in the CSV, expected 1", rows);
     summary("bench --table 2 --cpu --quick: both f_c in (0, 1], both predictions in [1, r]");
     free(csv);
+}
+
+/* bench --workload reranker --cpu: the paper's reranking workload on the C reference, 2 pairs a request. Each CSV
+ * row: N' = N - (pairs - 1) x the shared head (variant A: system 60 + instruction 22 + query 10-20 + tag 5; B: 60 + 5,
+ * the query behind the passage), gamma = N'/N, positive times, x = base / mode, every mode's scores equal baseline's
+ * ("2 of 2": a difference stops the run), and the paper's gamma beside it (0.61, 0.71). Wrong sizes are refused. */
+static void test_bench_reranker_cpu_scores_equal_in_every_mode(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[16384];
+    int rc, rows = 0;
+    char *csv = bench_csv("--workload reranker --cpu --pairs 2 --reps 1", out, sizeof out, &rc);
+    expect(rc == 0 && strstr(out, "Reranking on the CPU"), "'bench --workload reranker --cpu' exited %d:\n%s", rc,
+           out);
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        char variant[64], scores[64];
+        int pairs, N, Nc;
+        double g, ms[3], x[2], cpu_ms[3], pg;
+        char *f = strchr(line, ',');                    /* model,device,variant,pairs,N,N_compact,gamma,... */
+        f = f ? strchr(f + 1, ',') : NULL;
+        if (!f || sscanf(f + 1, "%63[^,],%d,%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%63[^,],%lf", variant, &pairs,
+                         &N, &Nc, &g, &ms[0], &ms[1], &ms[2], &x[0], &x[1], &cpu_ms[0], &cpu_ms[1], &cpu_ms[2],
+                         scores, &pg) != 15)
+            continue;
+        int flipped = variant[0] == 'B', head = N - Nc;
+        rows++;
+        expect(pairs == 2 && (flipped ? head == 65 : head >= 97 && head <= 107) && fabs(g - (double)Nc / N) < 1e-3 &&
+               ms[0] > 0 && ms[1] > 0 && ms[2] > 0 && fabs(x[0] - ms[0] / ms[1]) < 0.02 * x[0] + 0.01 &&
+               !strcmp(scores, "2 of 2") && pg == (flipped ? 0.71 : 0.61),
+               "%s: %d pairs, N %d, N' %d (shared head %d), gamma %g, ms %g %g %g, x %g, scores '%s', paper gamma %g",
+               variant, pairs, N, Nc, head, g, ms[0], ms[1], ms[2], x[0], scores, pg);
+        note("%-13s N %4d, N' %4d (a shared head of %3d), gamma %.3f, radix x %.2f, compact x %.2f, scores %s", variant,
+             N, Nc, head, g, x[0], x[1], scores);
+    }
+    expect(rows == 2, "%d data rows in the CSV, expected 2 (variants A and B)", rows);
+    free(csv);
+    const char *bad[] = {"./bench --workload reranker --cpu --pairs 0", "./bench --workload reranker --cpu --pairs 65",
+                         "./bench --workload reranker --pairs 4", "./bench --workload reranker --cpu --model 4b"};
+    for (int i = 0; i < 4; i++) {
+        rc = run_cmd(bad[i], out, sizeof out);
+        expect(rc == 2 && strstr(out, "bench: "), "'%s': exit %d, expected 2 with a message:\n%s", bad[i], rc, out);
+    }
+    summary("bench --workload reranker --cpu --pairs 2: variants A and B, N' = N - the shared head, every mode's "
+            "scores equal baseline's; 4 wrong command lines refused");
 }
 
 static void test_bench_table5_csv(void) {
@@ -7091,6 +7135,7 @@ static const Test tests[] = {
     {"bench", "prefix_cache_csv_and_errors", test_bench_prefix_cache_csv},
     {"bench", "cpu_table4_quick_rows_and_plot", test_bench_cpu_table4_quick},
     {"bench", "cpu_table2_quick_amdahl_both_ways", test_bench_cpu_table2_quick},
+    {"bench", "reranker_cpu_scores_equal_in_every_mode", test_bench_reranker_cpu_scores_equal_in_every_mode},
     {"cli", "omp_num_threads_checked_at_start", test_cli_omp_num_threads_checked_at_start},
     {"bench", "replot_bounds_values_and_reads_a_bom", test_bench_replot_bounds_values_and_reads_a_bom},
     {"cli", "requests_nonfinite_logits_fail_naming_the_line", test_cli_requests_nonfinite_logits_fail_naming_the_line},
