@@ -3975,8 +3975,8 @@ static void test_bench_reranker_cpu_scores_equal_in_every_mode(void) {
         double g, ms[3], x[2], cpu_ms[3], pg;
         char *f = strchr(line, ',');                    /* model,device,variant,pairs,N,N_compact,gamma,... */
         f = f ? strchr(f + 1, ',') : NULL;
-        if (!f || sscanf(f + 1, "%63[^,],%d,%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%63[^,],%lf", variant, &pairs,
-                         &N, &Nc, &g, &ms[0], &ms[1], &ms[2], &x[0], &x[1], &cpu_ms[0], &cpu_ms[1], &cpu_ms[2],
+        if (!f || sscanf(f + 1, "%63[^,],%d,%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%*f,%*f,%63[^,],%lf", variant,
+                         &pairs, &N, &Nc, &g, &ms[0], &ms[1], &ms[2], &x[0], &x[1], &cpu_ms[0], &cpu_ms[1], &cpu_ms[2],
                          scores, &pg) != 15)
             continue;
         int flipped = variant[0] == 'B', head = N - Nc;
