@@ -1718,8 +1718,8 @@ static int cpu_reranker(int pairs, int reps)
            "(all threads; on a busy machine the steadier). Scored with --score's code (rx_rerank_scores, ids\n%d and "
            "%d): every mode's scores equal baseline's bit for bit (checked; a difference is an error, not a row). The "
            "paper's\ncolumns: Qwen3-0.6B in TEI on the real data set, end to end (Table 3: p50, Table 1: mean over "
-           "1287 requests of 64\npairs), an H100, tokenization, batching and HTTP included: compare trends, not values.\n\n",
-           pairs, reps, RR_YES, RR_NO);
+           "1287 requests of 64\npairs), an H100, tokenization, batching and HTTP included: compare trends, not "
+           "values.\n\n", pairs, reps, RR_YES, RR_NO);
     return 0;
 }
 

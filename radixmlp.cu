@@ -5999,8 +5999,9 @@ done:
 }
 
 /* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits;
- * score (or NULL): the yes and no ids of --score, whose P(yes) of each sequence goes to out (NULL: printed). Returns 2
- * for ids the model's vocabulary does not have (a wrong command line), before the forward. */
+ * score (or NULL): the yes and no ids of --score, whose P(yes) of each sequence goes to out (NULL: printed); ids the
+ * model's vocabulary does not have are refused before the forward (-1: found in a file, as a token id of the tokens
+ * file would be). */
 static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, const char *dump, int force_cpu,
                           int last_only, const char *embed, const int32_t *score, const char *out) {
     Qwen3Model m;
@@ -6013,7 +6014,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
             rx_fail("--score %d,%d: the %s id %d is not below this model's vocabulary size %d", score[0], score[1],
                     k ? "NO" : "YES", score[k], m.cfg.vocab_size);
             qwen3_free(&m);
-            return 2;
+            return -1;
         }
     last_only |= score != NULL;                          /* a score reads the last token's logits only */
     if (rx_batch_read(&b, tokens)) { qwen3_free(&m); return -1; }
@@ -6405,7 +6406,7 @@ int main(int argc, char **argv) {
         else rc = demo();
     }
     if (!rc) rc = rx_close_output(stdout, "<stdout>");
-    if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return rc == 2 ? 2 : 1; }
+    if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return 1; }
     return 0;
 }
 #endif /* RADIXMLP_NO_MAIN */

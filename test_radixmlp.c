@@ -3511,8 +3511,8 @@ static void test_cli_last_only_and_embed(void) {
  * max|logit| of these last tokens is below 3.5, so yes - no moves by at most 7e-4 and P, whose slope is at most 1/4,
  * by 1.75e-4: tol 2e-4. The --out file is the same bytes in every mode (baseline, radix, compact); on tiny-bf16 also
  * at 1 and 2 threads, on the definition path and the widest (RADIXMLP_CPU); without --out the same numbers are the
- * run's text. Wrong
- * uses are refused with exit 2 and one line, and write nothing. */
+ * run's text. Wrong uses are refused with exit 2 and one line (an id beyond the model's vocabulary, found in its
+ * config.json, with exit 1), and write nothing. */
 static void test_cli_score_matches_transformers_and_every_mode(void) {
     if (!have_cli()) return;
     static const char *models[3] = {"tiny-tied", "tiny-untied", "tiny-bf16"};
@@ -3584,7 +3584,6 @@ static void test_cli_score_matches_transformers_and_every_mode(void) {
         {T, "--score 300,-1", "--score takes two token ids, YES,NO"},
         {T, "--score yes,no", "--score takes two token ids, YES,NO"},
         {T, "--score 300,300", "YES and NO are one id"},
-        {T, "--score 300,512 --out OUT", "the NO id 512 is not below this model's vocabulary size 512"},
         {T, "--score 300,301 --embed OUT", "it takes no --embed"},
         {T, "--score 300,301 --dump-logits OUT", "--dump-logits only with --last-only"},
         {T, "--out OUT", "--out goes with --score YES,NO"},
@@ -3601,11 +3600,16 @@ static void test_cli_score_matches_transformers_and_every_mode(void) {
         expect(access(p, F_OK) != 0, "'%s' wrote %s", args, p);
         unlink(p);
     }
+    snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --tokens %s/batches/rerank.txt --score 300,512 --out %s",
+             cli(), fixtures(), fixtures(), p);                     /* found in config.json: bad data, exit 1 */
+    expect_one_line_error("--score 300,512", run_cmd(cmd, out, sizeof out), out,
+                          "--score 300,512: the NO id 512 is not below this model's vocabulary size 512");
+    expect(access(p, F_OK) != 0, "--score 300,512 wrote %s", p);
     remove_dir(dir);
     summary("--score 300,301 on 3 checkpoints: max|P(yes) - transformers'| %.3g (tol 2e-4); %d runs (3 modes; on "
             "tiny-bf16 x 1, 2 threads x definition, widest path) gave the same --out bytes as baseline, and the same "
-            "numbers as the text without --out; %d wrong uses refused with exit 2, nothing written", worst, runs,
-            n_bad);
+            "numbers as the text without --out; %d wrong uses refused with exit 2, an id beyond the vocabulary with 1, "
+            "nothing written", worst, runs, n_bad);
 }
 
 /* Batches of copies, as a reranking batch of duplicates: more sequences than compact rows (S > N'), where the LM
