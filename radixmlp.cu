@@ -20,6 +20,8 @@
  *                                      points hashed (trie_find_hashed()), nothing shared (trie_any_shared_start())
  *   Sec. 3.4 attention, cu_seqlens  -> attention_ref() (C: the definition, 40 lines), the attention kernel (CUDA)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
+ *   Sec. 4.1 reranking, Tables 1, 3 -> qwen3_forward_ref_last() (each sequence's last token), rx_rerank_scores()
+ *                                      (P(yes) as the Qwen3-Reranker model card computes it; the CLI's --score)
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
