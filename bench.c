@@ -11,6 +11,8 @@
  *   ./bench --attention [--model 4b] [--quick]   attention alone at the Table 4 shapes: the flash kernel (query
  *                       tiles of 64 and of 128 rows) and the naive one in the baseline, radix and compact layouts
  *   ./bench --workload reranker    synthetic MS MARCO-shaped reranking batches (Tables 1 and 3, synthetic)
+ *   ./bench --workload reranker --cpu [--pairs N]   the same on the C reference at Qwen3-0.6B's width, 1 layer,
+ *                       scored as radixmlp --score scores (every mode's scores checked equal); needs no GPU
  *   ./bench --prefix-cache [--gpu] Part II: the KV prefix cache, six radix vs hash scenarios; the C reference (no GPU
  *                                  needed), or gpu_prefill with GPU times
  *   ./bench --replot t4.csv --svg t4.svg    re-plot a recorded Table 4 CSV; needs no GPU
@@ -58,6 +60,7 @@ static const PaperT4 PAPER_T4[] = {   /* Qwen3-4B, B = 32 */
 };
 typedef struct { double f_c, predicted, observed, base_ms, radix_ms; } PaperT2;   /* P=2048, S=256, B=32 */
 typedef struct { double gamma_a, base_a, radix_a, gamma_b, base_b, radix_b; } PaperT3; /* TEI p50 seconds */
+#define PAPER_T1_06B (0.78 / 0.54)   /* Table 1, Qwen3-0.6B: TEI mean latency, base / radix, dataset (b) */
 
 /* ---- the models (docs/qwen3.md) ------------------------------------------------------------------------------ */
 /* Qwen3Config field order: vocab, hidden, intermediate, layers, heads, kv heads, head_dim, max positions,
@@ -833,17 +836,17 @@ static int table6(int reps)
  * out near 0.60 (A) and 0.72 (B); the paper measured about 0.61 and 0.71 on MS MARCO. */
 enum { RR_PAIRS = 64, RR_SYSTEM = 60, RR_INSTRUCT = 22, RR_DOC_TAG = 5, RR_QUERY_TAG = 5, RR_SUFFIX = 12 };
 
-static int reranker_batch(RxBatch *b, int flipped, uint64_t seed)
+static int reranker_batch(RxBatch *b, int flipped, int pairs, uint64_t seed)   /* pairs <= RR_PAIRS */
 {
     uint64_t rng = seed;
     int32_t head[128], tail[64];
     int own[RR_PAIRS], n_head, n_tail, query = rand_in(&rng, 10, 20);
-    for (int s = 0; s < RR_PAIRS; s++) own[s] = flipped ? rand_in(&rng, 65, 200) : rand_in(&rng, 75, 200);
+    for (int s = 0; s < pairs; s++) own[s] = flipped ? rand_in(&rng, 65, 200) : rand_in(&rng, 75, 200);
     n_head = RR_SYSTEM + (flipped ? 0 : RR_INSTRUCT + query) + RR_DOC_TAG;
     n_tail = (flipped ? RR_QUERY_TAG + query : 0) + RR_SUFFIX;
     fill_random(head, n_head, &rng);
     fill_random(tail, n_tail, &rng);
-    return make_batch(b, RR_PAIRS, head, n_head, own, tail, n_tail, &rng);
+    return make_batch(b, pairs, head, n_head, own, tail, n_tail, &rng);
 }
 
 static int reranker(const ModelSpec *only, int reps, int quick)
@@ -872,7 +875,7 @@ static int reranker(const ModelSpec *only, int reps, int quick)
                 GpuRunInfo info;
                 fprintf(stderr, "bench: reranker, %s, variant %c, request %d/%d\n", m->name, "AB"[flipped], q + 1,
                         requests);
-                if (reranker_batch(&b, flipped, SEED + 100 * flipped + q)) { gpu_model_free(g); return 1; }
+                if (reranker_batch(&b, flipped, RR_PAIRS, SEED + 100 * flipped + q)) { gpu_model_free(g); return 1; }
                 if (time_modes(g, &b, m->cfg.vocab_size, reps, ms, &info)) {
                 rx_batch_free(&b);
                 gpu_model_free(g);
@@ -998,6 +1001,61 @@ static int serve_rounds(const Qwen3Model *m, const Requests *r, const RxServeOpt
         }
     for (int k = 0; k < n; k++) ms[k] = median(t + k * reps, reps);
     free(t);
+    return 0;
+}
+
+/* lpm's cost over the queue's length (RX_LPM_WINDOW in radixmlp.cu): n requests of 16 tokens (one of 64 prompts of 8
+ * tokens, then 8 of their own, interleaved), all waiting at the start, served one per step (n steps) through the radix
+ * cache in a pool of 48 pages of 8 tokens, on a model so small (hidden 16, 1 layer) that the forwards cost little
+ * beside the scheduling. fcfs, lpm, and lpm with a window as long as the queue (a sort of the whole queue every step,
+ * as lpm ran before): the process's CPU time per request, one run each. Flat in n where a step's cost does not grow
+ * with the queue. The hit rate shows that the window still groups a prompt's requests (fcfs evicts between them). */
+static int lpm_queue_table(int quick)
+{
+    static const Col cols[] = {
+        {"requests", "requests"}, {"fcfs us/request", "fcfs_us"}, {"lpm us/request", "lpm_us"},
+        {"lpm, whole queue sorted, us/request", "lpm_whole_us"}, {"fcfs hit rate", "fcfs_hit"},
+        {"lpm hit rate", "lpm_hit"}, {"lpm, whole queue, hit rate", "lpm_whole_hit"}};
+    Qwen3Config c = TINY;
+    Qwen3Model m;
+    c.hidden_size = 16;
+    c.intermediate_size = 32;
+    c.n_layers = 1;
+    c.head_dim = 8;
+    if (qwen3_random(&m, &c, SEED)) { fprintf(stderr, "bench: qwen3_random: %s\n", radix_error()); return 1; }
+    table_begin("lpm's cost over the queue: CPU time per request, n requests waiting at the start, batch 1",
+                cols, 7, "");
+    for (int n = quick ? 250 : 500; n <= (quick ? 1000 : 4000); n *= 2) {
+        Requests r = scenario_requests(n, 64, 8, 0, 8, 1, SEED + n);
+        Row row = {0};
+        double us[3], hit[3];
+        for (int k = 0; k < 3; k++) {
+            RxServeOptions o = {.cache = RX_CACHE_RADIX, .page_size = 8, .n_pages = 48, .batch = 1, .lpm = k > 0,
+                                .lpm_window = k == 2 ? n : 0, .mode = RX_COMPACT, .model_id = 1};
+            RxServeStats st;
+            double c0 = cpu_s();
+            fprintf(stderr, "bench: lpm's cost, %d requests, %s\n", n, k == 0 ? "fcfs" : k == 1 ? "lpm" :
+                    "lpm sorting the whole queue");
+            if (rx_serve(&m, (const int32_t *const *)r.seqs, r.lens, r.n, &o, NULL, NULL, NULL, &st)) {
+                fprintf(stderr, "bench: rx_serve failed: %s\n", radix_error());
+                requests_free(&r);
+                qwen3_free(&m);
+                return 1;
+            }
+            us[k] = (cpu_s() - c0) * 1e6 / n;
+            hit[k] = 100.0 * st.cached_tokens / st.prompt_tokens;
+        }
+        cell(&row, "%d", n);
+        for (int k = 0; k < 3; k++) cell(&row, "%.0f", us[k]);
+        for (int k = 0; k < 3; k++) cell(&row, "%.1f%%", hit[k]);
+        table_row(&row, "");
+        requests_free(&r);
+    }
+    qwen3_free(&m);
+    printf("\nus/request: the process's CPU time of one rx_serve, divided by n. A random Qwen3 of vocab 512, hidden 16,"
+           " 1 layer; radix\ncache, page size 8, a pool of 48 pages, mode compact. lpm orders the first 128 waiting "
+           "requests each step; sorting\nthe whole queue (lpm_window = n) costs a lookup per waiting request per step."
+           "\n\n");
     return 0;
 }
 
@@ -1139,10 +1197,11 @@ static int prefix_cache_tables(int reps, int gpu)
            "batches read the prompt's 3 pages from the cache, and compaction merges their equal stems (same cached\n"
            "prefix, same tokens, same positions). %s\n\n", g ? "GPU timings of gpu_prefill (CUDA events)." :
            "CPU timings of the C reference.");
+    int rc = gpu ? 0 : lpm_queue_table(0);                 /* the CPU's scheduling: no GPU to time */
     g_csv = csv;
     gpu_model_free(g);
     qwen3_free(&m);
-    return 0;
+    return rc;
 }
 
 /* ---- attention alone: the flash and the naive kernel at the Table 4 shapes -------------------------------------- */
@@ -1280,13 +1339,47 @@ static int cpu_model(Qwen3Model *m, const ModelSpec *spec)
     return 1;
 }
 
+/* A token id folded into [1, CPU_VOCAB): distinct ids below CPU_VOCAB stay distinct. */
+static int32_t cpu_id(int32_t id) { return 1 + (id - 1) % (CPU_VOCAB - 1); }
+
+/* The model of the tables at Qwen3-0.6B's width (cpu_model) into *m, the CSV's lead columns (model, device) into
+ * lead [200], and the table's title and header: "WHAT on the CPU: C reference, Qwen3-0.6B width (..), DETAIL". */
+static int cpu_06b_table(Qwen3Model *m, char *lead, const char *what, const char *detail, const Col *cols, int n)
+{
+    char title[300], name[128];
+    if (cpu_model(m, &MODELS[0])) return 1;
+    cpu_name(name, sizeof name);
+    snprintf(lead, 200, "Qwen3-0.6B width %d layer%s,CPU %s %d threads", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "", name,
+             rx_threads(0));
+    snprintf(title, sizeof title, "%s on the CPU: C reference, Qwen3-0.6B width (%d layer%s, random fp32 weights), %s",
+             what, CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "", detail);
+    table_begin(title, cols, n, "model,device");
+    return 0;
+}
+
 /* B sequences of a shared prefix P and unique suffixes S (as Table 4), ids folded into [1, CPU_VOCAB): the suffixes'
  * distinct first ids stay distinct, so N' = P + B*S still. */
 static int cpu_prefix_batch(RxBatch *b, int B, int P, int S)
 {
     if (make_prefix_batch(b, B, P, S, SEED + 1000 * P + S)) return 1;
-    for (int i = 0; i < b->n_tokens; i++) b->input_ids[i] = 1 + (b->input_ids[i] - 1) % (CPU_VOCAB - 1);
+    for (int i = 0; i < b->n_tokens; i++) b->input_ids[i] = cpu_id(b->input_ids[i]);
     return 0;
+}
+
+/* Mode k's scores from its last-token logits [n_seqs, vocab]: baseline's (k = 0) into scores [n_seqs], every other
+ * mode's compared with them, bit for bit. 0, or 1 with a message. */
+static int score_mode(const Qwen3Model *m, const RxBatch *b, const float *logits, const int32_t *yes_no, int k,
+                      float *scores)
+{
+    float *mine = k ? malloc(b->n_seqs * sizeof *mine) : scores;
+    int rc = !mine || rx_rerank_scores(logits, b->n_seqs, m->cfg.vocab_size, yes_no[0], yes_no[1], mine);
+    if (rc) fprintf(stderr, "bench: scoring the %s logits failed: %s\n", rx_mode_name(MODES[k]), radix_error());
+    if (!rc && k && memcmp(mine, scores, b->n_seqs * sizeof *mine)) {
+        fprintf(stderr, "bench: the %s scores differ from the baseline's\n", rx_mode_name(MODES[k]));
+        rc = 1;
+    }
+    if (k) free(mine);
+    return rc;
 }
 
 /* ms[k]: median wall ms of MODES[k] over reps forwards, cpu_ms[k]: the median process CPU ms of the same forwards (all
@@ -1294,9 +1387,11 @@ static int cpu_prefix_batch(RxBatch *b, int B, int P, int S)
  * one forward of it that is not timed (r = -1), as docs/bench_torch_cpu.py times transformers: the first forward
  * packs the model's weights (once per model), and after another mode's bigger buffers the allocator hands back
  * fresh pages, whose faults a steady stream of one shape does not pay. The untimed forwards' logits are checked:
- * finite, radix and compact equal to baseline. */
+ * finite, radix and compact equal to baseline. yes_no (or NULL): reranking's two token ids; scores [n_seqs] gets
+ * baseline's P(yes) of each sequence (rx_rerank_scores, --score's code), and each mode's own scores, from its own
+ * logits, are checked equal to them. */
 static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, double ms[3], double cpu_ms[3],
-                          int *n_compact)
+                          int *n_compact, const int32_t *yes_no, float *scores)
 {
     size_t n = (size_t)b->n_seqs * m->cfg.vocab_size, bad = 0;
     double *t = malloc(6 * reps * sizeof *t), *c = t + 3 * reps;
@@ -1329,6 +1424,7 @@ static int cpu_time_modes(const Qwen3Model *m, const RxBatch *b, int reps, doubl
                         rx_mode_name(MODES[k]));
                 rc = 1;
             }
+            if (!rc && r < 0 && yes_no && score_mode(m, b, logits + k * n, yes_no, k, scores)) rc = 1;
         }
     for (int k = 0; k < 3 && !rc; k++) {
         ms[k] = median(t + k * reps, reps);
@@ -1477,15 +1573,10 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
         {"base CPU ms", "base_cpu_ms"}, {"radix CPU ms", "radix_cpu_ms"}, {"compact CPU ms", "compact_cpu_ms"}};
     const int B = quick ? 4 : 8, n_prefix = quick ? 2 : 4, n_suffix = quick ? 1 : 2;
     const int *prefix = quick ? QUICK_P : PREFIX, *suffix = quick ? QUICK_S : SUFFIX;
-    char title[200], lead[200], name[128];
+    char detail[100], lead[200];
     Qwen3Model m;
-    if (cpu_model(&m, &MODELS[0])) return 1;
-    cpu_name(name, sizeof name);
-    snprintf(lead, sizeof lead, "Qwen3-0.6B width %d layer%s,CPU %s %d threads", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "",
-             name, rx_threads(0));
-    snprintf(title, sizeof title, "Table 4 on the CPU: C reference, Qwen3-0.6B width (%d layer%s, random fp32 "
-             "weights), B = %d, shared prefix P + unique suffix S", CPU_LAYERS, CPU_LAYERS > 1 ? "s" : "", B);
-    table_begin(title, cols, 20, "model,device");
+    snprintf(detail, sizeof detail, "B = %d, shared prefix P + unique suffix S", B);
+    if (cpu_06b_table(&m, lead, "Table 4", detail, cols, 20)) return 1;
     *n_pts = 0;
     for (int si = 0; si < n_suffix; si++)
         for (int pi = 0; pi < n_prefix; pi++) {
@@ -1495,7 +1586,11 @@ static int cpu_table4(int reps, int quick, Point *pts, int *n_pts)
             Row r = {0};
             fprintf(stderr, "bench: table 4 --cpu, P = %d, S = %d, %d reps\n", P, S, reps);
             if (cpu_prefix_batch(&b, B, P, S)) { qwen3_free(&m); return 1; }
-            if (cpu_time_modes(&m, &b, reps, ms, cpu_ms, &Nc)) { rx_batch_free(&b); qwen3_free(&m); return 1; }
+            if (cpu_time_modes(&m, &b, reps, ms, cpu_ms, &Nc, NULL, NULL)) {
+                rx_batch_free(&b);
+                qwen3_free(&m);
+                return 1;
+            }
             gamma = (double)Nc / b.n_tokens;
             const PaperT4 *p = paper_t4_nearest(gamma, &pg);
             cell(&r, "%d", B); cell(&r, "%d", P); cell(&r, "%d", S); cell(&r, "%d", b.n_tokens); cell(&r, "%d", Nc);
@@ -1552,7 +1647,7 @@ static int cpu_table2(const ModelSpec *only, int reps, int quick)
         fprintf(stderr, "bench: table 2 --cpu, %s width, %d reps\n", ms_->name, reps);
         if (cpu_model(&m, ms_)) { rx_batch_free(&b); return 1; }
         double cpu_ms[3];
-        int rc = cpu_time_modes(&m, &b, reps, ms, cpu_ms, &Nc);
+        int rc = cpu_time_modes(&m, &b, reps, ms, cpu_ms, &Nc, NULL, NULL);
         qwen3_free(&m);
         if (rc) { rx_batch_free(&b); return 1; }
         {   /* attention alone at the baseline layout: N query rows, keys t0..i of the same sequence */
@@ -1594,6 +1689,67 @@ static int cpu_table2(const ModelSpec *only, int reps, int quick)
            "predicted = 1 / ((1 - f_c) + f_c / r). Medians of %d.\nThe paper's columns: its Table 2 (H100, Qwen3 at "
            "full depth, P = 2048, S = 256, B = 32), not a measurement of this code.\n\n", L, CPU_LAYERS,
            CPU_LAYERS == 1 ? "" : "s", reps);
+    return 0;
+}
+
+/* The reranking workload on the CPU (--workload reranker --cpu): reranker_batch's synthetic MS MARCO-shaped requests,
+ * variants A and B, `pairs` (query, passage) pairs each, on the C reference at Qwen3-0.6B's width (cpu_model: its
+ * ids folded into CPU_VOCAB). Default 16 pairs: gamma hardly depends on the count (the shared head is ~100 tokens, each
+ * pair's own ~150), and 64, the paper's requests, take four times as long. Each forward scored as --score scores it,
+ * Qwen3-Reranker's ids for "yes" and "no" folded like the batch; every mode's scores equal baseline's (checked). */
+enum { RR_YES = 9693, RR_NO = 2152 };   /* Qwen3-Reranker's "yes" and "no" */
+static int cpu_reranker(int pairs, int reps)
+{
+    static const Col cols[] = {
+        {"variant", "variant"}, {"pairs", "pairs"}, {"N", "N"}, {"N'", "N_compact"}, {"gamma", "gamma"},
+        {"base ms", "base_ms"}, {"radix ms", "radix_ms"}, {"compact ms", "compact_ms"}, {"radix x", "radix_x"},
+        {"compact x", "compact_x"}, {"base CPU ms", "base_cpu_ms"}, {"radix CPU ms", "radix_cpu_ms"},
+        {"compact CPU ms", "compact_cpu_ms"}, {"radix x CPU", "radix_x_cpu"}, {"compact x CPU", "compact_x_cpu"},
+        {"scores == base", "scores_equal"}, {"paper gamma", "paper_gamma"},
+        {"paper TEI p50 x (Table 3)", "paper_t3_x"}, {"paper TEI mean x (Table 1)", "paper_t1_x"}};
+    const int32_t yes_no[2] = {cpu_id(RR_YES), cpu_id(RR_NO)};
+    const PaperT3 *p = &MODELS[0].t3;
+    char detail[100], lead[200];
+    Qwen3Model m;
+    snprintf(detail, sizeof detail, "synthetic MS MARCO-shaped requests of %d pairs", pairs);
+    if (cpu_06b_table(&m, lead, "Reranking", detail, cols, 19)) return 1;
+    for (int flipped = 0; flipped < 2; flipped++) {
+        double ms[3], cpu_ms[3];
+        float *scores = malloc(pairs * sizeof *scores);
+        int Nc = 0, rc;
+        RxBatch b;
+        Row r = {0};
+        fprintf(stderr, "bench: reranker --cpu, variant %c, %d pairs, %d reps\n", "AB"[flipped], pairs, reps);
+        if (!scores || reranker_batch(&b, flipped, pairs, SEED + 100 * flipped)) {
+            free(scores);
+            qwen3_free(&m);
+            return 1;
+        }
+        for (int i = 0; i < b.n_tokens; i++) b.input_ids[i] = cpu_id(b.input_ids[i]);
+        rc = cpu_time_modes(&m, &b, reps, ms, cpu_ms, &Nc, yes_no, scores);
+        cell(&r, "%s", flipped ? "B flipped" : "A query first"); cell(&r, "%d", pairs); cell(&r, "%d", b.n_tokens);
+        cell(&r, "%d", Nc); cell(&r, "%.3f", (double)Nc / b.n_tokens);
+        cell(&r, "%.0f", ms[0]); cell(&r, "%.0f", ms[1]); cell(&r, "%.0f", ms[2]);
+        cell(&r, "%.2f", ms[0] / ms[1]); cell(&r, "%.2f", ms[0] / ms[2]);
+        cell(&r, "%.0f", cpu_ms[0]); cell(&r, "%.0f", cpu_ms[1]); cell(&r, "%.0f", cpu_ms[2]);
+        cell(&r, "%.2f", cpu_ms[0] / cpu_ms[1]); cell(&r, "%.2f", cpu_ms[0] / cpu_ms[2]);
+        cell(&r, "%d of %d", pairs, pairs); cell(&r, "%.2f", flipped ? p->gamma_b : p->gamma_a);
+        cell(&r, "%.2f", flipped ? p->base_b / p->radix_b : p->base_a / p->radix_a);
+        cell_num(&r, "%.2f", flipped ? -1 : PAPER_T1_06B);
+        rx_batch_free(&b);
+        free(scores);
+        if (rc) { qwen3_free(&m); return 1; }
+        table_row(&r, lead);
+    }
+    qwen3_free(&m);
+    printf("\nSYNTHETIC: random token ids in the shape of the paper's MS MARCO requests (passages 75-200 tokens, "
+           "65-200 flipped), %d pairs a request;\nforward pass only (qwen3_forward_ref_last), each mode the median of "
+           "%d after an untimed one; x = baseline ms / mode ms, of wall time, and x CPU\nof the process's CPU time "
+           "(all threads; on a busy machine the steadier). Scored with --score's code (rx_rerank_scores, ids\n%d and "
+           "%d): every mode's scores equal baseline's bit for bit (checked; a difference is an error, not a row). The "
+           "paper's\ncolumns: Qwen3-0.6B in TEI on the real data set, end to end (Table 3: p50, Table 1: mean over "
+           "1287 requests of 64\npairs), an H100, tokenization, batching and HTTP included: compare trends, not "
+           "values.\n\n", pairs, reps, RR_YES, RR_NO);
     return 0;
 }
 
@@ -1721,6 +1877,10 @@ static int generate_table(int reps, int gpu, int quick)
             RxServeOptions o = {.cache = KINDS[k], .page_size = 8, .batch = 8, .mode = RX_COMPACT, .model_id = 1,
                                 .gpu = g, .gen = &gen, .after = after};
             struct timespec c0, c1;
+            char run[32] = "warm-up, not timed";                 /* progress: a warm-up of each takes seconds */
+            if (round >= 0) snprintf(run, sizeof run, "timed run %d of %d", round + 1, reps);
+            fprintf(stderr, "bench: generation, cache %s: %s (%d requests x %d tokens)\n",
+                    rx_cache_kind_name(KINDS[k]), run, n, max_new);
             clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
             rc = rx_serve(&m, ptr, lens, n, &o, NULL, NULL, NULL, &st[k]);
             clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
@@ -1728,7 +1888,6 @@ static int generate_table(int reps, int gpu, int quick)
             if (round < 0 || rc) continue;
             t[(k * reps + round) * 2] = g ? st[k].gpu_ms : st[k].ms;
             t[(k * reps + round) * 2 + 1] = (c1.tv_sec - c0.tv_sec) * 1e3 + (c1.tv_nsec - c0.tv_nsec) * 1e-6;
-            if (round == 0) fprintf(stderr, "bench: generation, %s\n", rx_cache_kind_name(KINDS[k]));
         }
     for (int k = 0; k < 3 && !rc; k++) {
         double w[64], c[64];
@@ -1761,7 +1920,7 @@ static int generate_table(int reps, int gpu, int quick)
 
 /* ---- main: arguments, the GPU check, dispatch ---------------------------------------------------------------- */
 static const char *USAGE =
-    "usage: bench (--table 2|4|5|6 [--cpu] | --attention | --workload reranker | --prefix-cache [--gpu]\n"
+    "usage: bench (--table 2|4|5|6 [--cpu] | --attention | --workload reranker [--cpu] | --prefix-cache [--gpu]\n"
     "             | --generate [--gpu]\n"
     "             | --replot CSV --svg FILE) [options]\n"
     "  --table 4             Qwen3-4B forward latency, B = 32, prefix P x suffix S (the paper's Table 4); needs a GPU\n"
@@ -1773,6 +1932,8 @@ static const char *USAGE =
     "  --table 6             gather/scatter kernel vs device copy bandwidth (Table 6); GPU\n"
     "  --attention           attention alone, flash (BM 64, BM 128) and naive kernels, Table 4 shapes; GPU\n"
     "  --workload reranker   synthetic MS MARCO-shaped reranking batches, variants A and B (flipped); GPU\n"
+    "  --workload reranker --cpu   the same on the C reference at Qwen3-0.6B's width, 1 layer, N pairs a request\n"
+    "                        (--pairs, default 16, 4 with --quick), scored as radixmlp --score; needs no GPU\n"
     "  --prefix-cache        Part II: the KV prefix cache, six radix vs hash scenarios, off vs hash vs radix, on a\n"
     "                        random Qwen3 of fixtures/tiny-bf16's shape; the C reference (no GPU needed)\n"
     "  --prefix-cache --gpu  the same served on the GPU (gpu_prefill), GPU times\n"
@@ -1782,6 +1943,7 @@ static const char *USAGE =
     "  --replot CSV          re-plot a CSV written by --table 4 --csv, or fixtures/table4-paper.csv; needs --svg\n"
     "options, each at most once, and only where it applies (anything else is an error):\n"
     "  --model 0.6b|4b|8b    --table 4, --attention (default 4b); --table 2 [--cpu] and --workload: that model only\n"
+    "  --pairs N             --workload reranker --cpu: (query, passage) pairs a request, 1 to 64 (the paper's)\n"
     "  --reps N              timed repeats after one warm-up (default 5, 3 with --cpu, 15 for --prefix-cache, 2\n"
     "                        with --quick; x4 in Table 6); not --table 5 (timed for 0.2 s each) or --replot\n"
     "  --quick               fewer rows and repeats, for smoke runs; not --replot\n"
@@ -1801,20 +1963,21 @@ static int usage_error(const char *msg, const char *arg)
 }
 
 /* What a command line runs, and for each flag the runs it applies to: any other flag is an error. */
-enum { R_T4, R_T4_CPU, R_T2, R_T2_CPU, R_T5, R_T6, R_ATTENTION, R_RERANKER, R_CACHE, R_CACHE_GPU, R_GEN, R_GEN_GPU,
-       R_REPLOT, N_RUNS };
+enum { R_T4, R_T4_CPU, R_T2, R_T2_CPU, R_T5, R_T6, R_ATTENTION, R_RERANKER, R_RERANKER_CPU, R_CACHE, R_CACHE_GPU,
+       R_GEN, R_GEN_GPU, R_REPLOT, N_RUNS };
 static const char *const RUN_NAME[N_RUNS] = {"--table 4", "--table 4 --cpu", "--table 2", "--table 2 --cpu",
-    "--table 5", "--table 6", "--attention", "--workload reranker", "--prefix-cache", "--prefix-cache --gpu",
-    "--generate", "--generate --gpu", "--replot"};
-enum { F_TABLE, F_WORKLOAD, F_ATTENTION, F_CACHE, F_GENERATE, F_REPLOT, F_CPU, F_GPU, F_MODEL, F_REPS, F_QUICK, F_CSV,
-       F_SVG, N_FLAGS };
+    "--table 5", "--table 6", "--attention", "--workload reranker", "--workload reranker --cpu", "--prefix-cache",
+    "--prefix-cache --gpu", "--generate", "--generate --gpu", "--replot"};
+enum { F_TABLE, F_WORKLOAD, F_ATTENTION, F_CACHE, F_GENERATE, F_REPLOT, F_CPU, F_GPU, F_MODEL, F_PAIRS, F_REPS, F_QUICK,
+       F_CSV, F_SVG, N_FLAGS };
 #define ON(r) (1 << (r))
 #define ALL ((1 << N_RUNS) - 1)
 static const struct { const char *name; int takes_value, runs; } FLAGS[N_FLAGS] = {   /* in the enum's order */
     {"--table", 1, ALL}, {"--workload", 1, ALL}, {"--attention", 0, ALL}, {"--prefix-cache", 0, ALL},
-    {"--generate", 0, ALL}, {"--replot", 1, ALL}, {"--cpu", 0, ON(R_T4_CPU) | ON(R_T2_CPU)},
+    {"--generate", 0, ALL}, {"--replot", 1, ALL}, {"--cpu", 0, ON(R_T4_CPU) | ON(R_T2_CPU) | ON(R_RERANKER_CPU)},
     {"--gpu", 0, ON(R_CACHE_GPU) | ON(R_GEN_GPU)},
     {"--model", 1, ON(R_T4) | ON(R_T2) | ON(R_T2_CPU) | ON(R_ATTENTION) | ON(R_RERANKER)},
+    {"--pairs", 1, ON(R_RERANKER_CPU)},
     {"--reps", 1, ALL & ~ON(R_T5) & ~ON(R_REPLOT)}, {"--quick", 0, ALL & ~ON(R_REPLOT)},
     {"--csv", 1, ALL & ~ON(R_REPLOT)}, {"--svg", 1, ON(R_T4) | ON(R_T4_CPU) | ON(R_REPLOT)},
 };
@@ -1851,7 +2014,8 @@ int main(int argc, char **argv)
                            "--generate, --replot CSV", NULL);
     table = val[F_TABLE] ? val[F_TABLE][0] - '0' : 0;
     run = table == 4 ? (val[F_CPU] ? R_T4_CPU : R_T4) : table == 2 ? (val[F_CPU] ? R_T2_CPU : R_T2)
-        : table == 5 ? R_T5 : table == 6 ? R_T6 : val[F_ATTENTION] ? R_ATTENTION : val[F_WORKLOAD] ? R_RERANKER
+        : table == 5 ? R_T5 : table == 6 ? R_T6 : val[F_ATTENTION] ? R_ATTENTION
+        : val[F_WORKLOAD] ? (val[F_CPU] ? R_RERANKER_CPU : R_RERANKER)
         : val[F_CACHE] ? (val[F_GPU] ? R_CACHE_GPU : R_CACHE) : val[F_GENERATE] ? (val[F_GPU] ? R_GEN_GPU : R_GEN)
         : R_REPLOT;
     for (int f = 0; f < N_FLAGS; f++)
@@ -1869,6 +2033,14 @@ int main(int argc, char **argv)
         if (*end || end == val[F_REPS] || n < 1 || n > 10000)
             return usage_error("--reps takes a count from 1 to 10000, not", val[F_REPS]);
         reps = (int)n;
+    }
+    int pairs = val[F_QUICK] ? 4 : 16;   /* --workload reranker --cpu */
+    if (val[F_PAIRS]) {
+        char *end;
+        long n = strtol(val[F_PAIRS], &end, 10);
+        if (*end || end == val[F_PAIRS] || n < 1 || n > RR_PAIRS)
+            return usage_error("--pairs takes a count from 1 to 64, not", val[F_PAIRS]);
+        pairs = (int)n;
     }
     {   /* an output never overwrites the input (--replot) or the other output, however the paths are spelled */
         const char *csv = val[F_CSV], *svg = val[F_SVG], *in = val[F_REPLOT];
@@ -1899,7 +2071,7 @@ int main(int argc, char **argv)
         return 1;
     } else if (cpu) {   /* the C reference: no GPU needed */
         print_cpu();
-        rc = cpu_matmul_rate(quick);
+        rc = run == R_RERANKER_CPU ? cpu_reranker(pairs, reps) : cpu_matmul_rate(quick);
         if (!rc && table == 4) {
             Point pts[16];
             int n = 0;
@@ -1909,7 +2081,7 @@ int main(int argc, char **argv)
             snprintf(title, sizeof title, "RadixMLP on the CPU: Qwen3-0.6B width, B = %d (%s, %d threads)",
                      quick ? 4 : 8, name, rx_threads(0));
             if (!rc && svg) rc = write_cpu_svg(svg, pts, n, quick ? 4 : 8, title);
-        } else if (!rc) rc = cpu_table2(model, reps, quick);
+        } else if (!rc && table == 2) rc = cpu_table2(model, reps, quick);
     } else {
         if (run != R_T5 && run != R_CACHE && run != R_GEN) print_device();
         if (table == 4) {

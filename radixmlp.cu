@@ -20,6 +20,8 @@
  *                                      points hashed (trie_find_hashed()), nothing shared (trie_any_shared_start())
  *   Sec. 3.4 attention, cu_seqlens  -> attention_ref() (C: the definition, 40 lines), the attention kernel (CUDA)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
+ *   Sec. 4.1 reranking, Tables 1, 3 -> qwen3_forward_ref_last() (each sequence's last token), rx_rerank_scores()
+ *                                      (P(yes) as the Qwen3-Reranker model card computes it; the CLI's --score)
  *   Part II, across requests        -> the paged KV pool (rx_kv_pool_*), the radix and hash prefix caches
  *                                      (rx_cache_*), a request's life (rx_request_*): RadixAttention's half
  *   Part II: prefill on a KV cache  -> qwen3_prefill_ref() (C) and gpu_prefill(): Part I's layer steps, keys read
@@ -1061,6 +1063,25 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
 /* Reranking and embedding read one row per sequence, its last token's: head_ref with last_only. */
 int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed) {
     return forward_ref(m, b, mode, 1, logits, embed, NULL);
+}
+
+/* The paper's workload (paper Sec. 4.1 (b), (c)): a reranker reads each (query, document) prompt's last-token logits
+ * and keeps two of them. The Qwen3-Reranker model card scores a pair as
+ *     scores = log_softmax(stack([logits[:, no], logits[:, yes]], dim=1), dim=1)[:, 1].exp()
+ * that is P(yes) = e^yes / (e^yes + e^no) over the two logits alone. In double, from the larger logit (no overflow
+ * for any float), then rounded to float: |our score - transformers'| is at most a quarter of the difference in
+ * (yes - no), the logistic's steepest slope, plus a rounding. */
+int rx_rerank_scores(const float *logits, int n_seqs, int vocab, int32_t yes, int32_t no, float *scores) {
+    if (yes < 0 || no < 0 || yes >= vocab || no >= vocab || yes == no)
+        return rx_fail("rx_rerank_scores: the yes and no ids (%d, %d) must be two different token ids below the "
+                       "vocabulary size %d", yes, no, vocab);
+    for (int s = 0; s < n_seqs; s++) {
+        const float *row = logits + (size_t)s * vocab;               /* [vocab] sequence s's last token */
+        double y = row[yes], n = row[no], top = fmax(y, n);
+        double log_sum = top + log(exp(y - top) + exp(n - top));     /* log(e^yes + e^no), the softmax's norm */
+        scores[s] = (float)exp(y - log_sum);
+    }
+    return 0;
 }
 
 /* How far the bf16 GPU forward may be from the fp32 C reference: a bound on max|logit_gpu - logit_ref| / max|logit_ref|
@@ -2740,7 +2761,8 @@ int32_t rx_sample(const float *z, int V, const RxGenerate *g, uint64_t *rng) {
  *                  preempt the newest running request (its pages freed; requeued first, to prefill again)
  *         admit    waiting requests, up to `batch` running, in arrival order (fcfs) or longest cached prefix first
  *                  (lpm: sorting by matched length visits the tree depth first, so a prefix is reused while it is
- *                  cached); the first one that finds no room waits for the next step
+ *                  cached; only the queue's first RX_LPM_WINDOW requests, see lpm_window); the first one that
+ *                  finds no room waits for the next step
  *         forward  one prefill (qwen3_prefill_ref, or gpu_prefill with o->gpu) of every running request's tokens
  *                  that have no K/V yet: a new request's uncached prompt, a decoding request's newest token
  *         sample   each request's next token from its logits; it finishes at max_new or an end-of-sequence token
@@ -2752,6 +2774,17 @@ int32_t rx_sample(const float *z, int V, const RxGenerate *g, uint64_t *rng) {
  * generated tokens go into the cache at each page boundary and at the end (rx_request_cache), so a later turn that
  * repeats this conversation (@K) finds its answer cached too. At the end the pool is audited and the cache flushed. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
+
+/* lpm's window. Sorting the whole queue by cached prefix every step costs a cache lookup per waiting request per
+ * step: quadratic in the queue (2,500 waiting requests of 16 tokens took 5.1 s, 10,000 over 60 s, where fcfs took
+ * 3.6 s). SGLang turns lpm off past 128 waiting requests (schedule_policy.py, _determine_active_policy: FCFS when
+ * len(waiting_queue) > 128). We do better than that fallback: lpm never turns off, it orders the first RX_LPM_WINDOW
+ * waiting requests whose prompt is known (o->lpm_window, 0: this) and the rest wait behind them in arrival order.
+ * A step then costs at most a window of lookups and one sort of it, whatever the queue's length, and a queue no
+ * longer than the window is ordered exactly as a sort of the whole queue orders it (the equivalence test:
+ * cache/lpm_window_keeps_decisions). Admission reads the queue only up to where the batch is full, so fcfs too costs
+ * what a step admits, not the queue's length. */
+#define RX_LPM_WINDOW 128
 
 static int by_cached_then_index(const void *a, const void *b) {
     const Waiting *x = (const Waiting *)a, *y = (const Waiting *)b;
@@ -2773,7 +2806,10 @@ typedef struct {                     /* what the steps of one rx_serve share    
     RxPrefixCache *c;
     RxRequest *req;                  /* [n] */
     Turn *turn;                      /* [n] */
-    Waiting *wait; int n_wait;       /* [n] waiting, in the order they are offered admission                    */
+    Waiting *queue;                  /* [n] the allocation that wait points into                               */
+    Waiting *wait; int n_wait;       /* [n_wait] waiting, in the order they are offered admission; the requests
+                                        admitted from its front move wait forward, so there is always room before
+                                        it for a preempted one (the requests out of the queue are running or done) */
     RxRequest **run; int n_run;      /* [batch] running, oldest admission first                                */
     const int32_t *const *tokens;    /* [n] each request's own tokens (its line)                               */
     const int *lens;                 /* [n]                                                                     */
@@ -2815,26 +2851,38 @@ static int pages_at_most(const Sched *S, int i) {
     return (tokens + S->o->page_size - 1) / S->o->page_size;
 }
 
+/* lpm: orders the queue's front, the first window requests whose prompt is known and the turns between them that
+ * wait for an earlier turn, by cached prefix (longest first, then arrival). Refuses a turn whose earlier turn was
+ * refused. */
+static void lpm_order(Sched *S) {
+    const int window = S->o->lpm_window > 0 ? S->o->lpm_window : RX_LPM_WINDOW;
+    int front = 0, known = 0;
+    for (; front < S->n_wait && known < window; front++) {
+        int i = S->wait[front].index;
+        const RxRequest *r = &S->req[i];
+        if (S->turn[i].state == 0 && build_prompt(S, i) == 2) refuse(S, i);
+        known += S->turn[i].prompt_len > 0;
+        S->wait[front].cached = S->turn[i].prompt_len ? rx_cache_lookup(S->c, r->model_id, r->tokens, r->len - 1, NULL)
+                                                      : -1;
+    }
+    qsort(S->wait, (size_t)front, sizeof *S->wait, by_cached_then_index);
+}
+
 /* Admits waiting requests while fewer than o->batch run, in the scheduler's order; skips a turn whose conversation
- * is still running, refuses one that could never fit, stops at the first that finds no room. */
+ * is still running, refuses one that could never fit (or whose earlier turn was refused), stops at the first that
+ * finds no room. It reads the queue up to there only: the rest keep their places. */
 static int admit_step(Sched *S) {
     const RxServeOptions *o = S->o;
-    for (int w = 0; w < S->n_wait; w++) {
-        int i = S->wait[w].index;
-        if (build_prompt(S, i) == 2) refuse(S, i);
-        const RxRequest *r = &S->req[i];
-        S->wait[w].cached = S->turn[i].prompt_len && o->lpm ? rx_cache_lookup(S->c, r->model_id, r->tokens,
-                                                                               r->len - 1, NULL) : -1;
-    }
-    if (o->lpm) qsort(S->wait, (size_t)S->n_wait, sizeof *S->wait, by_cached_then_index);
-    int kept = 0, full = S->n_run == o->batch;
-    for (int w = 0; w < S->n_wait; w++) {
+    if (o->lpm) lpm_order(S);
+    int kept = 0, full = S->n_run == o->batch, w = 0;
+    for (; w < S->n_wait && !full; w++) {
         int i = S->wait[w].index, rc = 1;
         Turn *t = &S->turn[i];
         RxRequest *r = &S->req[i];
+        if (t->state == 0 && build_prompt(S, i) == 2) refuse(S, i);
         if (t->state == 2) continue;                              /* refused with its earlier turn */
-        if (!full && t->prompt_len && pages_at_most(S, i) > S->c->pool->n_pages) { refuse(S, i); continue; }
-        if (!full && t->prompt_len && (rc = rx_request_admit(S->c, r)) < 0) return -1;
+        if (t->prompt_len && pages_at_most(S, i) > S->c->pool->n_pages) { refuse(S, i); continue; }
+        if (t->prompt_len && (rc = rx_request_admit(S->c, r)) < 0) return -1;
         if (rc) {                                                 /* waits: its turn 1 runs, or no room */
             full |= t->prompt_len > 0;
             S->wait[kept++] = S->wait[w];
@@ -2851,7 +2899,9 @@ static int admit_step(Sched *S) {
         S->st->cached_tokens += r->cached_len;
         for (int p = 0; p < r->cached_len; p++) S->st->cached_generated += t->generated[p];
     }
-    S->n_wait = kept;
+    memmove(S->wait + (w - kept), S->wait, (size_t)kept * sizeof *S->wait);   /* the kept ones, just before w */
+    S->wait += w - kept;
+    S->n_wait -= w - kept;
     return 0;
 }
 
@@ -2862,7 +2912,7 @@ static void preempt_newest(Sched *S) {
     int i = (int)(r - S->req);
     rx_request_abort(S->c, r);
     rx_request_init(r, S->turn[i].hist, S->turn[i].prompt_len + S->turn[i].n_gen, S->o->model_id);
-    memmove(S->wait + 1, S->wait, (size_t)S->n_wait * sizeof *S->wait);
+    S->wait--;                                                    /* room: r itself left the queue before */
     S->wait[0].index = i;
     S->n_wait++;
     S->st->preemptions++;
@@ -3079,7 +3129,8 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     S.st = st;
     S.req = (RxRequest *)calloc((size_t)n_req + 1, sizeof(RxRequest));
     S.turn = (Turn *)calloc((size_t)n_req + 1, sizeof(Turn));
-    S.wait = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
+    S.queue = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
+    S.wait = S.queue;
     S.run = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));                         /* [batch] running */
     Step w;
     memset(&w, 0, sizeof w);
@@ -3090,7 +3141,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     w.sfx_lens = (int *)calloc((size_t)B, sizeof(int));
     w.logits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a step's logits [batch, vocab]");
     memset(&pool, 0, sizeof pool);
-    if (!S.req || !S.turn || !S.wait || !S.run || !w.cached_len || !w.prefix_key || !w.tables || !w.seqs ||
+    if (!S.req || !S.turn || !S.queue || !S.run || !w.cached_len || !w.prefix_key || !w.tables || !w.seqs ||
         !w.sfx_lens || !w.logits) {
         rx_fail("out of host memory for serving %d requests", n_req);
         goto done;
@@ -3143,7 +3194,7 @@ done:
     gpu_kv_pool_free(gpu_kv);
     free(S.req);
     free(S.turn);
-    free(S.wait);
+    free(S.queue);
     free(S.run);
     free(w.cached_len);
     free(w.prefix_key);
@@ -5949,12 +6000,15 @@ static const char *usage =
     "       radixmlp --check --model DIR      validate a checkpoint on the host and print its inventory\n"
     "       radixmlp --show-index --tokens FILE   the trie, I_gather and I_scatter of a batch (no model needed)\n"
     "       radixmlp --model DIR --tokens FILE [--mode baseline|radix|compact|auto] [--dump-logits FILE] [--cpu]\n"
-    "                [--last-only | --embed FILE]\n"
+    "                [--last-only | --embed FILE | --score YES,NO [--out FILE]]\n"
     "                FILE: one sequence per line, token ids separated by spaces. --dump-logits writes raw\n"
     "                little-endian float32 [N, vocab], rows in original token order. --cpu forces the C reference.\n"
     "                --last-only: the logits of each sequence's last token only, [n_seqs, vocab] (reranking).\n"
     "                --embed FILE: no logits; writes float32 [n_seqs, hidden], each sequence's last-token state\n"
     "                after the final norm, L2-normalised (Qwen3-Embedding's pooling).\n"
+    "                --score YES,NO (token ids): reranking, as the Qwen3-Reranker model card scores a pair: P(yes),\n"
+    "                the softmax over the last token's logits of YES and NO. One number a line, in the batch's order,\n"
+    "                printed, or with --out FILE written there as text (9 digits: the float exactly).\n"
     "       radixmlp --model DIR --requests FILE [--prefix-cache radix|hash|off] [--page-size P] [--cache-pages M]\n"
     "                [--batch B] [--schedule fcfs|lpm] [--stats FILE] [--dump-logits FILE] [--cpu] [--show-batches]\n"
     "                [--show-cache]\n"
@@ -6217,14 +6271,49 @@ static int check_finite(const float *out, int rows, int cols, const char *what, 
                    what, out[bad], bad / cols, bad % cols, dir);
 }
 
-/* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits. */
+/* --score: scores [n_seqs] of the last-token logits [n_seqs, vocab] (rx_rerank_scores), printed one a line, or
+ * written to out as text, one a line, in the batch's order. %.9g: 9 significant digits give the float back exactly. */
+static int print_scores(const float *logits, int n_seqs, int vocab, const int32_t score[2], const char *out) {
+    float *p = (float *)rx_alloc((size_t)n_seqs * sizeof(float), "the scores [n_seqs]");
+    char tmp[RX_TMP_PATH] = "";
+    FILE *f = NULL;
+    int rc = -1;
+    if (!p || rx_rerank_scores(logits, n_seqs, vocab, score[0], score[1], p)) goto done;
+    f = out ? rx_output_open(out, tmp) : stdout;                 /* a temporary file, renamed into place at the end */
+    if (!f) goto done;
+    for (int s = 0; s < n_seqs; s++) {
+        if (!out) printf("sequence %d: P(yes) = ", s);
+        fprintf(f, "%.9g\n", p[s]);
+    }
+    rc = out && rx_output_commit(f, tmp, out) ? -1 : 0;
+    f = NULL;
+    if (!rc && out) printf("wrote %s: %d lines, P(yes) of each sequence in the batch's order (YES %d, NO %d)\n", out,
+                           n_seqs, score[0], score[1]);
+done:
+    if (f && f != stdout) rx_output_discard(f, tmp);
+    free(p);
+    return rc;
+}
+
+/* last_only: logits of each sequence's last token only; embed: its normed state, L2-normalised, instead of logits;
+ * score (or NULL): the yes and no ids of --score, whose P(yes) of each sequence goes to out (NULL: printed); ids the
+ * model's vocabulary does not have are refused before the forward (-1: found in a file, as a token id of the tokens
+ * file would be). */
 static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, const char *dump, int force_cpu,
-                          int last_only, const char *embed) {
+                          int last_only, const char *embed, const int32_t *score, const char *out) {
     Qwen3Model m;
     RxBatch b;
     RadixIndex ix;
     if (qwen3_load(&m, dir)) return -1;
     if (!embed && !m.lm_head) { qwen3_free(&m); return no_lm_head(); }
+    for (int k = 0; score && k < 2; k++)
+        if (score[k] >= m.cfg.vocab_size) {
+            rx_fail("--score %d,%d: the %s id %d is not below this model's vocabulary size %d", score[0], score[1],
+                    k ? "NO" : "YES", score[k], m.cfg.vocab_size);
+            qwen3_free(&m);
+            return -1;
+        }
+    last_only |= score != NULL;                          /* a score reads the last token's logits only */
     if (rx_batch_read(&b, tokens)) { qwen3_free(&m); return -1; }
     int rc = -1;
     float *logits = NULL;
@@ -6259,7 +6348,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
                rx_now_ms() - t0);
     }
     if (check_finite(logits, rows, cols, what, dir)) goto done;
-    for (int s = 0; !embed && s < b.n_seqs; s++) {      /* the greedy next token of each sequence */
+    for (int s = 0; !embed && !score && s < b.n_seqs; s++) {      /* the greedy next token of each sequence */
         const float *row = logits + (size_t)(last_only ? s : b.cu_seqlens[s + 1] - 1) * m.cfg.vocab_size;
         int best = 0;
         for (int v = 1; v < m.cfg.vocab_size; v++) if (row[v] > row[best]) best = v;
@@ -6269,6 +6358,7 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
         const float *e = logits + (size_t)s * cols;
         printf("sequence %d: embedding [%d], first values %.4f %.4f %.4f\n", s, cols, e[0], e[1 % cols], e[2 % cols]);
     }
+    if (score && print_scores(logits, b.n_seqs, cols, score, out)) goto done;
     rc = embed ? write_f32(embed, logits, rows, cols, what) : dump ? write_f32(dump, logits, rows, cols, what) : 0;
 done:
     gpu_model_free(g);
@@ -6530,6 +6620,23 @@ static int parse_count(const char *flag, const char *s, int lo, int hi, int *out
     return 0;
 }
 
+/* --score YES,NO: two different token ids (each checked against the model's vocabulary once it is loaded), or exit
+ * code 2 from main. */
+static int parse_score(const char *s, int32_t ids[2]) {
+    const char *p = s;
+    for (int k = 0; k < 2; k++) {
+        char *end;
+        errno = 0;
+        long v = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : -1;
+        if (v < 0 || errno || v > INT32_MAX || *end != (k ? '\0' : ','))
+            return usage_error("--score takes two token ids, YES,NO (e.g. 9693,2152), not '%s'", s);
+        ids[k] = (int32_t)v;
+        p = end + 1;
+    }
+    if (ids[0] == ids[1]) return usage_error("--score %s: YES and NO are one id; a score needs two", s);
+    return 0;
+}
+
 /* A file of the model folder that is path, or NULL: an output must never overwrite the checkpoint it reads. */
 static const char *model_file_at(const char *dir, const char *path) {
     static char file[4096];
@@ -6569,18 +6676,18 @@ static int check_output(const char *flag, const char *path, const char *const ou
 enum { DEMO, CHECK, SHOW_INDEX, RUN, SERVE, N_ACTIONS };
 static const char *const ACTION_NAME[N_ACTIONS] = {"the demo", "--check", "--show-index",
                                                     "--model DIR --tokens FILE", "--requests FILE"};
-enum { F_MODEL, F_TOKENS, F_REQUESTS, F_CHECK, F_SHOW_INDEX, F_MODE, F_DUMP, F_CPU, F_LAST_ONLY, F_EMBED, F_CACHE,
-       F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, F_GENERATE, F_OUT,
-       F_TEMPERATURE, F_TOP_K, F_TOP_P, F_SEED, F_IGNORE_EOS, N_FLAGS };
+enum { F_MODEL, F_TOKENS, F_REQUESTS, F_CHECK, F_SHOW_INDEX, F_MODE, F_DUMP, F_CPU, F_LAST_ONLY, F_EMBED, F_SCORE,
+       F_CACHE, F_PAGE_SIZE, F_CACHE_PAGES, F_BATCH, F_SCHEDULE, F_STATS, F_SHOW_BATCHES, F_SHOW_CACHE, F_GENERATE,
+       F_OUT, F_TEMPERATURE, F_TOP_K, F_TOP_P, F_SEED, F_IGNORE_EOS, N_FLAGS };
 #define ON(a) (1 << (a))
 static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAGS] = {   /* in the enum's order */
     {"--model", 1, ON(CHECK) | ON(RUN) | ON(SERVE)}, {"--tokens", 1, ON(SHOW_INDEX) | ON(RUN)},
     {"--requests", 1, ON(SERVE)}, {"--check", 0, ON(CHECK)}, {"--show-index", 0, ON(SHOW_INDEX)},
     {"--mode", 1, ON(RUN) | ON(SERVE)}, {"--dump-logits", 1, ON(RUN) | ON(SERVE)}, {"--cpu", 0, ON(RUN) | ON(SERVE)},
-    {"--last-only", 0, ON(RUN)}, {"--embed", 1, ON(RUN)}, {"--prefix-cache", 1, ON(SERVE)},
+    {"--last-only", 0, ON(RUN)}, {"--embed", 1, ON(RUN)}, {"--score", 1, ON(RUN)}, {"--prefix-cache", 1, ON(SERVE)},
     {"--page-size", 1, ON(SERVE)}, {"--cache-pages", 1, ON(SERVE)}, {"--batch", 1, ON(SERVE)},
     {"--schedule", 1, ON(SERVE)}, {"--stats", 1, ON(SERVE)}, {"--show-batches", 0, ON(SERVE)},
-    {"--show-cache", 0, ON(SERVE)}, {"--generate", 1, ON(SERVE)}, {"--out", 1, ON(SERVE)},
+    {"--show-cache", 0, ON(SERVE)}, {"--generate", 1, ON(SERVE)}, {"--out", 1, ON(RUN) | ON(SERVE)},
     {"--temperature", 1, ON(SERVE)}, {"--top-k", 1, ON(SERVE)}, {"--top-p", 1, ON(SERVE)}, {"--seed", 1, ON(SERVE)},
     {"--ignore-eos", 0, ON(SERVE)},
 };
@@ -6626,7 +6733,13 @@ int main(int argc, char **argv) {
         return usage_error("running a checkpoint needs both --model and --tokens");
     if (embed && (dump || last_only))
         return usage_error("--embed computes no logits: it takes neither --dump-logits nor --last-only");
-    for (int f = F_OUT; f < N_FLAGS; f++)                   /* the generation flags go with --generate N */
+    int32_t score[2];                                        /* --score YES,NO: the two token ids */
+    if (val[F_SCORE] && parse_score(val[F_SCORE], score)) return 2;
+    if (val[F_SCORE] && (embed || (dump && !last_only)))
+        return usage_error("--score reads the last token's logits: it takes no --embed, and --dump-logits only with "
+                           "--last-only");
+    if (action == RUN && val[F_OUT] && !val[F_SCORE]) return usage_error("--out goes with --score YES,NO");
+    for (int f = F_OUT + (action == RUN); f < N_FLAGS; f++)  /* the generation flags go with --generate N */
         if (val[f] && !val[F_GENERATE]) return usage_error("%s goes with --generate N", FLAGS[f].name);
     RxGenerate gen;                         /* run_requests adds the checkpoint's defaults, the eos ids, the outputs */
     memset(&gen, 0, sizeof gen);
@@ -6652,6 +6765,7 @@ int main(int argc, char **argv) {
         .n_pages = 0,
         .batch = 1,
         .lpm = 0,
+        .lpm_window = 0,
         .mode = RX_COMPACT,
         .model_id = 0,
         .trace = NULL,
@@ -6691,7 +6805,9 @@ int main(int argc, char **argv) {
         }
         else if (action == CHECK) rc = check_model(model);
         else if (action == SHOW_INDEX) rc = show_index(tokens);
-        else if (action == RUN) rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed);
+        else if (action == RUN)
+            rc = run_checkpoint(model, tokens, mode, dump, force_cpu, last_only, embed, val[F_SCORE] ? score : NULL,
+                                val[F_OUT]);
         else rc = demo();
     }
     if (!rc) rc = rx_close_output(stdout, "<stdout>");

@@ -203,6 +203,10 @@ int qwen3_forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, float 
  *   embed  [n_seqs, hidden]  its final hidden state after the final norm, L2-normalised: last-token pooling, as
  *                            sentence-transformers pools a Qwen3-Embedding model                              */
 int qwen3_forward_ref_last(const Qwen3Model *m, const RxBatch *b, RxMode mode, float *logits, float *embed);
+/* Reranker scores, as the Qwen3-Reranker model card computes them: scores [n_seqs] = P(yes), the softmax over the
+ * two logits [yes, no] of each row of logits [n_seqs, vocab] (each sequence's last token). 0, or -1 when yes and no
+ * are not two different ids in [0, vocab). */
+int rx_rerank_scores(const float *logits, int n_seqs, int vocab, int32_t yes, int32_t no, float *scores);
 
 /* The plain-C causal attention for ragged batches, shared by every mode (and the oracle of the CUDA kernel).
  *   q   [n_q, n_heads*head_dim]  query rows (N original rows, or N' compact rows)
@@ -546,6 +550,8 @@ typedef struct {
     int n_pages;                     /* the KV pool; 0: enough pages for every request at once                     */
     int batch;                       /* requests running at once (each step's sequences)                           */
     int lpm;                         /* 0: fcfs, 1: longest cached prefix first                                    */
+    int lpm_window;                  /* lpm orders the first lpm_window waiting requests, the rest wait in arrival
+                                        order behind them (0: 128; radixmlp.cu, RX_LPM_WINDOW, says why)           */
     RxMode mode;                     /* of qwen3_prefill_ref                                                       */
     uint64_t model_id;
     FILE *trace;                     /* each step's rx_prefill_print line (N, N', cached, computed); NULL: none   */

@@ -1091,6 +1091,48 @@ static void test_reference_matches_transformers(void) {
     }
 }
 
+/* rx_rerank_scores against P(yes) = 1 / (1 + e^(no - yes)) in long double, an independent form of the model card's
+ * softmax over [no, yes]: within 6e-8 (half an ulp of float at 1; the double arithmetic adds 1e-16), on equal logits
+ * (exactly 0.5), logits a thousand apart and near float's limits (0 and 1 without overflow), and random ones. Swapped
+ * ids give 1 - P. Ids that are not two different ids in [0, vocab) are refused. */
+static void test_rerank_scores_are_softmax_of_two_logits(void) {
+    enum { ROWS = 40, V = 8 };
+    float logits[ROWS * V], p[ROWS], q[ROWS];
+    uint64_t rng = 99;
+    for (int i = 0; i < ROWS * V; i++) logits[i] = (float)(rng_int(&rng, 2001) - 1000) / 97.0f;
+    const float edge[5][2] = {{1.5f, 1.5f}, {600.0f, -600.0f}, {-3e38f, 3e38f}, {88.7f, 0.0f}, {-1e-30f, 1e-30f}};
+    for (int r = 0; r < 5; r++) {
+        logits[r * V + 3] = edge[r][0];
+        logits[r * V + 5] = edge[r][1];
+    }
+    int rc = rx_rerank_scores(logits, ROWS, V, 3, 5, p);
+    expect(rc == 0, "rx_rerank_scores: %s", radix_error());
+    double worst = 0, worst_swap = 0;
+    for (int r = 0; rc == 0 && r < ROWS; r++) {
+        long double y = logits[r * V + 3], n = logits[r * V + 5];
+        double want = (double)(1.0L / (1.0L + expl(n - y)));
+        worst = fmax(worst, fabs(p[r] - want));
+        expect(isfinite(p[r]) && fabs(p[r] - want) <= 6e-8, "row %d (yes %g, no %g): P(yes) %.9g, want %.9g", r,
+               (double)y, (double)n, p[r], want);
+    }
+    expect(rc == 0 && p[0] == 0.5f && p[1] == 1.0f && p[2] == 0.0f, "equal logits: %.9g (want 0.5); 1200 apart: %.9g "
+           "(want 1); 6e38 apart: %.9g (want 0)", p[0], p[1], p[2]);
+    rc = rx_rerank_scores(logits, ROWS, V, 5, 3, q);
+    for (int r = 0; rc == 0 && r < ROWS; r++) worst_swap = fmax(worst_swap, fabs(p[r] + q[r] - 1.0));
+    expect(rc == 0 && worst_swap <= 1.2e-7, "swapped ids: max|P(yes) + P(no) - 1| %.3g > 1.2e-7", worst_swap);
+    const int32_t bad[4][2] = {{3, 3}, {-1, 2}, {2, V}, {V + 5, 0}};
+    int refused = 0;
+    for (int k = 0; k < 4; k++) {
+        int r = rx_rerank_scores(logits, ROWS, V, bad[k][0], bad[k][1], q);
+        refused += r != 0;
+        expect(r != 0 && strstr(radix_error(), "two different token ids below the vocabulary size 8"),
+               "ids (%d, %d) of a vocabulary of %d: rc %d, '%s'", bad[k][0], bad[k][1], V, r, radix_error());
+        if (k == 0) note("ids (3, 3) -> %s", radix_error());
+    }
+    summary("%d rows: max|P(yes) - 1/(1 + e^(no - yes))| %.3g (tol 6e-8), equal logits 0.5, far apart 1 and 0; "
+            "swapped ids 1 - P within %.3g; %d pairs of bad ids refused", ROWS, worst, worst_swap, refused);
+}
+
 /* Reranking and embedding read one row per sequence (qwen3_forward_ref_last): its last-token logits must be the
  * full forward's rows bit for bit (the same per-row arithmetic), and its embedding what sentence-transformers makes
  * of transformers' Qwen3Model (last-token pooling, L2 normalisation; fixtures/make_fixtures.py --variants), to fp32
@@ -3497,6 +3539,17 @@ static void test_cli(void) {
                     "(radixmlp --help lists them)");
 }
 
+/* args [768] = pattern (at most 511 characters) with FIX replaced by the fixtures folder, OUT by the output file. */
+static void cli_args(char *args, const char *pattern, const char *out_file) {
+    size_t at = 0;
+    for (const char *p = pattern; *p && at < 512;)
+        if (!strncmp(p, "FIX", 3) || !strncmp(p, "OUT", 3)) {
+            at += (size_t)snprintf(args + at, 768 - at, "%s", *p == 'F' ? fixtures() : out_file);
+            p += 3;
+        } else args[at++] = *p++;
+    args[at] = 0;
+}
+
 /* Every flag that does not apply to the action the command line chose is an error (exit 2, one line), and nothing
  * runs: the output file a wrongly placed flag names is never written. */
 static void test_cli_rejects_flags_of_other_actions(void) {
@@ -3529,14 +3582,8 @@ static void test_cli_rejects_flags_of_other_actions(void) {
     int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
         char pattern[512], args[768];
-        size_t at = 0;
         snprintf(pattern, sizeof pattern, "%s %s %s", cases[i].a, cases[i].b, cases[i].c);
-        for (const char *p = pattern; *p && at < 512;)          /* FIX: the fixtures folder, OUT: the output file */
-            if (!strncmp(p, "FIX", 3) || !strncmp(p, "OUT", 3)) {
-                at += (size_t)snprintf(args + at, sizeof args - at, "%s", *p == 'F' ? fixtures() : f);
-                p += 3;
-            } else args[at++] = *p++;
-        args[at] = 0;
+        cli_args(args, pattern, f);
         snprintf(cmd, sizeof cmd, "%s %s", cli(), args);
         expect_one_line(args, 2, run_cmd(cmd, out, sizeof out), out, cases[i].msg);
         expect(access(f, F_OK) != 0, "'%s' wrote %s", args, f);
@@ -3639,6 +3686,114 @@ static void test_cli_last_only_and_embed(void) {
     expect_one_line_error("logits of an embedding model", run_cmd(cmd, out, sizeof out), out, "has no LM head");
     remove_dir(d);
 }
+/* --score YES,NO: P(yes) of each sequence of fixtures/batches/rerank.txt (7 reranking pairs: a shared template head,
+ * two queries, passages of their own, a shared tail, one pair repeated) against transformers' model-card scores
+ * (fixtures/rerank/MODEL-rerank.txt, make_fixtures.py --rerank, YES 300 and NO 301) on the three tiny checkpoints.
+ * The tolerance follows from the logits': they are within 1e-4 x max|logit| of transformers' (reference group), and
+ * max|logit| of these last tokens is below 3.5, so yes - no moves by at most 7e-4 and P, whose slope is at most 1/4,
+ * by 1.75e-4: tol 2e-4. The --out file is the same bytes in every mode (baseline, radix, compact); on tiny-bf16 also
+ * at 1 and 2 threads, on the definition path and the widest (RADIXMLP_CPU); without --out the same numbers are the
+ * run's text. Wrong uses are refused with exit 2 and one line (an id beyond the model's vocabulary, found in its
+ * config.json, with exit 1), and write nothing. */
+static void test_cli_score_matches_transformers_and_every_mode(void) {
+    if (!have_cli()) return;
+    static const char *models[3] = {"tiny-tied", "tiny-untied", "tiny-bf16"};
+    static const char *modes[3] = {"baseline", "radix", "compact"};
+    static const char *paths[2] = {"definition", "auto"};
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX", cmd[1024], out[8192], p[512];
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    snprintf(p, sizeof p, "%s/s.txt", dir);
+    double worst = 0;
+    int runs = 0;
+    for (int mi = 0; mi < 3 && !test_failed; mi++) {
+        char *first = NULL, want_path[512];
+        size_t first_len = 0, len;
+        for (int k = 0; k < (mi == 2 ? 12 : 3) && !test_failed; k++) {   /* 3 modes (x 1, 2 threads x 2 paths) */
+            snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d RADIXMLP_CPU=%s %s --cpu --model %s/%s --tokens "
+                     "%s/batches/rerank.txt --mode %s --score 300,301 --out %s", 1 + k / 3 % 2, paths[k / 6], cli(),
+                     fixtures(), models[mi], fixtures(), modes[k % 3], p);
+            int rc = run_cmd(cmd, out, sizeof out);
+            char *got = (char *)read_file(p, &len);
+            expect(rc == 0 && got && strstr(out, "wrote ") && !strstr(out, "P(yes) ="), "'%s': exit %d\n%s", cmd, rc,
+                   out);
+            if (!first) {
+                first = got;
+                first_len = got ? len : 0;
+                continue;
+            }
+            expect(got && len == first_len && !memcmp(got, first, len), "%s, %s, %d thread(s), %s: --out differs "
+                   "from baseline's:\n%s---\n%s", models[mi], modes[k % 3], 1 + k / 3 % 2, paths[k / 6],
+                   got ? got : "(none)", first);
+            free(got);
+            unlink(p);
+            runs++;
+        }
+        snprintf(want_path, sizeof want_path, "%s/rerank/%s-rerank.txt", fixtures(), models[mi]);
+        char *want = (char *)read_file(want_path, &len), *a = first, *b = want;
+        int n = 0;
+        double d = 0;
+        for (char *ea, *eb; a && b && *b; a = ea, b = eb, n++) {
+            double x = strtod(a, &ea), y = strtod(b, &eb);
+            if (ea == a || eb == b) break;
+            d = fmax(d, fabs(x - y));
+        }
+        expect(want && n == 7 && a && strspn(a, "\n") == strlen(a) && d <= 2e-4,
+               "%s: %d scores of 7, max|ours - transformers| %.3g (tol 2e-4)", models[mi], n, d);
+        note("%-11s 7 scores, max|P(yes) - transformers' model-card P(yes)| = %.3g (tol 2e-4)", models[mi], d);
+        worst = fmax(worst, d);
+        snprintf(cmd, sizeof cmd, "%s --cpu --model %s/%s --tokens %s/batches/rerank.txt --score 300,301", cli(),
+                 fixtures(), models[mi], fixtures());
+        int rc = run_cmd(cmd, out, sizeof out);
+        char *t = out;
+        a = first;
+        for (int s = 0; rc == 0 && a && s < 7; s++) {   /* the text: "sequence s: P(yes) = " and the file's line */
+            char head[48];
+            size_t nl = strcspn(a, "\n");
+            snprintf(head, sizeof head, "sequence %d: P(yes) = ", s);
+            t = strstr(t, head);
+            expect(t && !strncmp(t + strlen(head), a, nl + 1), "without --out: no line '%s%.*s'", head, (int)nl, a);
+            if (!t) break;
+            a += nl + 1;
+        }
+        expect(rc == 0, "'%s': exit %d\n%s", cmd, rc, out);
+        free(first);
+        free(want);
+    }
+    const char *T = "--tokens FIX/batches/rerank.txt", *M = "--model FIX/tiny-tied";
+    const struct { const char *a, *b, *msg; } bad[] = {
+        {T, "--score 300", "--score takes two token ids, YES,NO"},
+        {T, "--score 300,301,302", "--score takes two token ids, YES,NO"},
+        {T, "--score 300,-1", "--score takes two token ids, YES,NO"},
+        {T, "--score yes,no", "--score takes two token ids, YES,NO"},
+        {T, "--score 300,300", "YES and NO are one id"},
+        {T, "--score 300,301 --embed OUT", "it takes no --embed"},
+        {T, "--score 300,301 --dump-logits OUT", "--dump-logits only with --last-only"},
+        {T, "--out OUT", "--out goes with --score YES,NO"},
+        {T, "--score 300,301 --generate 4", "--generate does not apply to --model DIR --tokens FILE"},
+        {"--requests FIX/batches/rerank.txt", "--score 300,301", "--score does not apply to --requests FILE"},
+    };
+    int n_bad = (int)(sizeof bad / sizeof bad[0]);
+    for (int i = 0; i < n_bad; i++) {
+        char pattern[512], args[768];
+        snprintf(pattern, sizeof pattern, "%s %s %s", M, bad[i].a, bad[i].b);
+        cli_args(args, pattern, p);
+        snprintf(cmd, sizeof cmd, "%s --cpu %s", cli(), args);
+        expect_one_line(bad[i].b, 2, run_cmd(cmd, out, sizeof out), out, bad[i].msg);
+        expect(access(p, F_OK) != 0, "'%s' wrote %s", args, p);
+        unlink(p);
+    }
+    snprintf(cmd, sizeof cmd, "%s --cpu --model %s/tiny-tied --tokens %s/batches/rerank.txt --score 300,512 --out %s",
+             cli(), fixtures(), fixtures(), p);                     /* found in config.json: bad data, exit 1 */
+    expect_one_line_error("--score 300,512", run_cmd(cmd, out, sizeof out), out,
+                          "--score 300,512: the NO id 512 is not below this model's vocabulary size 512");
+    expect(access(p, F_OK) != 0, "--score 300,512 wrote %s", p);
+    remove_dir(dir);
+    summary("--score 300,301 on 3 checkpoints: max|P(yes) - transformers'| %.3g (tol 2e-4); %d runs (3 modes; on "
+            "tiny-bf16 x 1, 2 threads x definition, widest path) gave the same --out bytes as baseline, and the same "
+            "numbers as the text without --out; %d wrong uses refused with exit 2, an id beyond the vocabulary with 1, "
+            "nothing written", worst, runs, n_bad);
+}
+
 /* Batches of copies, as a reranking batch of duplicates: more sequences than compact rows (S > N'), where the LM
  * head of --last-only packs S rows and the layers N'. Files of 13, 14, 15 and 16 lines of "5 6 7 8" and 64 lines of
  * "5"; every mode, full and --last-only, 1 and 2 threads (OMP_NUM_THREADS): exit 0, and the dump equal to the
@@ -3987,6 +4142,49 @@ static void test_bench_cpu_table2_quick(void) {
     expect(rows == 1, "%d data rows in the CSV, expected 1", rows);
     summary("bench --table 2 --cpu --quick: both f_c in (0, 1], both predictions in [1, r]");
     free(csv);
+}
+
+/* bench --workload reranker --cpu: the paper's reranking workload on the C reference, 2 pairs a request. Each CSV
+ * row: N' = N - (pairs - 1) x the shared head (variant A: system 60 + instruction 22 + query 10-20 + tag 5; B: 60 + 5,
+ * the query behind the passage), gamma = N'/N, positive times, x = base / mode, every mode's scores equal baseline's
+ * ("2 of 2": a difference stops the run), and the paper's gamma beside it (0.61, 0.71). Wrong sizes are refused. */
+static void test_bench_reranker_cpu_scores_equal_in_every_mode(void) {
+    if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
+    char out[16384];
+    int rc, rows = 0;
+    char *csv = bench_csv("--workload reranker --cpu --pairs 2 --reps 1", out, sizeof out, &rc);
+    expect(rc == 0 && strstr(out, "Reranking on the CPU"), "'bench --workload reranker --cpu' exited %d:\n%s", rc,
+           out);
+    for (char *line = csv ? strtok(csv, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        char variant[64], scores[64];
+        int pairs, N, Nc;
+        double g, ms[3], x[2], cpu_ms[3], pg;
+        char *f = strchr(line, ',');                    /* model,device,variant,pairs,N,N_compact,gamma,... */
+        f = f ? strchr(f + 1, ',') : NULL;
+        if (!f || sscanf(f + 1, "%63[^,],%d,%d,%d,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf,%*f,%*f,%63[^,],%lf", variant,
+                         &pairs, &N, &Nc, &g, &ms[0], &ms[1], &ms[2], &x[0], &x[1], &cpu_ms[0], &cpu_ms[1], &cpu_ms[2],
+                         scores, &pg) != 15)
+            continue;
+        int flipped = variant[0] == 'B', head = N - Nc;
+        rows++;
+        expect(pairs == 2 && (flipped ? head == 65 : head >= 97 && head <= 107) && fabs(g - (double)Nc / N) < 1e-3 &&
+               ms[0] > 0 && ms[1] > 0 && ms[2] > 0 && fabs(x[0] - ms[0] / ms[1]) < 0.02 * x[0] + 0.01 &&
+               !strcmp(scores, "2 of 2") && pg == (flipped ? 0.71 : 0.61),
+               "%s: %d pairs, N %d, N' %d (shared head %d), gamma %g, ms %g %g %g, x %g, scores '%s', paper gamma %g",
+               variant, pairs, N, Nc, head, g, ms[0], ms[1], ms[2], x[0], scores, pg);
+        note("%-13s N %4d, N' %4d (a shared head of %3d), gamma %.3f, radix x %.2f, compact x %.2f, scores %s", variant,
+             N, Nc, head, g, x[0], x[1], scores);
+    }
+    expect(rows == 2, "%d data rows in the CSV, expected 2 (variants A and B)", rows);
+    free(csv);
+    const char *bad[] = {"./bench --workload reranker --cpu --pairs 0", "./bench --workload reranker --cpu --pairs 65",
+                         "./bench --workload reranker --pairs 4", "./bench --workload reranker --cpu --model 4b"};
+    for (int i = 0; i < 4; i++) {
+        rc = run_cmd(bad[i], out, sizeof out);
+        expect(rc == 2 && strstr(out, "bench: "), "'%s': exit %d, expected 2 with a message:\n%s", bad[i], rc, out);
+    }
+    summary("bench --workload reranker --cpu --pairs 2: variants A and B, N' = N - the shared head, every mode's "
+            "scores equal baseline's; 4 wrong command lines refused");
 }
 
 static void test_bench_table5_csv(void) {
@@ -5552,6 +5750,158 @@ static void test_generation_same_tokens_across_batches_schedules_threads_paths(v
             "preempt, %d preemptions; 1 and 2 threads; paths %s): every request's tokens equal the reference's; in a "
             "pool it cannot fit alone one request is refused in one line and the others are served",
             runs, preemptions, list);
+    qwen3_free(&m);
+}
+
+/* ---- the lpm scheduler: a window, decisions kept ---- */
+/* A trace for the scheduler's decisions: n requests of 3 to 20 tokens, most after one of 12 stems (what lpm reorders),
+ * some repeats; with generation, one request in five a turn 2 (@K) of an earlier turn 1. */
+enum { SCHED_MAX = 320, SCHED_LEN = 24 };
+typedef struct {
+    int n, lens[SCHED_MAX], n_out[SCHED_MAX];
+    int32_t toks[SCHED_MAX][SCHED_LEN], after[SCHED_MAX], out[SCHED_MAX][4], batch_of[SCHED_MAX];
+    int32_t cached_of[SCHED_MAX];
+    const int32_t *ptr[SCHED_MAX];
+} SchedTrace;
+static void sched_trace(SchedTrace *t, int n, int turns, uint64_t seed, int vocab) {
+    uint64_t rng = seed;
+    int32_t stems[12][SCHED_LEN];
+    memset(t, 0, sizeof *t);
+    t->n = n;
+    for (int g = 0; g < 12; g++)
+        for (int i = 0; i < SCHED_LEN; i++) stems[g][i] = 1 + rng_int(&rng, vocab - 1);
+    for (int s = 0; s < n; s++) {
+        int g = rng_int(&rng, 12), shared = rng_int(&rng, 16), j = s ? rng_int(&rng, s) : 0;
+        t->lens[s] = 3 + rng_int(&rng, 18);
+        for (int i = 0; i < t->lens[s]; i++) t->toks[s][i] = i < shared ? stems[g][i] : 1 + rng_int(&rng, vocab - 1);
+        if (s && rng_int(&rng, 8) == 0) {                                   /* a repeat of an earlier request */
+            t->lens[s] = t->lens[j];
+            memcpy(t->toks[s], t->toks[j], sizeof t->toks[s]);
+        }
+        t->after[s] = turns && s && rng_int(&rng, 5) == 0 && t->after[j] < 0 ? j : -1;
+        t->ptr[s] = t->toks[s];
+    }
+}
+
+/* Serves a trace; returns the FNV-1a digest of the decisions: rx_serve's result, each request's step (batch_of), its
+ * cached prefix at first admission (cached_of) and generated tokens, and the counts (steps, cached tokens,
+ * preemptions, recomputed tokens, evicted pages, refused). 0 where rx_serve failed (and a FAIL line). */
+static uint64_t sched_digest(const Qwen3Model *m, SchedTrace *t, RxServeOptions o, int max_new, RxServeStats *st) {
+    RxGenerate g = {.max_new = max_new, .temperature = 0, .top_p = 1, .out = &t->out[0][0], .n_out = t->n_out};
+    o.gen = max_new ? &g : NULL;
+    o.after = max_new ? t->after : NULL;
+    o.model_id = 3;
+    int rc = rx_serve(m, t->ptr, t->lens, t->n, &o, NULL, t->batch_of, t->cached_of, st);
+    expect(rc == 0, "rx_serve of %d requests: %s", t->n, radix_error());
+    if (rc) return 0;
+    uint64_t h = 1469598103934665603ull;
+    long counts[6] = {st->n_batches, st->cached_tokens, st->preemptions, st->recomputed_tokens, st->evicted_pages,
+                      st->refused};
+    const void *parts[4] = {t->batch_of, t->cached_of, t->out, counts};
+    size_t sizes[4] = {sizeof(int32_t) * (size_t)t->n, sizeof(int32_t) * (size_t)t->n, sizeof t->out, sizeof counts};
+    for (int p = 0; p < 4; p++)
+        for (size_t i = 0; i < sizes[p]; i++) h = (h ^ ((const uint8_t *)parts[p])[i]) * 1099511628211ull;
+    return h;
+}
+
+/* --schedule lpm orders only the queue's first 128 waiting requests (RX_LPM_WINDOW in radixmlp.cu: a step costs a
+ * window, not the queue). Its decisions where the old code sorted the whole queue every step: DIGEST holds the
+ * digests that code (commit 1219fc9) gave on these traces, fcfs and lpm; radix and hash caches; batches 1 to 4; pools
+ * that evict and preempt; turn 2s. Now: fcfs, and lpm with a window as long as the queue, give the same digests;
+ * so does lpm's default window on the traces of at most 128 requests (the queue never outgrows it). On the longer
+ * ones it differs, as it should: a request past the window waits in arrival order, where the whole sort took the
+ * longest cached prefix in the queue (the last check: request 200 repeats request 0, whose prompt is cached). */
+static void test_lpm_window_keeps_decisions(void) {
+    Qwen3Config cfg = tiny_config();
+    cfg.vocab_size = 64;
+    cfg.hidden_size = 16;
+    cfg.intermediate_size = 32;
+    cfg.n_layers = 1;
+    cfg.head_dim = 8;
+    Qwen3Model m;
+    if (qwen3_random(&m, &cfg, 77)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    static const struct {
+        int n, turns, lpm, batch, page, pool, max_new;
+        RxCacheKind cache;
+        uint64_t digest;
+    } cases[] = {
+        {60, 0, 1, 1, 4, 0, 0, RX_CACHE_RADIX, 0xba47da5cdb29d637ull},
+        {60, 1, 1, 2, 4, 0, 3, RX_CACHE_RADIX, 0x4d00ede58688e084ull},
+        {120, 1, 1, 3, 2, 40, 3, RX_CACHE_RADIX, 0x1b6b733979b61128ull},
+        {120, 0, 1, 1, 4, 12, 0, RX_CACHE_HASH, 0x83f06a14a5daac5aull},
+        {128, 1, 1, 4, 4, 30, 2, RX_CACHE_HASH, 0x32387c0caf8bc704ull},
+        {100, 1, 0, 3, 2, 40, 3, RX_CACHE_RADIX, 0x57d02db08c75e4e7ull},
+        {300, 0, 1, 1, 4, 0, 0, RX_CACHE_RADIX, 0x4adb47d301dbc337ull},
+        {300, 1, 1, 4, 2, 60, 3, RX_CACHE_RADIX, 0x884a884042e0ad29ull},
+        {300, 1, 1, 2, 4, 25, 2, RX_CACHE_HASH, 0xc7923d59eb9166d5ull},
+        {300, 1, 0, 4, 2, 60, 3, RX_CACHE_RADIX, 0x0a4a7675cbd0f3dfull},
+        {300, 0, 0, 1, 4, 12, 0, RX_CACHE_HASH, 0xcd38178aa2c1c624ull},
+        {120, 1, 1, 4, 2, 26, 4, RX_CACHE_RADIX, 0x430eb652ead04824ull},
+        {300, 1, 1, 4, 2, 26, 4, RX_CACHE_HASH, 0xfc85cdda4aa9358cull},
+        {120, 1, 0, 4, 2, 26, 4, RX_CACHE_RADIX, 0x5449bedc53925f8bull},
+    };
+    const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+    SchedTrace *t = (SchedTrace *)malloc(sizeof *t);
+    int same_window = 0, other_window = 0, preemptions = 0;
+    long evicted = 0;
+    for (int k = 0; k < n_cases && !test_failed; k++) {
+        RxServeOptions o = {.cache = cases[k].cache, .page_size = cases[k].page, .n_pages = cases[k].pool,
+                            .batch = cases[k].batch, .lpm = cases[k].lpm, .mode = RX_COMPACT};
+        RxServeStats st;
+        char what[160];
+        snprintf(what, sizeof what, "%d requests%s, %s, %s, batch %d, page %d, pool %d", cases[k].n,
+                 cases[k].turns ? " with turn 2s" : "", cases[k].lpm ? "lpm" : "fcfs",
+                 rx_cache_kind_name(o.cache), o.batch, o.page_size, o.n_pages);
+        o.lpm_window = cases[k].n;                                  /* the whole queue, as the old sort */
+        sched_trace(t, cases[k].n, cases[k].turns, 1000 + (uint64_t)k, cfg.vocab_size);
+        uint64_t d = sched_digest(&m, t, o, cases[k].max_new, &st);
+        expect(d == cases[k].digest, "%s: decisions digest 0x%016llx, the old code's 0x%016llx", what,
+               (unsigned long long)d, (unsigned long long)cases[k].digest);
+        preemptions += st.preemptions;
+        evicted += st.evicted_pages;
+        if (!cases[k].lpm) continue;
+        o.lpm_window = 0;                                           /* the default window */
+        sched_trace(t, cases[k].n, cases[k].turns, 1000 + (uint64_t)k, cfg.vocab_size);
+        d = sched_digest(&m, t, o, cases[k].max_new, &st);
+        if (cases[k].n <= 128) {
+            expect(d == cases[k].digest, "%s, default window: decisions digest 0x%016llx, the old code's 0x%016llx",
+                   what, (unsigned long long)d, (unsigned long long)cases[k].digest);
+            same_window++;
+        } else {
+            expect(d && d != cases[k].digest, "%s, default window: the same decisions as the whole sort", what);
+            other_window++;
+        }
+    }
+    /* Past the window: 300 requests of 8 tokens of their own (the first two name the request), at batch 1;
+     * request 200 repeats request 0, whose first page of 4 is cached once it ran. The whole sort runs it second;
+     * the window at step 73, when it enters the window (requests 73 to 200), and then at once. */
+    for (int s = 0; s < 300; s++) {
+        t->lens[s] = 8;
+        t->ptr[s] = t->toks[s];
+        for (int i = 0; i < 8; i++) t->toks[s][i] = 1 + (s * 5 + i * 3) % (cfg.vocab_size - 1);
+        t->toks[s][0] = 1 + s % (cfg.vocab_size - 1);
+        t->toks[s][1] = 1 + s / (cfg.vocab_size - 1);
+    }
+    t->n = 300;
+    memcpy(t->toks[200], t->toks[0], sizeof t->toks[0]);
+    for (int whole = 0; whole < 2 && !test_failed; whole++) {
+        RxServeOptions o = {.cache = RX_CACHE_RADIX, .page_size = 4, .batch = 1, .lpm = 1, .mode = RX_COMPACT,
+                            .lpm_window = whole ? 300 : 0};
+        RxServeStats st;
+        sched_digest(&m, t, o, 0, &st);
+        expect(whole ? t->batch_of[200] == 1 : t->batch_of[1] == 1 && t->batch_of[200] == 200 - 128 + 1,
+               "window %d: request 200 ran at step %d, request 1 at step %d", whole ? 300 : 128, t->batch_of[200],
+               t->batch_of[1]);
+        note("window %3d: request 200 (a repeat of request 0, %d tokens cached) runs at step %d, request 1 at step %d",
+             whole ? 300 : 128, t->cached_of[200], t->batch_of[200], t->batch_of[1]);
+    }
+    free(t);
+    expect(preemptions > 0 && evicted > 0, "no trace preempted (%d) or evicted (%ld): a test of less", preemptions,
+           evicted);
+    summary("%d traces (fcfs and lpm, radix and hash, batch 1 to 4, %d preemptions, %ld pages evicted): the old "
+            "code's decisions, digest for digest, with lpm's window as long as the queue; the default window too on "
+            "the %d lpm traces of at most 128 requests, other decisions on the %d longer ones", n_cases, preemptions,
+            evicted, same_window, other_window);
     qwen3_free(&m);
 }
 
@@ -7144,6 +7494,7 @@ static const Test tests[] = {
     {"reference", "logits_identical_for_1_and_2_threads_every_mode_and_cpu_path",
      test_logits_identical_for_1_and_2_threads_every_mode_and_cpu_path},
     {"reference", "last_token_logits_and_embeddings", test_last_token_logits_and_embeddings},
+    {"reference", "rerank_scores_are_softmax_of_two_logits", test_rerank_scores_are_softmax_of_two_logits},
     {"reference", "forward_fuzz_radix_compact_equal_baseline_equals_double",
      test_forward_fuzz_radix_compact_equal_baseline_equals_double},
     {"reference", "forward_rejects_bad_batches", test_forward_rejects_bad_batches},
@@ -7185,6 +7536,7 @@ static const Test tests[] = {
     {"cli", "show_index_prints_toy_example", test_show_index_prints_toy_example},
     {"cli", "cpu_path_choice_and_RADIXMLP_CPU", test_cpu_path_choice_and_env},
     {"cli", "last_only_and_embed", test_cli_last_only_and_embed},
+    {"cli", "score_matches_transformers_and_every_mode", test_cli_score_matches_transformers_and_every_mode},
     {"cli", "copies_more_sequences_than_rows", test_cli_copies_more_sequences_than_rows},
     {"cli", "rejects_flags_of_other_actions", test_cli_rejects_flags_of_other_actions},
     {"cli", "checks_output_paths_before_the_work", test_cli_checks_output_paths_first},
@@ -7217,6 +7569,7 @@ static const Test tests[] = {
      test_cache_serve_fuzz_equals_recomputation_without_cache},
     {"cache", "generation_same_tokens_across_batches_schedules_threads_paths",
      test_generation_same_tokens_across_batches_schedules_threads_paths},
+    {"cache", "lpm_window_keeps_decisions", test_lpm_window_keeps_decisions},
     {"cache", "generation_turn_two_hits_turn_one_generated_tokens",
      test_generation_turn_two_hits_turn_one_generated_tokens},
     {"cache", "cli_generate_matches_transformers_greedy", test_cli_generate_matches_transformers_greedy},
@@ -7227,6 +7580,7 @@ static const Test tests[] = {
     {"bench", "prefix_cache_csv_and_errors", test_bench_prefix_cache_csv},
     {"bench", "cpu_table4_quick_rows_and_plot", test_bench_cpu_table4_quick},
     {"bench", "cpu_table2_quick_amdahl_both_ways", test_bench_cpu_table2_quick},
+    {"bench", "reranker_cpu_scores_equal_in_every_mode", test_bench_reranker_cpu_scores_equal_in_every_mode},
     {"cli", "omp_num_threads_checked_at_start", test_cli_omp_num_threads_checked_at_start},
     {"bench", "replot_bounds_values_and_reads_a_bom", test_bench_replot_bounds_values_and_reads_a_bom},
     {"cli", "requests_nonfinite_logits_fail_naming_the_line", test_cli_requests_nonfinite_logits_fail_naming_the_line},
