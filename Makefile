@@ -54,14 +54,22 @@ run: radixmlp
 	./radixmlp
 
 # `make test`: the docs check, the grader on every right answer of docs/answers/ (each must pass its check, and this
-# tree without it fail; graded in parallel, each object compiled once: .ci/grade says how), then the tests, which
+# tree without it fail; each object compiled once: .ci/grade says how), beside the tests, which
 # also run ./radixmlp (cli group) and ./bench (bench group). Each fails the target when anything drifts. The wrong
 # answers, the checks' own tests, run in `make grade-all` (.ci/run runs it): they test the graders, not the code, and
 # would double the grader's time, which would put `make test` past 3 minutes on 2 cores.
+# The grader runs on one core beside the tests (most of the tests' time is their programs' start-up, not CPU), into
+# build/grade.log; its summary follows the tests', and the suite's closing line is printed again last.
 test: all resource-gate
 	.ci/docs-check
-	.ci/grade --suite --right
-	./test_radixmlp
+	@mkdir -p build
+	@echo ".ci/grade --suite --right > build/grade.log &   # beside the tests, on one core"
+	@GRADE_JOBS=1 .ci/grade --suite --right > build/grade.log 2>&1 & grader=$$!; \
+	{ ./test_radixmlp; echo $$? > build/test.rc; } | tee build/test.log; \
+	wait $$grader; graded=$$?; \
+	if [ $$graded -ne 0 ]; then grep -B2 -A12 'FAIL' build/grade.log | head -60; fi; \
+	tail -1 build/grade.log; tail -1 build/test.log; \
+	[ $$graded -eq 0 ] && [ "$$(cat build/test.rc)" = 0 ]
 
 # Every command the docs show that needs no GPU, run and compared with the output they quote, and every name they cite
 # checked against the code (.ci/docs-check says how the docs mark their commands). Writes only under /tmp.
