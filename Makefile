@@ -72,7 +72,8 @@ test: all resource-gate
 	[ $$graded -eq 0 ] && [ "$$(cat build/test.rc)" = 0 ]
 
 # Every command the docs show that needs no GPU, run and compared with the output they quote, and every name they cite
-# checked against the code (.ci/docs-check says how the docs mark their commands). Writes only under /tmp.
+# checked against the code (.ci/docs-check says how the docs mark their commands); with the check's own tests
+# (.ci/docs-check-test). Writes only under /tmp.
 docs-check: all
 	.ci/docs-check
 
