@@ -334,20 +334,14 @@ static int ragged_check(const char *who, const int32_t *input_ids, const int32_t
     return 0;
 }
 
-/* Algorithm 2 on a checked batch (ragged_check): ix gets I_gather [N'] and I_scatter [N]. Every sequence starts
- * at the one root, as in the paper. */
-static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
+/* Algorithm 2 on N original rows, hashed: with refinement 1. ix gets I_gather [N'] and I_scatter [N]. */
+static int trie_fill(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
+                     int hashed) {
     const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
     if (n == 0) return 0;
-    if (trie_index_alloc(ix, n)) return -1;
-    const int refine = rx_fast();                                      /* 0: RADIXMLP_CPU=definition, the paper's */
-    int shared = refine ? trie_any_shared_start(ids, pos, cu, n_seqs) : 1;    /* refinement 2 */
-    if (shared == 0) {
-        trie_identity(ix);
-        return 0;
-    }
     Trie tr;
-    if (shared < 0 || trie_open(&tr, ids, pos, ix->gather, n, n + 1, refine)) {
+    if (trie_index_alloc(ix, n)) return -1;
+    if (trie_open(&tr, ids, pos, ix->gather, n, n + 1, hashed)) {
         radix_index_free(ix);
         return rx_fail("radix_index_build: out of host memory");
     }
@@ -358,6 +352,14 @@ static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, co
     ix->n_compact = n_compact;
     trie_close(&tr);
     return 0;
+}
+
+static int trie_build_fast(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs);
+
+/* Algorithm 2 on a checked batch (ragged_check). Every sequence starts at the one root, as in the paper. */
+static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
+    if (rx_fast()) return trie_build_fast(ix, ids, pos, cu, n_seqs);   /* Part III: with both refinements */
+    return trie_fill(ix, ids, pos, cu, n_seqs, 0);
 }
 
 /* Part I's batch is the whole history: every sequence hangs below the one root, so two sequences that start with
@@ -3864,6 +3866,18 @@ static void silu_mul_fast(float *out, const float *gate, const float *up, size_t
         exp_row(e, gate + i0, -1.0f, 0.0f, m);
         for (size_t i = i0; i < i0 + m; i++) out[i] = gate[i] / (1.0f + e[i - i0]) * up[i];
     }
+}
+
+/* trie_build with Algorithm 2's two refinements (the trie section): a batch that shares nothing skips the trie, and
+ * branch points are hashed. The same maps as the definition (trie/random_batches_match_bruteforce_oracle). */
+static int trie_build_fast(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
+    const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
+    const int shared = n ? trie_any_shared_start(ids, pos, cu, n_seqs) : 1;     /* refinement 2 */
+    if (shared < 0) return rx_fail("radix_index_build: out of host memory");
+    if (shared) return trie_fill(ix, ids, pos, cu, n_seqs, 1);        /* refinement 1 */
+    if (trie_index_alloc(ix, n)) return -1;
+    trie_identity(ix);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------- part iii: the tiled attention */
