@@ -511,8 +511,6 @@ static void silu_mul_fast(float *out, const float *gate, const float *up, size_t
 typedef struct KvView KvView;
 static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                           const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim);
-static int model_pack_ref(const Qwen3Model *m);
-static size_t fast_x_floats(const Qwen3Config *c, int rows);
 
 static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
     float ss = 0.0f;
@@ -894,7 +892,11 @@ static void acts_free(RefActs *a) {
     memset(a, 0, sizeof *a);
 }
 
-static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits) {
+static int acts_alloc_fast(RefActs *a, const Qwen3Model *m, int n_x);
+
+/* The activations of a forward of m over L. The fast path adds its own: the weights in panels, and x's scratch. */
+static int acts_alloc(RefActs *a, const Qwen3Model *m, const Layout *L, int last_only, int logits) {
+    const Qwen3Config *c = &m->cfg;
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
     a->h = floats(R * H);
@@ -914,13 +916,12 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
     a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
     a->rope_cos = floats(R * (c->head_dim / 2));
     a->rope_sin = floats(R * (c->head_dim / 2));
-    int n_x = last_only && L->S > L->R ? L->S : L->R;                      /* rows packed: see xp */
-    a->xp = floats(rx_fast() ? fast_x_floats(c, n_x) : 0);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->rope_cos || !a->rope_sin || !a->xp) {
+        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->rope_cos || !a->rope_sin) {
         acts_free(a);
         return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
+    if (rx_fast()) return acts_alloc_fast(a, m, last_only && L->S > L->R ? L->S : L->R);     /* Part III */
     return 0;
 }
 
@@ -1040,8 +1041,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, c, &L, last_only, logits != NULL)) goto done;
-    if (rx_fast() && model_pack_ref(m)) goto done;                      /* fast path: the weights in panels, once */
+    if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, m, &L, last_only, logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
     rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);            /* lines 11-12 */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
@@ -2635,8 +2635,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build_prefill(&L, &K, b, pf, mode) || acts_alloc(&a, c, &L, 1, last_logits != NULL)) goto done;
-    if (rx_fast() && model_pack_ref(m)) goto done;
+    if (layout_build_prefill(&L, &K, b, pf, mode) || acts_alloc(&a, m, &L, 1, last_logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
     rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
@@ -3841,6 +3840,14 @@ static size_t fast_x_floats(const Qwen3Config *c, int rows) {
     if (c->n_heads * c->head_dim > in) in = c->n_heads * c->head_dim;
     if (c->intermediate_size > in) in = c->intermediate_size;
     return rx_packed_x_floats(rows, in);
+}
+
+/* acts_alloc's fast half: m's weights in panels (once per model), and xp for the most rows, n_x, a matmul of the
+ * forward takes (RefActs). */
+static int acts_alloc_fast(RefActs *a, const Qwen3Model *m, int n_x) {
+    a->xp = floats(fast_x_floats(&m->cfg, n_x));
+    if (!a->xp) return rx_fail("out of host memory for the packed inputs of %d rows", n_x);
+    return model_pack_ref(m);
 }
 
 static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps) {
