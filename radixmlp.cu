@@ -334,20 +334,14 @@ static int ragged_check(const char *who, const int32_t *input_ids, const int32_t
     return 0;
 }
 
-/* Algorithm 2 on a checked batch (ragged_check): ix gets I_gather [N'] and I_scatter [N]. Every sequence starts
- * at the one root, as in the paper. */
-static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
+/* Algorithm 2 on N original rows, hashed: with refinement 1. ix gets I_gather [N'] and I_scatter [N]. */
+static int trie_fill(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs,
+                     int hashed) {
     const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
     if (n == 0) return 0;
-    if (trie_index_alloc(ix, n)) return -1;
-    const int refine = rx_fast();                                      /* 0: RADIXMLP_CPU=definition, the paper's */
-    int shared = refine ? trie_any_shared_start(ids, pos, cu, n_seqs) : 1;    /* refinement 2 */
-    if (shared == 0) {
-        trie_identity(ix);
-        return 0;
-    }
     Trie tr;
-    if (shared < 0 || trie_open(&tr, ids, pos, ix->gather, n, n + 1, refine)) {
+    if (trie_index_alloc(ix, n)) return -1;
+    if (trie_open(&tr, ids, pos, ix->gather, n, n + 1, hashed)) {
         radix_index_free(ix);
         return rx_fail("radix_index_build: out of host memory");
     }
@@ -358,6 +352,14 @@ static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, co
     ix->n_compact = n_compact;
     trie_close(&tr);
     return 0;
+}
+
+static int trie_build_fast(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs);
+
+/* Algorithm 2 on a checked batch (ragged_check). Every sequence starts at the one root, as in the paper. */
+static int trie_build(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
+    if (rx_fast()) return trie_build_fast(ix, ids, pos, cu, n_seqs);   /* Part III: with both refinements */
+    return trie_fill(ix, ids, pos, cu, n_seqs, 0);
 }
 
 /* Part I's batch is the whole history: every sequence hangs below the one root, so two sequences that start with
@@ -382,8 +384,8 @@ void radix_index_free(RadixIndex *ix) {
  * sequence holds are a suffix, p_s .. L_s-1, and their compact rows are consecutive numbers: one block per sequence,
  *   scatter[cu_seqlens[s] + p_s + j] == cu_q[s] + j   for j < L_s - p_s,   cu_q[s+1] = cu_q[s] + (L_s - p_s).
  * A fully shared sequence (a prefix of an earlier one, or a copy) has L_s - p_s = 0 rows. In the toy example,
- * scatter [0, 1, 2, 0, 1, 3] gives p = {0, 2} and cu_q = [0, 3, 4]. The flash attention kernel takes its queries from
- * these blocks and its keys through I_scatter (see attention). */
+ * scatter [0, 1, 2, 0, 1, 3] gives p = {0, 2} and cu_q = [0, 3, 4]. Part III's tiled attentions take their queries
+ * from these blocks and their keys through I_scatter. */
 int radix_compact_cu_q(const RadixIndex *ix, const int32_t *cu_seqlens, int n_seqs, int32_t *cu_q) {
     cu_q[0] = 0;
     for (int s = 0; s < n_seqs; s++) {
@@ -509,8 +511,6 @@ static void silu_mul_fast(float *out, const float *gate, const float *up, size_t
 typedef struct KvView KvView;
 static int attention_fast(const float *q, const KvView *kv, float *out, int n_q, const int32_t *q_orig,
                           const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim);
-static int model_pack_ref(const Qwen3Model *m);
-static size_t fast_x_floats(const Qwen3Config *c, int rows);
 
 static void rmsnorm_row(float *out, const float *x, const float *w, int dim, float eps) {
     float ss = 0.0f;
@@ -767,7 +767,7 @@ typedef struct {
     double index_ms;         /* the time to build it                                                             */
     int32_t *tok, *pos;      /* [R] each row's token id and position: x~ = x[I_gather], p~ = p[I_gather]         */
     int32_t *last;           /* [S] the row holding each sequence's last token                                   */
-    int32_t *cu_q;           /* [S+1] each sequence's query rows (the flash kernel's layout)                      */
+    int32_t *cu_q;           /* [S+1] each sequence's query rows (radix_compact_cu_q; Part III's tiled layouts)   */
     int32_t *seq_start;      /* [n_keys] the first token of each token's sequence                               */
     int32_t *kv_row;         /* [n_keys] each token's key row, a KvView's index: t, or I_scatter[t] in compact   */
                              /* mode. n_keys: the tokens attention reads, the batch's N here                     */
@@ -892,7 +892,11 @@ static void acts_free(RefActs *a) {
     memset(a, 0, sizeof *a);
 }
 
-static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int last_only, int logits) {
+static int acts_alloc_fast(RefActs *a, const Qwen3Model *m, int n_x);
+
+/* The activations of a forward of m over L. The fast path adds its own: the weights in panels, and x's scratch. */
+static int acts_alloc(RefActs *a, const Qwen3Model *m, const Layout *L, int last_only, int logits) {
+    const Qwen3Config *c = &m->cfg;
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
     a->h = floats(R * H);
@@ -912,13 +916,12 @@ static int acts_alloc(RefActs *a, const Qwen3Config *c, const Layout *L, int las
     a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
     a->rope_cos = floats(R * (c->head_dim / 2));
     a->rope_sin = floats(R * (c->head_dim / 2));
-    int n_x = last_only && L->S > L->R ? L->S : L->R;                      /* rows packed: see xp */
-    a->xp = floats(rx_fast() ? fast_x_floats(c, n_x) : 0);
     if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->rope_cos || !a->rope_sin || !a->xp) {
+        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->rope_cos || !a->rope_sin) {
         acts_free(a);
         return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
     }
+    if (rx_fast()) return acts_alloc_fast(a, m, last_only && L->S > L->R ? L->S : L->R);     /* Part III */
     return 0;
 }
 
@@ -1038,8 +1041,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, c, &L, last_only, logits != NULL)) goto done;
-    if (rx_fast() && model_pack_ref(m)) goto done;                      /* fast path: the weights in panels, once */
+    if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, m, &L, last_only, logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
     rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);            /* lines 11-12 */
     for (int l = 0; l < c->n_layers; l++) {                              /* lines 13-29 */
@@ -1316,8 +1318,7 @@ static int add_inplace(bf16 *x, const bf16 *y, int64_t n) {
 }
 
 /* ------------------------------------------------------------------------------------------------------ attention */
-/* The C reference's KvView, on the host, over bf16 device arrays: the kernel below and the flash kernel (the speed
- * sections, flash_attention) read keys through it. */
+/* The C reference's KvView, on the host, over bf16 device arrays: the kernel below reads keys through it. */
 typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; } GpuKvView;
 
 /* Naive causal attention for a ragged batch, the GPU twin of rx_attention_ref (same arguments, same meaning):
@@ -1369,18 +1370,6 @@ int gpu_attention(void *out, const void *q, const void *k, const void *v, int64_
     LAUNCH_CHECK();
     return 0;
 }
-
-/* The flash attention kernel (tensor cores), the naive kernel's fast twin, declared here for the GPU forward and
- * defined with the speed sections: FLASH_D is the one head_dim it is built for, a FlashTile one CTA's work (flash_tiles), bm its
- * query tile height, 64 or 128 rows (flash_block_m chooses it per launch). */
-enum { FLASH_D = 128, FLASH_BN = 64, FLASH_WARPS = 4 };
-typedef struct { int32_t seq, tile, key_tiles; } FlashTile;   /* one CTA's work: query tile `tile` of sequence seq */
-static int flash_supported(int head_dim);
-static int flash_block_m(RxAttention kernel, const int32_t *cu_q, int n_seqs, int n_heads);
-static int flash_tiles(const int32_t *cu_q, const int32_t *cu_k, int n_seqs, int bm, FlashTile **tiles,
-                       int *n_tiles);
-static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t *cu_q, const int32_t *cu_k,
-                           const FlashTile *tiles, int n_tiles, int bm, int n_heads, int n_kv_heads, int head_dim);
 
 /* -------------------------------------------------------------------------------------------------- the gpu model */
 typedef struct {                     /* one decoder layer on the device, bf16, [out, in] as nn.Linear stores them */
@@ -1435,15 +1424,20 @@ const char *gpu_device_name(void) {
 
 static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n);   /* the loop below, on threads */
 
-/* Allocates *dst and fills it with the checkpoint tensor t (F32, F16 or BF16, as fp32, rounded to bf16 to nearest
- * even). The loader has checked t's dtype and its shape against the config (bind_model). */
+/* h [n] = the checkpoint tensor t (F32, F16 or BF16, as fp32) rounded to bf16, to nearest even. */
+static void tensor_to_bf16(bf16 *h, const RxTensor *t, int64_t n) {
+    if (rx_fast()) return to_bf16_fast(h, t, n);
+    for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
+}
+
+/* Allocates *dst and fills it with t in bf16. The loader has checked t's dtype and its shape against the config
+ * (bind_model). */
 static int upload(bf16 **dst, const RxTensor *t) {
     int64_t n = rx_numel(t);
     DEV_ALLOC(*dst, n, "the weight %s [%lld elements]", t->name, (long long)n);
     bf16 *h = (bf16 *)malloc((size_t)n * sizeof(bf16));
     if (!h) return rx_fail("out of host memory converting %s (%.1f MiB)", t->name, mib((size_t)n * sizeof(bf16)));
-    if (rx_fast()) to_bf16_fast(h, t, n);                        /* the same loop on threads */
-    else for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
+    tensor_to_bf16(h, t, n);
     int rc = cuda_copy(*dst, h, (size_t)n * sizeof(bf16), cudaMemcpyHostToDevice);
     free(h);
     return rc;
@@ -1533,37 +1527,6 @@ int gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed) {
     return rc;
 }
 
-int gpu_set_attention(GpuModel *g, RxAttention attention) {
-    if (!g) return rx_fail("gpu_set_attention needs a GPU model");
-    if (attention < RX_ATTN_AUTO || attention > RX_ATTN_FLASH_BM128)
-        return rx_fail("gpu_set_attention: unknown attention kernel %d", (int)attention);
-    if (attention >= RX_ATTN_FLASH && !flash_supported(g->cfg.head_dim))
-        return rx_fail("the flash attention kernel is built for head_dim %d; this model has head_dim %d (use "
-                       "RX_ATTN_AUTO or RX_ATTN_NAIVE)", FLASH_D, g->cfg.head_dim);
-    g->attention = attention;
-    return 0;
-}
-
-/* --------------------------------------------------------------------------------------------------------- cublas */
-/* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
- * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once, on g's cuBLAS handle.
- *
- * cuBLAS is column-major. A row-major [r, c] matrix is, byte for byte, the column-major [c, r] matrix, its
- * transpose, with leading dimension c. So cuBLAS sees x as x^T [in, rows], W as W^T [in, out] and the buffer y as
- * y^T [out, rows], and we ask it for y^T = W x^T, i.e. C = op(A) op(B) with, argument by argument:
- *   transa = T, A = W, lda = in     A is seen as W^T [in, out]; op(A) = W [out, in]
- *   transb = N, B = x, ldb = in     B is seen as x^T [in, rows]; op(B) = x^T
- *   m = out, n = rows, k = in       C = op(A) op(B) is [out, rows]
- *   C = y, ldc = out                y^T [out, rows] column-major is exactly y [rows, out] row-major
- * No copy and no explicit transpose anywhere. */
-int gpu_gemm(GpuModel *g, void *y, const void *x, const void *W, int rows, int in, int out) {
-    const float one = 1.0f, zero = 0.0f;
-    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
-    CUBLAS_CHECK(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, W, CUDA_R_16BF, in, x,
-                              CUDA_R_16BF, in, &zero, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    return 0;
-}
-
 /* ---------------------------------------------------------------------------------- the gpu forward (algorithm 1) */
 /* The C forward, step for step, on the device: the same Layout (built on the host, then uploaded), the activations
  * in one struct (GpuWork, as RefActs), each layer in two steps around the K/V store (gpu_layer_qkv,
@@ -1579,15 +1542,21 @@ static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what
     return cuda_copy(*dst, src, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice);
 }
 
+/* Part III's attention kernel for the forward, in three visible lines: work_alloc plans it, attention_step runs it,
+ * work_free frees it. Without them (or on the definition path) the forward runs the naive kernel above. */
+typedef struct FastAttn FastAttn;
+static int attention_plan_fast(GpuModel *g, FastAttn **plan, const Layout *L, const int32_t *cu_k);
+static int attention_run_fast(const FastAttn *plan, bf16 *out, const bf16 *q, GpuKvView kv, const Qwen3Config *c);
+static void attention_plan_free(FastAttn *plan);
+
 /* One forward's layout, on the host and as device copies, and its activations: made by layout_build and work_alloc,
  * freed by work_free. Token spaces as in Layout: N the batch, R the rows computed on; attention's keys: n_keys tokens
  * (work_alloc), a forward's the batch's N. */
 typedef struct {
     Layout L;                /* Algorithm 1 lines 1-8, on the host                                               */
-    int flash, n_tiles;      /* the flash kernel's query tile height (64, 128; 0: naive), n_tiles in its list   */
+    FastAttn *fast;          /* Part III's attention plan (attention_plan_fast), or NULL: the naive kernel       */
     int32_t *ids, *pos, *last, *gather, *scatter;                /* device copies of L: [R] [R] [S] [N'] [N]        */
-    int32_t *seq_start, *kv_row, *q_tok, *cu_q, *cu_k;           /* [n_keys] [n_keys] [n_q] [S+1] [S+1]             */
-    FlashTile *tiles;        /* [n_tiles] the flash kernel's work list                                           */
+    int32_t *seq_start, *kv_row, *q_tok;                         /* [n_keys] [n_keys] [n_q]                         */
     bf16 *x, *xn;            /* [R, hidden] residual stream; norm output, reused for o_proj and down_proj out     */
     bf16 *q, *att;           /* [R, n_heads*head_dim]                                                            */
     bf16 *k, *v;             /* [R, n_kv*head_dim]                                                               */
@@ -1602,18 +1571,18 @@ typedef struct {
 } GpuWork;
 
 static void work_free(GpuWork *w) {
-    void *dev[] = {w->ids,   w->pos,    w->last,   w->gather, w->scatter, w->seq_start, w->kv_row,
-                   w->q_tok, w->cu_q,   w->cu_k,   w->tiles,  w->x,       w->xn,        w->q,
-                   w->att,   w->k,      w->v,      w->gate,   w->up,      w->q_n,       w->att_n,
-                   w->k_n,   w->v_n,    w->x_last, w->logits, w->logits_n};
+    void *dev[] = {w->ids,  w->pos,    w->last, w->gather, w->scatter, w->seq_start, w->kv_row, w->q_tok,
+                   w->x,    w->xn,     w->q,    w->att,    w->k,       w->v,         w->gate,   w->up,
+                   w->q_n,  w->att_n,  w->k_n,  w->v_n,    w->x_last,  w->logits,    w->logits_n};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaFree(dev[i]);
+    attention_plan_free(w->fast);                                                       /* Part III */
     if (w->t0) cudaEventDestroy(w->t0);
     if (w->t1) cudaEventDestroy(w->t1);
     layout_free(&w->L);
 }
 
-/* Uploads the layout, makes the flash work list, and allocates every activation, before the timed region: cudaMalloc
- * stalls the host and would be counted as GPU time. Attention's keys: n_keys tokens (L's seq_start and kv_row span
+/* Uploads the layout and allocates every activation, before the timed region: cudaMalloc stalls the host and would
+ * be counted as GPU time. Attention's keys: n_keys tokens (L's seq_start and kv_row span
  * them), each sequence's at cu_k [S+1]; a forward's are its batch, n_keys = N and cu_k = cu_seqlens. */
 static int work_alloc(GpuModel *g, GpuWork *w, int n_keys, const int32_t *cu_k, int last_only, int want_logits) {
     const Qwen3Config *c = &g->cfg;
@@ -1623,11 +1592,6 @@ static int work_alloc(GpuModel *g, GpuWork *w, int n_keys, const int32_t *cu_k, 
     const int rows_are_nodes = L->mode != RX_BASELINE, n_q = L->mode == RX_COMPACT ? R : N;
     const int n_out = last_only ? S : R;
     const char *sp = rows_are_nodes ? "N'" : "N";
-    w->flash = g->attention == RX_ATTN_NAIVE || !flash_supported(c->head_dim) ? 0 :
-               g->attention == RX_ATTN_AUTO && !rx_fast() ? 0 :              /* the definition path: naive */
-               flash_block_m(g->attention, L->cu_q, S, c->n_heads);       /* -1: a CUDA error */
-    if (w->flash < 0) return -1;
-    if (w->flash) TRY(flash_tiles(L->cu_q, cu_k, S, w->flash, &w->tiles, &w->n_tiles));
     TRY(upload_i32(&w->ids, L->tok, R, "the token ids"));
     TRY(upload_i32(&w->pos, L->pos, R, "the positions"));
     TRY(upload_i32(&w->last, L->last, S, "the last-token rows"));
@@ -1636,8 +1600,6 @@ static int work_alloc(GpuModel *g, GpuWork *w, int n_keys, const int32_t *cu_k, 
     TRY(upload_i32(&w->seq_start, L->seq_start, n_keys, "the sequence starts"));
     TRY(upload_i32(&w->kv_row, L->kv_row, n_keys, "the key rows"));
     TRY(upload_i32(&w->q_tok, L->q_tok, n_q, "the query rows' tokens"));
-    TRY(upload_i32(&w->cu_q, L->cu_q, S + 1, "the query layout cu_q"));
-    TRY(upload_i32(&w->cu_k, cu_k, S + 1, "the key layout cu_k"));
     DEV_ALLOC(w->x, (size_t)R * H, "the residual stream [%s=%d, hidden=%d]", sp, R, H);
     DEV_ALLOC(w->xn, (size_t)R * H, "the normed activations [%s=%d, hidden=%d]", sp, R, H);
     DEV_ALLOC(w->q, (size_t)R * QD, "the queries [%s=%d, n_heads*head_dim=%d]", sp, R, QD);
@@ -1659,7 +1621,7 @@ static int work_alloc(GpuModel *g, GpuWork *w, int n_keys, const int32_t *cu_k, 
         DEV_ALLOC(w->logits_n, (size_t)N * V, "the logits [N=%d, vocab=%d]", N, V);
     CUDA_CHECK(cudaEventCreate(&w->t0));
     CUDA_CHECK(cudaEventCreate(&w->t1));
-    return 0;
+    return attention_plan_fast(g, &w->fast, L, cu_k);                       /* Part III: NULL for the naive kernel */
 }
 
 /* Line 9, started inside the timed region: the embedding is a row gather from the table, h0 = E[x~]  [R, hidden]. */
@@ -1705,21 +1667,16 @@ static int gpu_scatter_qkv(GpuModel *g, GpuWork *w, GpuKvView *kv) {
 }
 
 /* Attention with its keys wherever kv says (lines 21-23): radix mode attends with the N rows gpu_scatter_qkv made and
- * gathers the output back; baseline attends with its N rows, compact with the N' rows. Either kernel reads the same
- * key index: the naive kernel's kv_row by token t, the flash kernel's by cu_k[s] + t', t' the key's position in its
- * sequence, and that is t, because cu_k holds the sequences' starts. */
+ * gathers the output back; baseline attends with its N rows, compact with the N' rows. */
 static int attention_step(GpuModel *g, GpuWork *w, const GpuKvView *kv) {
     const Qwen3Config *c = &g->cfg;
     const int radix = w->L.mode == RX_RADIX, n_q = radix ? w->L.N : w->L.R;
     const size_t qd = (size_t)c->n_heads * c->head_dim * sizeof(bf16);   /* bytes per query row */
     const bf16 *q = radix ? w->q_n : w->q;                                   /* [n_q, QD] */
     bf16 *out = radix ? w->att_n : w->att;                                   /* [n_q, QD] */
-    if (w->flash)
-        TRY(flash_attention(out, q, *kv, w->cu_q, w->cu_k, w->tiles, w->n_tiles, w->flash, c->n_heads,
-                            c->n_kv_heads, c->head_dim));
-    else
-        TRY(gpu_attention(out, q, kv->k, kv->v, kv->row_stride, n_q, w->q_tok, w->seq_start, kv->kv_row, c->n_heads,
-                          c->n_kv_heads, c->head_dim));
+    if (w->fast) TRY(attention_run_fast(w->fast, out, q, *kv, c));             /* Part III */
+    else TRY(gpu_attention(out, q, kv->k, kv->v, kv->row_stride, n_q, w->q_tok, w->seq_start, kv->kv_row, c->n_heads,
+                           c->n_kv_heads, c->head_dim));
     return radix ? gpu_rows_by_index(w->att, w->att_n, w->gather, w->L.R, qd) : 0;  /* [N, .] -> [N', .] */
 }
 
@@ -2678,8 +2635,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     RefActs a;
     memset(&a, 0, sizeof a);
     int rc = -1;
-    if (layout_build_prefill(&L, &K, b, pf, mode) || acts_alloc(&a, c, &L, 1, last_logits != NULL)) goto done;
-    if (rx_fast() && model_pack_ref(m)) goto done;
+    if (layout_build_prefill(&L, &K, b, pf, mode) || acts_alloc(&a, m, &L, 1, last_logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
     rope_angles(a.rope_cos, a.rope_sin, L.pos, L.R, c->head_dim, c->rope_theta);
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
@@ -3382,40 +3338,6 @@ int gpu_memory_free(size_t *free_bytes) {
     return 0;
 }
 
-/* cu_q and cu_k are host arrays here: the work list is made from them (flash_tiles), then all three go up. */
-int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
-                        const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
-                        int head_dim, RxAttention kernel) {
-    TRY(check_heads(n_heads, n_kv_heads, head_dim));
-    if (kernel < RX_ATTN_FLASH || kernel > RX_ATTN_FLASH_BM128)
-        return rx_fail("gpu_flash_attention: kernel %d is not RX_ATTN_FLASH, _BM64 or _BM128", (int)kernel);
-    if (!flash_supported(head_dim))
-        return rx_fail("the flash attention kernel is built for head_dim %d, not %d: use the naive kernel", FLASH_D,
-                       head_dim);
-    if (((uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16)
-        return rx_fail("gpu_flash_attention: q, k, v and out must be 16-byte aligned");
-    if (n_seqs < 1 || cu_q[0] != 0 || cu_k[0] != 0)
-        return rx_fail("gpu_flash_attention: needs n_seqs >= 1 and cu_q[0] = cu_k[0] = 0");
-    for (int s = 0; s < n_seqs; s++)
-        if (cu_q[s + 1] < cu_q[s] || cu_k[s + 1] - cu_k[s] < cu_q[s + 1] - cu_q[s])
-            return rx_fail("gpu_flash_attention: sequence %d has %d queries and %d keys; it needs 0 <= queries <= "
-                           "keys", s, cu_q[s + 1] - cu_q[s], cu_k[s + 1] - cu_k[s]);
-    int32_t *d_cu_q = NULL, *d_cu_k = NULL;
-    FlashTile *d_tiles = NULL;
-    int n_tiles;
-    GpuKvView kv = {.k = (const bf16 *)k, .v = (const bf16 *)v, .row_stride = (int64_t)n_kv_heads * head_dim,
-                    .kv_row = kv_row};
-    const int bm = flash_block_m(kernel, cu_q, n_seqs, n_heads);
-    int rc = bm < 0 || flash_tiles(cu_q, cu_k, n_seqs, bm, &d_tiles, &n_tiles) ||
-             upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") || upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
-             flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, bm, n_heads,
-                             n_kv_heads, head_dim);
-    cudaFree(d_cu_q);
-    cudaFree(d_cu_k);
-    cudaFree(d_tiles);
-    return rc ? -1 : 0;
-}
-
 static int time_reps(int (*run)(void *ctx), void *ctx, int reps, double *ms, cudaEvent_t *ev) {
     CUDA_CHECK(cudaEventCreate(&ev[0]));
     CUDA_CHECK(cudaEventCreate(&ev[1]));
@@ -3920,6 +3842,14 @@ static size_t fast_x_floats(const Qwen3Config *c, int rows) {
     return rx_packed_x_floats(rows, in);
 }
 
+/* acts_alloc's fast half: m's weights in panels (once per model), and xp for the most rows, n_x, a matmul of the
+ * forward takes (RefActs). */
+static int acts_alloc_fast(RefActs *a, const Qwen3Model *m, int n_x) {
+    a->xp = floats(fast_x_floats(&m->cfg, n_x));
+    if (!a->xp) return rx_fail("out of host memory for the packed inputs of %d rows", n_x);
+    return model_pack_ref(m);
+}
+
 static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps) {
     RX_OMP(omp parallel for schedule(static) if((size_t)rows * dim >= RX_GRAIN))
     for (int r = 0; r < rows; r++) rmsnorm_row(out + (size_t)r * dim, x + (size_t)r * dim, w, dim, eps);
@@ -3943,6 +3873,18 @@ static void silu_mul_fast(float *out, const float *gate, const float *up, size_t
         exp_row(e, gate + i0, -1.0f, 0.0f, m);
         for (size_t i = i0; i < i0 + m; i++) out[i] = gate[i] / (1.0f + e[i - i0]) * up[i];
     }
+}
+
+/* trie_build with Algorithm 2's two refinements (the trie section): a batch that shares nothing skips the trie, and
+ * branch points are hashed. The same maps as the definition (trie/random_batches_match_bruteforce_oracle). */
+static int trie_build_fast(RadixIndex *ix, const int32_t *ids, const int32_t *pos, const int32_t *cu, int n_seqs) {
+    const int n = n_seqs ? cu[n_seqs] : 0;                             /* N */
+    const int shared = n ? trie_any_shared_start(ids, pos, cu, n_seqs) : 1;     /* refinement 2 */
+    if (shared < 0) return rx_fail("radix_index_build: out of host memory");
+    if (shared) return trie_fill(ix, ids, pos, cu, n_seqs, 1);        /* refinement 1 */
+    if (trie_index_alloc(ix, n)) return -1;
+    trie_identity(ix);
+    return 0;
 }
 
 /* ---------------------------------------------------------------------------------- part iii: the tiled attention */
@@ -4193,6 +4135,8 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
  * row is masked, so the max does not move (rescale 2^0 = 1 exactly) and p = 2^-inf = 0 exactly: the row is unchanged.
  * For the same reason BM = 128 equals BM = 64 bit for bit (gpu/flash_attention_bm128_equals_bm64_bit_for_bit).
  * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
+enum { FLASH_D = 128, FLASH_BN = 64, FLASH_WARPS = 4 };      /* head_dim, the key tile, warps per CTA */
+typedef struct { int32_t seq, tile, key_tiles; } FlashTile;   /* one CTA's work: query tile `tile` of sequence seq */
 /* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
  * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes flash_smem_bytes(BM), its
  * own count: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
@@ -4531,6 +4475,102 @@ static int flash_attention(bf16 *out, const bf16 *q, GpuKvView kv, const int32_t
                                         scale_log2);
 }
 
+/* The GPU forward's attention hook (work_alloc, attention_step, work_free): the flash kernel's plan for one forward,
+ * its tile height and work list and the layout's cu_q and cu_k on the device, [n_tiles] [S+1] [S+1]. It reads the same
+ * keys as the naive kernel: by cu_k[s] + t', t' a key's position in its sequence, which is the naive kernel's token t,
+ * because cu_k holds the sequences' starts. The forward takes it for RX_ATTN_FLASH and its tiles, and for RX_ATTN_AUTO
+ * where the kernel is built for the head_dim, but not on the definition path (RADIXMLP_CPU=definition). */
+struct FastAttn { int bm, n_tiles; FlashTile *tiles; int32_t *cu_q, *cu_k; };
+static void attention_plan_free(FastAttn *p) {
+    if (!p) return;
+    cudaFree(p->tiles);
+    cudaFree(p->cu_q);
+    cudaFree(p->cu_k);
+    free(p);
+}
+static int attention_plan_fast(GpuModel *g, FastAttn **plan, const Layout *L, const int32_t *cu_k) {
+    const RxAttention a = g->attention;
+    *plan = NULL;
+    if (a == RX_ATTN_NAIVE || !flash_supported(g->cfg.head_dim) || (a == RX_ATTN_AUTO && !rx_fast())) return 0;
+    FastAttn *p = (FastAttn *)calloc(1, sizeof *p);
+    if (!p) return rx_fail("out of host memory for the flash attention plan");
+    *plan = p;
+    p->bm = flash_block_m(a, L->cu_q, L->S, g->cfg.n_heads);                   /* -1: a CUDA error */
+    if (p->bm < 0) return -1;
+    TRY(flash_tiles(L->cu_q, cu_k, L->S, p->bm, &p->tiles, &p->n_tiles));
+    TRY(upload_i32(&p->cu_q, L->cu_q, L->S + 1, "the query layout cu_q"));
+    return upload_i32(&p->cu_k, cu_k, L->S + 1, "the key layout cu_k");
+}
+static int attention_run_fast(const FastAttn *p, bf16 *out, const bf16 *q, GpuKvView kv, const Qwen3Config *c) {
+    return flash_attention(out, q, kv, p->cu_q, p->cu_k, p->tiles, p->n_tiles, p->bm, c->n_heads, c->n_kv_heads,
+                           c->head_dim);
+}
+
+int gpu_set_attention(GpuModel *g, RxAttention attention) {
+    if (!g) return rx_fail("gpu_set_attention needs a GPU model");
+    if (attention < RX_ATTN_AUTO || attention > RX_ATTN_FLASH_BM128)
+        return rx_fail("gpu_set_attention: unknown attention kernel %d", (int)attention);
+    if (attention >= RX_ATTN_FLASH && !flash_supported(g->cfg.head_dim))
+        return rx_fail("the flash attention kernel is built for head_dim %d; this model has head_dim %d (use "
+                       "RX_ATTN_AUTO or RX_ATTN_NAIVE)", FLASH_D, g->cfg.head_dim);
+    g->attention = attention;
+    return 0;
+}
+
+/* --------------------------------------------------------------------------------------------------------- cublas */
+/* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
+ * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once, on g's cuBLAS handle.
+ *
+ * cuBLAS is column-major. A row-major [r, c] matrix is, byte for byte, the column-major [c, r] matrix, its
+ * transpose, with leading dimension c. So cuBLAS sees x as x^T [in, rows], W as W^T [in, out] and the buffer y as
+ * y^T [out, rows], and we ask it for y^T = W x^T, i.e. C = op(A) op(B) with, argument by argument:
+ *   transa = T, A = W, lda = in     A is seen as W^T [in, out]; op(A) = W [out, in]
+ *   transb = N, B = x, ldb = in     B is seen as x^T [in, rows]; op(B) = x^T
+ *   m = out, n = rows, k = in       C = op(A) op(B) is [out, rows]
+ *   C = y, ldc = out                y^T [out, rows] column-major is exactly y [rows, out] row-major
+ * No copy and no explicit transpose anywhere. */
+int gpu_gemm(GpuModel *g, void *y, const void *x, const void *W, int rows, int in, int out) {
+    const float one = 1.0f, zero = 0.0f;
+    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
+    CUBLAS_CHECK(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, W, CUDA_R_16BF, in, x,
+                              CUDA_R_16BF, in, &zero, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+/* cu_q and cu_k are host arrays here: the work list is made from them (flash_tiles), then all three go up. */
+int gpu_flash_attention(void *out, const void *q, const void *k, const void *v, const int32_t *cu_q,
+                        const int32_t *cu_k, const int32_t *kv_row, int n_seqs, int n_heads, int n_kv_heads,
+                        int head_dim, RxAttention kernel) {
+    TRY(check_heads(n_heads, n_kv_heads, head_dim));
+    if (kernel < RX_ATTN_FLASH || kernel > RX_ATTN_FLASH_BM128)
+        return rx_fail("gpu_flash_attention: kernel %d is not RX_ATTN_FLASH, _BM64 or _BM128", (int)kernel);
+    if (!flash_supported(head_dim))
+        return rx_fail("the flash attention kernel is built for head_dim %d, not %d: use the naive kernel", FLASH_D,
+                       head_dim);
+    if (((uintptr_t)out | (uintptr_t)q | (uintptr_t)k | (uintptr_t)v) % 16)
+        return rx_fail("gpu_flash_attention: q, k, v and out must be 16-byte aligned");
+    if (n_seqs < 1 || cu_q[0] != 0 || cu_k[0] != 0)
+        return rx_fail("gpu_flash_attention: needs n_seqs >= 1 and cu_q[0] = cu_k[0] = 0");
+    for (int s = 0; s < n_seqs; s++)
+        if (cu_q[s + 1] < cu_q[s] || cu_k[s + 1] - cu_k[s] < cu_q[s + 1] - cu_q[s])
+            return rx_fail("gpu_flash_attention: sequence %d has %d queries and %d keys; it needs 0 <= queries <= "
+                           "keys", s, cu_q[s + 1] - cu_q[s], cu_k[s + 1] - cu_k[s]);
+    int32_t *d_cu_q = NULL, *d_cu_k = NULL;
+    FlashTile *d_tiles = NULL;
+    int n_tiles;
+    GpuKvView kv = {.k = (const bf16 *)k, .v = (const bf16 *)v, .row_stride = (int64_t)n_kv_heads * head_dim,
+                    .kv_row = kv_row};
+    const int bm = flash_block_m(kernel, cu_q, n_seqs, n_heads);
+    int rc = bm < 0 || flash_tiles(cu_q, cu_k, n_seqs, bm, &d_tiles, &n_tiles) ||
+             upload_i32(&d_cu_q, cu_q, n_seqs + 1, "cu_q") || upload_i32(&d_cu_k, cu_k, n_seqs + 1, "cu_k") ||
+             flash_attention((bf16 *)out, (const bf16 *)q, kv, d_cu_q, d_cu_k, d_tiles, n_tiles, bm, n_heads,
+                             n_kv_heads, head_dim);
+    cudaFree(d_cu_q);
+    cudaFree(d_cu_k);
+    cudaFree(d_tiles);
+    return rc ? -1 : 0;
+}
+
 /* Every kernel's launch as its launcher makes it, for the resource gate (`make resource-gate`, no device):
  * threads per block, the dynamic shared memory the launch passes, and where the kernel's own carve-up of it ends. */
 static const GpuLaunchShape launch_shapes[] = {
@@ -4551,7 +4591,7 @@ int gpu_launch_shapes(const GpuLaunchShape **shapes) {
     return (int)(sizeof launch_shapes / sizeof launch_shapes[0]);
 }
 
-/* upload's conversion to bf16 on threads: h [n] = t as bf16, element by element as upload's loop. */
+/* tensor_to_bf16 on threads: the same loop, the same bits. */
 static void to_bf16_fast(bf16 *h, const RxTensor *t, int64_t n) {
     RX_OMP(omp parallel for schedule(static) if(n >= RX_GRAIN))
     for (int64_t i = 0; i < n; i++) h[i] = to_bf16(rx_tensor_at(t, i));
