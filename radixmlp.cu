@@ -18,7 +18,7 @@
  *   Algorithm 2 (B.4)               -> radix_index_build(): trie_find() scans a node's children (found?), trie_add()
  *                                      appends one (not found); then two refinements, for speed only: branch
  *                                      points hashed (trie_find_hashed()), nothing shared (trie_any_shared_start())
- *   Sec. 3.4 attention, cu_seqlens  -> attention_ref() (C: the definition, 40 lines), the attention kernel (CUDA)
+ *   Sec. 3.4 attention, cu_seqlens  -> attention_ref() (C: the definition), the attention kernel (CUDA)
  *   beyond the paper: compact mode  -> RX_COMPACT: attention reads keys through I_scatter, no scatter/gather at all
  *   Sec. 4.1 reranking, Tables 1, 3 -> qwen3_forward_ref_last() (each sequence's last token), rx_rerank_scores()
  *                                      (P(yes) as the Qwen3-Reranker model card computes it; the CLI's --score)
@@ -489,8 +489,9 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
 /* Algorithm 1 in plain C, from the definitions: fp32 throughout, one row at a time, every sum in a fixed order, one
  * thread. Because each row is computed with the same arithmetic whatever rows surround it, a compact row equals the
  * original rows it stands for bit for bit, and the radix and compact modes reproduce the baseline's logits exactly
- * (the paper's Table 7a zeros). The ops come first (rmsnorm, the matmul, exp, RoPE, SiLU, attention), then
- * Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs them.
+ * (0 where the paper's Table 7a, on SDPA, measures up to 4.8e-7). The ops come first (rmsnorm, the matmul, exp,
+ * RoPE, SiLU, attention), then Algorithm 1's steps (the GPU forward repeats them), then forward_ref(), which runs
+ * them.
  *
  * The rule for the bits: a matmul output, and each attention score and output, is a chain of fused multiply-adds
  * (fmaf, one rounding each) in a fixed order (matmul_ref states it); everywhere else a mul and an add round
@@ -590,8 +591,8 @@ static void rope_angles(float *cos_t, float *sin_t, const int32_t *pos, int rows
         float inv_freq = 1.0f / (float)pow((float)rope_theta, (float)(2 * i) / (float)head_dim);
         for (int r = 0; r < rows; r++) {
             float angle = (float)pos[r] * inv_freq;
-            cos_t[(size_t)r * half + i] = cosf(angle);                /* line 11: cos = C_cos[p~] */
-            sin_t[(size_t)r * half + i] = sinf(angle);                /* line 12: sin = C_sin[p~] */
+            cos_t[(size_t)r * half + i] = cosf(angle);     /* line 11, IndexSelect(C_cos, p~): computed, no table */
+            sin_t[(size_t)r * half + i] = sinf(angle);     /* line 12, IndexSelect(C_sin, p~) */
         }
     }
 }
@@ -666,7 +667,7 @@ static size_t kv_at(const KvView *kv, int t) {
 }
 
 /* Causal GQA attention, q and out [n_q, n_heads*head_dim]: query row r is token g = q_orig ? q_orig[r] : r of
- * attention's tokens (seq_start, one entry per token: the batch's N) and attends to its sequence's tokens
+ * attention's tokens (seq_start, one entry per token attention reads) and attends to its sequence's tokens
  * t0 = seq_start[g] .. g, keys and values read through kv; query head h reads kv head h / (n_heads / n_kv_heads).
  * softmax(q k / sqrt(d)) v, one query row and head at a time, in the order of operations of the tiled version
  * (attention_fast), so both give the same bits: each score a chain of fmaf over the head's dims, then scaled;
@@ -1132,8 +1133,9 @@ double rx_bf16_tolerance(const Qwen3Config *c) {
  * several of transformers' ops it rounds fewer times than transformers (eager attention) does:
  *   RoPE          transformers rounds cos, sin, q*cos and rotate_half(q)*sin, then the sum; we round the sum only
  *   SiLU * up     transformers rounds silu(gate), then the product; we round the product only
- *   attention     transformers (eager) rounds the scores, the scaled scores and the softmax probabilities; we keep
- *                 all three in fp32 (as its SDPA/flash path does) and round the output only
+ *   attention     transformers (eager) rounds the scores, the scaled scores and the softmax probabilities; the
+ *                 naive kernel keeps all three in fp32 and rounds the output only; Part III's flash kernel also
+ *                 rounds the probabilities P to bf16 for P V, as FlashAttention does
  * The norms, residual adds and GEMMs round exactly where transformers does. Each rounding skipped is an error of up
  * to 2^-8 of a value that the fp32 C reference does not make either: the GPU is checked against that reference, and
  * the skipped roundings bring it closer, never further. Against transformers' own bf16 forward the GPU then differs
