@@ -1884,7 +1884,7 @@ void rx_kv_page_release(RxKvPool *p, int32_t page) {
 
 /* -------------------------------------------------------------------------------- part ii: the radix prefix cache */
 /* A radix tree whose edges hold runs of whole pages: an edge of k pages holds k * page_size tokens and their k page
- * ids. Siblings differ in their first page, so a child is found by comparing one page of tokens. Only whole pages
+ * ids. Siblings differ in their first page, so a child is found by its first page of tokens. Only whole pages
  * are cached (a page is the unit of K/V the pool hands out), so two prompts that part in the middle of a page share
  * only the pages before it, and every split falls on a page boundary:
  *
@@ -1896,9 +1896,16 @@ void rx_kv_page_release(RxKvPool *p, int32_t page) {
  * One root per model id: K/V computed by one model is never offered to another. A running request locks every
  * node on its path (lock += 1), and eviction takes only unlocked leaves, least recently used first; a parent left
  * an unlocked leaf goes next (cascade), so a shared trunk outlives its branches. Nodes live in one array and link by
- * index (parent, first child, next sibling); free slots are chained through `sibling`. */
+ * index (parent; first child, next and previous sibling); free slots are chained through `sibling`.
+ *
+ * A walk finds a child by hashing (its parent, its first page) into c->bucket, whose chains link nodes through
+ * hnext, as SGLang's tree keeps a dict of children per node. Scanning the parent's children instead cost a page
+ * comparison per child, and the root gets a child for every prompt whose first page no earlier one had: serving n
+ * of them cost n^2, and lpm, which looks up its window every step, 128 times that. The child lists stay for what
+ * visits every child: eviction's leaf test, the audit and the drawing. */
 typedef struct {
     int32_t parent, child, sibling;  /* tree links by index, -1: none                                          */
+    int32_t prev, hnext;             /* the previous sibling, the next node in its hash bucket; -1: none        */
     int32_t n_pages;                 /* edge length in pages; 0 for a root                                     */
     int32_t *tokens;                 /* [n_pages * page_size] the edge's tokens                                */
     int32_t *pages;                  /* [n_pages] where their K/V are in the pool                              */
@@ -1922,28 +1929,102 @@ struct RxPrefixCache {
     RxKvPool *pool;
     int P;                           /* page size in tokens                                                     */
     uint64_t clock;                  /* ticks at every match and insert: LRU order                              */
-    long evicted_pages;
+    long evicted_pages, compared_pages;          /* RxCacheStats' */
     int n_running;                   /* requests admitted and not yet released                                  */
     RadixNode *node; int32_t cap_nodes, free_node;                                 /* radix                     */
     HashEntry *entry; int32_t *entry_tokens; int32_t *bucket; uint64_t mask, serial; /* hash: [n_pages] entries,
                                                                                       [n_pages * P] tokens       */
 };
 
-static int page_equal(const int32_t *a, const int32_t *b, int P) { return !memcmp(a, b, (size_t)P * sizeof(int32_t)); }
+static int page_equal(RxPrefixCache *c, const int32_t *a, const int32_t *b) {        /* one page [page_size] */
+    c->compared_pages++;
+    return !memcmp(a, b, (size_t)c->P * sizeof(int32_t));
+}
 
-static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *tokens, const int32_t *pages, int n) {
-    if (c->free_node < 0) {
-        int32_t cap = c->cap_nodes ? 2 * c->cap_nodes : 64;
-        RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
-        if (!grown) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
-        c->node = grown;
-        for (int32_t i = cap - 1; i >= c->cap_nodes; i--) {    /* the new slots join the free chain */
-            c->node[i].used = 0;
-            c->node[i].sibling = c->free_node;
-            c->free_node = i;
-        }
-        c->cap_nodes = cap;
+static uint64_t hash_mix(uint64_t x) { return rx_rand(&x); }   /* one splitmix64 step from state x */
+
+static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
+    uint64_t h = parent_hash;
+    for (int i = 0; i < P; i++) h = hash_mix(h ^ (uint32_t)tokens[i]);
+    return h;
+}
+
+/* The head of the bucket chain of (parent, page), and the link in it that is node id. */
+static int32_t *radix_bucket(const RxPrefixCache *c, int32_t parent, const int32_t *page) {
+    return &c->bucket[hash_page(hash_mix((uint64_t)parent), page, c->P) & c->mask];
+}
+
+static int32_t *radix_bucket_link(RxPrefixCache *c, int32_t id) {
+    int32_t *link = radix_bucket(c, c->node[id].parent, c->node[id].tokens);
+    while (*link != id) link = &c->node[*link].hnext;
+    return link;
+}
+
+static int32_t *radix_sibling_link(RxPrefixCache *c, int32_t id) {     /* the link in its child list that is id */
+    const RadixNode *x = &c->node[id];
+    return x->prev >= 0 ? &c->node[x->prev].sibling : &c->node[x->parent].child;
+}
+
+/* The child of parent whose edge starts with page [page_size], or -1. */
+static int32_t radix_child(RxPrefixCache *c, int32_t parent, const int32_t *page) {
+    int32_t ch = *radix_bucket(c, parent, page);
+    while (ch >= 0 && (c->node[ch].parent != parent || !page_equal(c, c->node[ch].tokens, page)))
+        ch = c->node[ch].hnext;
+    return ch;
+}
+
+/* Node id, whose parent is set, joins its parent's children (first: the drawing lists them from the last) and its
+ * bucket. */
+static void radix_link(RxPrefixCache *c, int32_t id) {
+    RadixNode *x = &c->node[id];
+    int32_t *head = radix_bucket(c, x->parent, x->tokens);
+    x->prev = -1;
+    x->sibling = c->node[x->parent].child;
+    if (x->sibling >= 0) c->node[x->sibling].prev = id;
+    c->node[x->parent].child = id;
+    x->hnext = *head;
+    *head = id;
+}
+
+static void radix_unlink(RxPrefixCache *c, int32_t id) {        /* the reverse: out of the child list and bucket */
+    RadixNode *x = &c->node[id];
+    *radix_bucket_link(c, id) = x->hnext;
+    *radix_sibling_link(c, id) = x->sibling;
+    if (x->sibling >= 0) c->node[x->sibling].prev = x->prev;
+}
+
+/* Room for one more node: the array doubles, and the buckets with it (every child hashed again). */
+static int radix_grow(RxPrefixCache *c) {
+    int32_t cap = c->cap_nodes ? 2 * c->cap_nodes : 64;
+    RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
+    int32_t *bucket = (int32_t *)malloc(table_cap(cap) * sizeof(int32_t));
+    if (grown) c->node = grown;
+    if (!grown || !bucket) {
+        free(bucket);
+        return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
     }
+    free(c->bucket);
+    c->bucket = bucket;
+    c->mask = table_cap(cap) - 1;
+    for (uint64_t b = 0; b <= c->mask; b++) c->bucket[b] = -1;
+    for (int32_t i = 0; i < c->cap_nodes; i++)
+        if (c->node[i].used && c->node[i].parent >= 0) {
+            int32_t *head = radix_bucket(c, c->node[i].parent, c->node[i].tokens);
+            c->node[i].hnext = *head;
+            *head = i;
+        }
+    for (int32_t i = cap - 1; i >= c->cap_nodes; i--) {         /* the new slots join the free chain */
+        c->node[i].used = 0;
+        c->node[i].sibling = c->free_node;
+        c->free_node = i;
+    }
+    c->cap_nodes = cap;
+    return 0;
+}
+
+/* A new node of n pages below parent (-1: a root, or a node radix_split places itself). */
+static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *tokens, const int32_t *pages, int n) {
+    if (c->free_node < 0 && radix_grow(c)) return -1;
     int32_t id = c->free_node;
     RadixNode *x = &c->node[id];
     int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1);   /* [n * page_size] */
@@ -1958,19 +2039,9 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
         memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t));
         memcpy(pg, pages, (size_t)n * sizeof(int32_t));
     }
-    *x = (RadixNode){parent, -1, -1, n, tok, pg, 0, c->clock, 0, 1};
-    if (parent >= 0) {                                           /* appended: children keep their insertion order */
-        int32_t *link = &c->node[parent].child;
-        while (*link >= 0) link = &c->node[*link].sibling;
-        *link = id;
-    }
+    *x = (RadixNode){parent, -1, -1, -1, -1, n, tok, pg, 0, c->clock, 0, 1};
+    if (parent >= 0) radix_link(c, id);
     return id;
-}
-
-static int32_t *radix_link_to(RxPrefixCache *c, int32_t id) {  /* the link in id's parent's child list that is id */
-    int32_t *link = &c->node[c->node[id].parent].child;
-    while (*link != id) link = &c->node[*link].sibling;
-    return link;
 }
 
 static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1: the model has no root yet */
@@ -1982,20 +2053,17 @@ static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1
 /* Walks whole pages of tokens[0 .. n_pages * P) down from root. Returns the deepest node whose whole edge matched;
  * *matched: pages matched up to it; *stop, *stop_pages: the child where the match ended mid-edge and how many of
  * its pages matched (-1, 0: none). */
-static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched,
+static int32_t radix_walk(RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched,
                           int32_t *stop, int *stop_pages) {
     int32_t at = root, ch;
     int m = 0, P = c->P;
     *stop = -1;
     *stop_pages = 0;
-    while (m < n_pages) {
-        for (ch = c->node[at].child; ch >= 0; ch = c->node[ch].sibling)      /* the child that starts with page m */
-            if (page_equal(c->node[ch].tokens, tokens + (size_t)m * P, P)) break;
-        if (ch < 0) break;
+    while (m < n_pages && (ch = radix_child(c, at, tokens + (size_t)m * P)) >= 0) {   /* the child: page m */
         const RadixNode *x = &c->node[ch];
         int k = 1;
         while (k < x->n_pages && m + k < n_pages &&
-               page_equal(x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P, P)) k++;
+               page_equal(c, x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P)) k++;
         if (k < x->n_pages) { *stop = ch; *stop_pages = k; break; }
         at = ch;
         m += k;
@@ -2010,17 +2078,20 @@ static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     int32_t mid = radix_new_node(c, -1, c->node[id].tokens, c->node[id].pages, k);
     if (mid < 0) return -1;
     RadixNode *x = &c->node[id], *m = &c->node[mid];
-    *radix_link_to(c, id) = mid;                                 /* mid replaces id in the parent's child list */
-    m->parent = x->parent;
+    m->parent = x->parent;              /* mid takes id's place: the same parent and first page, so the same bucket */
+    m->prev = x->prev;
     m->sibling = x->sibling;
-    m->child = id;
+    m->hnext = x->hnext;
+    *radix_bucket_link(c, id) = mid;
+    *radix_sibling_link(c, id) = mid;
+    if (x->sibling >= 0) c->node[x->sibling].prev = mid;
     m->lock = x->lock;
     m->last_use = x->last_use;
     x->parent = mid;
-    x->sibling = -1;
     x->n_pages -= k;
     memmove(x->tokens, x->tokens + (size_t)k * c->P, (size_t)x->n_pages * c->P * sizeof(int32_t));
     memmove(x->pages, x->pages + k, (size_t)x->n_pages * sizeof(int32_t));
+    radix_link(c, id);                  /* mid's one child, hashed by its new first page */
     return mid;
 }
 
@@ -2079,7 +2150,7 @@ static int radix_evict_one(RxPrefixCache *c) {
     if (victim < 0) return 0;
     while (victim >= 0 && c->node[victim].parent >= 0 && c->node[victim].child < 0 && c->node[victim].lock == 0) {
         int32_t parent = c->node[victim].parent;
-        *radix_link_to(c, victim) = c->node[victim].sibling;    /* out of its parent's child list */
+        radix_unlink(c, victim);
         radix_drop(c, victim);
         victim = parent;
     }
@@ -2101,16 +2172,8 @@ static int radix_evict_one(RxPrefixCache *c) {
  * An orphan stays unreachable even when its parent is computed again: the new parent entry has a new serial. That
  * costs some reuse and buys exactness: no parent is ever trusted by its hash alone. Entries whose page a running
  * request also holds are skipped by eviction: evicting them would free nothing. */
-static uint64_t hash_mix(uint64_t x) { return rx_rand(&x); }   /* one splitmix64 step from state x */
-
-static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
-    uint64_t h = parent_hash;
-    for (int i = 0; i < P; i++) h = hash_mix(h ^ (uint32_t)tokens[i]);
-    return h;
-}
-
 /* Walks the chain over whole pages of tokens[0 .. n_pages * P): the pages matched, their ids into pages[] or NULL. */
-static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
+static int hash_walk(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
     uint64_t h = hash_mix(model_id), serial = 0;                   /* the root's hash: the model's namespace */
     int j = 0;
     for (; j < n_pages; j++) {
@@ -2120,7 +2183,7 @@ static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *t
         for (; p >= 0; p = c->entry[p].next) {           /* page j's entry: hash, model, parent and tokens all equal */
             const HashEntry *e = &c->entry[p];
             if (e->hash == key && e->model_id == model_id && e->parent_serial == serial &&
-                page_equal(c->entry_tokens + (size_t)p * c->P, page, c->P)) break;
+                page_equal(c, c->entry_tokens + (size_t)p * c->P, page)) break;
         }
         if (p < 0) break;
         if (pages) pages[j] = p;
@@ -2230,7 +2293,7 @@ void rx_cache_free(RxPrefixCache *c) {
     free(c);
 }
 
-int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
+int rx_cache_lookup(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
     int n_pages = n > 0 ? n / c->P : 0, m = 0;
     if (c->kind == RX_CACHE_HASH) m = hash_walk(c, model_id, tokens, n_pages, pages_out);
     else if (c->kind == RX_CACHE_RADIX) {
@@ -2291,10 +2354,12 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
     }
     int32_t *first = (int32_t *)malloc((size_t)c->cap_nodes * 2 * sizeof(int32_t) + 1), *next = first + c->cap_nodes;
     if (!first) { fprintf(out, "(out of memory drawing the cache)\n"); return; }
-    for (int32_t i = 0; i < c->cap_nodes; i++) {
-        first[i] = c->node[i].child;
-        next[i] = c->node[i].sibling;
-    }
+    for (int32_t i = 0; i < c->cap_nodes; i++) first[i] = -1;
+    for (int32_t p = 0; p < c->cap_nodes; p++)                  /* each child list reversed: the oldest first */
+        for (int32_t ch = c->node[p].used ? c->node[p].child : -1; ch >= 0; ch = c->node[ch].sibling) {
+            next[ch] = first[p];
+            first[p] = ch;
+        }
     for (int32_t r = 0; r < c->cap_nodes; r++)                  /* each root, one tree per model */
         if (c->node[r].used && c->node[r].parent < 0) {
             fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
@@ -2308,6 +2373,7 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     memset(s, 0, sizeof *s);
     s->kind = c->kind;
     s->evicted_pages = c->evicted_pages;
+    s->compared_pages = c->compared_pages;
     int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));        /* [n_pages] */
     int32_t *on_free_list = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));    /* [n_pages] */
     int rc = -1;
@@ -3176,6 +3242,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     if (rx_cache_audit(S.c, &cs)) goto done;
     st->cache_pages = cs.cached_pages;
     st->evicted_pages = cs.evicted_pages;
+    st->compared_pages = cs.compared_pages;
     st->request_pages = cs.request_pages;
     if (st->refused) refused_message(&S);                  /* the others were served: their outputs stand */
     rx_cache_free(S.c);                                    /* the final flush: the cache lets go of every page */

@@ -406,7 +406,7 @@ void rx_cache_free(RxPrefixCache *c);        /* drops the cache's references (re
 /* The longest cached page-aligned prefix of tokens[0..n): its length in tokens, its pages in pages_out (room for
  * n / page_size; NULL: the length alone). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every
  * waiting request).                                                                                               */
-int  rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
+int  rx_cache_lookup(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
 /* Caches the first n / page_size whole pages of tokens, whose K/V are in pages[]. Prefixes already cached keep
  * their pages (a duplicate page is not adopted); the cache takes a reference on each page it adopts, and returns
  * how many it adopted (or -1 out of memory).                                                                       */
@@ -427,6 +427,8 @@ typedef struct {
     int  orphans;          /* hash: entries no lookup can reach (their chain to the root was evicted); radix: 0 */
     int  request_pages;    /* pages some request holds a reference on                                        */
     long evicted_pages;    /* pages whose cache reference eviction has dropped, since creation              */
+    long compared_pages;   /* pages of tokens lookups, inserts and admissions compared with cached ones, since
+                              creation: about one per page walked, however many prompts are cached             */
 } RxCacheStats;
 /* Recounts everything from the structures and checks them against the pool: every page's ref equals the cache's
  * references plus the requests', the free list holds exactly the pages with no reference, once each. Returns 0,
@@ -570,6 +572,7 @@ typedef struct {
     long generated_tokens;
     long rows_computed;                  /* rows the forwards computed: N' of the suffixes in compact mode         */
     long evicted_pages;
+    long compared_pages;                 /* the cache's (RxCacheStats): a page or so per page walked, in any queue */
     int preemptions, refused;
     long recomputed_tokens;              /* tokens prefilled again after a preemption                              */
     int pool_pages, cache_pages;         /* at the end, before the flush                                           */

@@ -4815,7 +4815,7 @@ static int find_prefix(const Prefixes *ps, uint64_t model, const int32_t *tokens
 
 /* The prefixes in ever that the cache holds, each with the page that ends it: a prefix is cached when a lookup of
  * exactly its tokens matches all of them. */
-static Prefixes cached_prefixes(const RxPrefixCache *c, const Prefixes *ever, int P) {
+static Prefixes cached_prefixes(RxPrefixCache *c, const Prefixes *ever, int P) {
     Prefixes now = {NULL, 0, 0};
     int32_t pages[TRACE_MAX_LEN];
     for (int i = 0; i < ever->n; i++) {
@@ -4837,7 +4837,7 @@ static float fingerprint(uint64_t model, const int32_t *tokens, int n) {   /* of
 
 typedef struct { RxRequest r; int32_t tok[TRACE_MAX_LEN]; } TraceReq;
 
-static void trace_step_checks(const RxPrefixCache *c, const RxKvPool *pool, const TraceReq *req, int n_req,
+static void trace_step_checks(RxPrefixCache *c, const RxKvPool *pool, const TraceReq *req, int n_req,
                               Prefixes *ever, int step, int *bad) {
     RxCacheStats s;
     if (rx_cache_audit(c, &s)) { expect(0, "step %d: audit: %s", step, radix_error()); *bad = 1; }
@@ -5804,6 +5804,63 @@ static uint64_t sched_digest(const Qwen3Model *m, SchedTrace *t, RxServeOptions 
     return h;
 }
 
+/* A random Qwen3 so small (hidden 16, 1 layer) that a serving run's time is its scheduling's; -1 after a failure. */
+static int sched_model(Qwen3Model *m, Qwen3Config *cfg, int vocab, uint64_t seed) {
+    *cfg = tiny_config();
+    cfg->vocab_size = vocab;
+    cfg->hidden_size = 16;
+    cfg->intermediate_size = 32;
+    cfg->n_layers = 1;
+    cfg->head_dim = 8;
+    if (!qwen3_random(m, cfg, seed)) return 0;
+    expect(0, "qwen3_random: %s", radix_error());
+    return -1;
+}
+
+/* A walk of the radix cache finds each child by hashing its first page: the root gets a child for every prompt whose
+ * first page no earlier one had, and lpm looks its window of waiting requests up every step, so a walk that scanned
+ * the children made a run's work grow with the square of its requests. Counted, not timed: n random 16-token
+ * requests (no page shared; a pool for them all, so nothing is evicted) at n = 300 and 1200 (4x: the buckets double
+ * twice, to the same load), both caches, fcfs and lpm, page sizes 4 and 16, batch 1; the pages compared per request
+ * at 1200 must be within 1.5x of those at 300 (the scan: 4x, the queue's quadrupling). */
+static void test_cache_compared_pages_grow_linearly_with_requests(void) {
+    enum { FEW = 300, MANY = 1200, LEN = 16 };
+    Qwen3Config cfg;
+    Qwen3Model m;
+    if (sched_model(&m, &cfg, 512, 78)) return;
+    int32_t *tok = (int32_t *)malloc((size_t)MANY * LEN * sizeof(int32_t));
+    const int32_t **ptr = (const int32_t **)malloc(MANY * sizeof *ptr);
+    int *lens = (int *)malloc(MANY * sizeof(int));
+    uint64_t rng = 79;
+    for (int s = 0; s < MANY; s++) {
+        for (int i = 0; i < LEN; i++) tok[s * LEN + i] = rng_int(&rng, cfg.vocab_size);
+        ptr[s] = tok + s * LEN;
+        lens[s] = LEN;
+    }
+    double worst = 0;
+    for (int k = 0; k < 8 && !test_failed; k++) {
+        RxServeOptions o = {.cache = k & 1 ? RX_CACHE_HASH : RX_CACHE_RADIX, .page_size = k & 2 ? 16 : 4,
+                            .batch = 1, .lpm = k >= 4, .mode = RX_COMPACT, .model_id = 1};
+        double per[2];
+        for (int r = 0; r < 2; r++) {
+            RxServeStats st;
+            int n = r ? MANY : FEW;
+            expect(rx_serve(&m, ptr, lens, n, &o, NULL, NULL, NULL, &st) == 0, "rx_serve: %s", radix_error());
+            per[r] = (double)st.compared_pages / n;
+        }
+        worst = fmax(worst, per[1] / per[0]);
+        expect(per[1] <= 1.5 * per[0], "%s, %s, page size %d: %.1f pages compared per request of %d, %.1f of %d",
+               rx_cache_kind_name(o.cache), o.lpm ? "lpm" : "fcfs", o.page_size, per[0], FEW, per[1], MANY);
+        note("%-5s %-4s page size %2d: pages compared per request %7.1f of %d, %7.1f of %d", rx_cache_kind_name(o.cache),
+             o.lpm ? "lpm" : "fcfs", o.page_size, per[0], FEW, per[1], MANY);
+    }
+    summary("pages compared per request at %d requests / at %d: at most %.2fx (tolerance 1.5x)", MANY, FEW, worst);
+    free(tok);
+    free(ptr);
+    free(lens);
+    qwen3_free(&m);
+}
+
 /* --schedule lpm orders only the queue's first 128 waiting requests (RX_LPM_WINDOW in radixmlp.cu: a step costs a
  * window, not the queue). Its decisions where the old code sorted the whole queue every step: DIGEST holds the
  * digests that code (commit 1219fc9) gave on these traces, fcfs and lpm; radix and hash caches; batches 1 to 4; pools
@@ -5812,14 +5869,9 @@ static uint64_t sched_digest(const Qwen3Model *m, SchedTrace *t, RxServeOptions 
  * ones it differs, as it should: a request past the window waits in arrival order, where the whole sort took the
  * longest cached prefix in the queue (the last check: request 200 repeats request 0, whose prompt is cached). */
 static void test_lpm_window_keeps_decisions(void) {
-    Qwen3Config cfg = tiny_config();
-    cfg.vocab_size = 64;
-    cfg.hidden_size = 16;
-    cfg.intermediate_size = 32;
-    cfg.n_layers = 1;
-    cfg.head_dim = 8;
+    Qwen3Config cfg;
     Qwen3Model m;
-    if (qwen3_random(&m, &cfg, 77)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    if (sched_model(&m, &cfg, 64, 77)) return;
     static const struct {
         int n, turns, lpm, batch, page, pool, max_new;
         RxCacheKind cache;
@@ -7572,6 +7624,7 @@ static const Test tests[] = {
     {"cache", "generation_same_tokens_across_batches_schedules_threads_paths",
      test_generation_same_tokens_across_batches_schedules_threads_paths},
     {"cache", "lpm_window_keeps_decisions", test_lpm_window_keeps_decisions},
+    {"cache", "compared_pages_grow_linearly_with_requests", test_cache_compared_pages_grow_linearly_with_requests},
     {"cache", "generation_turn_two_hits_turn_one_generated_tokens",
      test_generation_turn_two_hits_turn_one_generated_tokens},
     {"cache", "cli_generate_matches_transformers_greedy", test_cli_generate_matches_transformers_greedy},
