@@ -6089,9 +6089,10 @@ static const char *usage =
     "                [--generate N [--out FILE] [--temperature T [--top-k K] [--top-p P] [--seed S]] [--ignore-eos]]\n"
     "                --generate N: each request then generates up to N tokens, greedy, or sampled at --temperature T\n"
     "                (top-k, top-p; --seed S, default 0: request i draws from its own generator, seeded by S and i);\n"
-    "                it stops at the config's eos_token_id unless --ignore-eos. A line may begin with @K: a turn\n"
-    "                whose prompt is request K's prompt and generated tokens, then the line's tokens. --out FILE:\n"
-    "                each request's generated ids, one line each, in file order. Generated pages are cached too.\n"
+    "                it stops at generation_config.json's eos_token_id (or config.json's, without that file) unless\n"
+    "                --ignore-eos. A line may begin with @K: a turn whose prompt is request K's prompt and generated\n"
+    "                tokens, then the line's tokens. --out FILE: each request's generated ids, one line each, in file\n"
+    "                order. Generated pages are cached too.\n"
     "       A flag that does not apply to the chosen action is an error. The text goes to stdout: an output file may\n"
     "       not be stdout (--dump-logits /dev/stdout, or the file stdout is sent to); /dev/null is fine.\n"
     "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
@@ -6246,24 +6247,26 @@ static int show_index(const char *tokens) {
     return 0;
 }
 
-/* Eos ids [n] on one line after what; an id outside the vocabulary is marked (generation refuses it). */
-static void print_eos(const char *what, const int32_t *ids, int n, int vocab) {
+/* Eos ids [n] on one line after what; an id outside the vocabulary is marked (generation refuses it), or the whole
+ * list, if --generate does not use it (config.json's beside a generation_config.json). */
+static void print_eos(const char *what, const int32_t *ids, int n, int vocab, int used) {
     printf("%s", what);
     if (!n) printf(" none");
     for (int e = 0; e < n; e++)
-        printf(" %d%s", ids[e], ids[e] >= 0 && ids[e] < vocab ? "" : " (outside the vocabulary: --generate refuses "
-               "it)");
+        printf(" %d%s", ids[e], !used || (ids[e] >= 0 && ids[e] < vocab) ? "" : " (outside the vocabulary: "
+               "--generate refuses it)");
+    if (n && !used) printf(" (not used: --generate takes generation_config.json's, as transformers does)");
 }
 
 /* --check: the eos ids of both files and generation_config.json's sampling defaults, as --generate will read them. */
 static void print_generation_config(const Qwen3Model *m) {
     const RxGenerationConfig *g = &m->generation;
-    print_eos("generation: eos ids in config.json:", m->cfg.eos_token_id, m->cfg.n_eos, m->cfg.vocab_size);
+    print_eos("generation: eos ids in config.json:", m->cfg.eos_token_id, m->cfg.n_eos, m->cfg.vocab_size, !g->present);
     if (!g->present) {
         printf("; no generation_config.json (--generate: greedy unless --temperature)\n");
         return;
     }
-    print_eos("; in generation_config.json:", g->eos_token_id, g->n_eos, m->cfg.vocab_size);
+    print_eos("; in generation_config.json:", g->eos_token_id, g->n_eos, m->cfg.vocab_size, 1);
     char k[16], t[32], p[32];
     snprintf(k, sizeof k, g->top_k < 0 ? "absent" : "%d", g->top_k);
     snprintf(t, sizeof t, g->temperature < 0 ? "absent" : "%g", g->temperature);
@@ -6489,28 +6492,21 @@ static int resolve_sampling(RxGenerate *g, const RxGenerationConfig *f, const ch
     return 0;
 }
 
-/* The eos ids a run stops at, as transformers' generate() takes them: config.json's and generation_config.json's
- * together (ids [RX_MAX_EOS * 2], each once), every one checked against the vocabulary with its file named. */
-static int run_eos(const Qwen3Model *m, const char *dir, int32_t *ids, int *n) {
+/* The eos ids a run stops at (*ids, n), as transformers' generate() takes them: generation_config.json's when the
+ * folder has one (null or absent there: none), else config.json's (GenerationConfig.from_model_config); checked
+ * against the vocabulary, their file named. */
+static int run_eos(const Qwen3Model *m, const char *dir, const int32_t **ids, int *n) {
+    const int from_gc = m->generation.present;
     char file[4200];
-    const RxGenerationConfig *g = &m->generation;
-    snprintf(file, sizeof file, "%s/config.json", dir);
-    if (rx_eos_check(m->cfg.eos_token_id, m->cfg.n_eos, m->cfg.vocab_size, file)) return -1;
-    snprintf(file, sizeof file, "%s/generation_config.json", dir);
-    if (rx_eos_check(g->eos_token_id, g->n_eos, m->cfg.vocab_size, file)) return -1;
-    *n = 0;
-    for (int e = 0; e < m->cfg.n_eos + g->n_eos; e++) {
-        int32_t id = e < m->cfg.n_eos ? m->cfg.eos_token_id[e] : g->eos_token_id[e - m->cfg.n_eos];
-        int seen = 0;
-        for (int i = 0; i < *n; i++) seen |= ids[i] == id;
-        if (!seen) ids[(*n)++] = id;
-    }
-    return 0;
+    snprintf(file, sizeof file, "%s/%s", dir, from_gc ? "generation_config.json" : "config.json");
+    *ids = from_gc ? m->generation.eos_token_id : m->cfg.eos_token_id;
+    *n = from_gc ? m->generation.n_eos : m->cfg.n_eos;
+    return rx_eos_check(*ids, *n, m->cfg.vocab_size, file);
 }
 
 /* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. With
- * o->gen, each request generates after its prefill (greedy or sampled; it stops at the config's eos_token_id unless
- * ignore_eos); a line "@K ..." is a turn after request K. */
+ * o->gen, each request generates after its prefill (greedy or sampled; it stops at run_eos's ids unless ignore_eos);
+ * a line "@K ..." is a turn after request K. */
 static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump,
                         const char *out, int ignore_eos, int force_cpu, const char *sampling_flag) {
     Qwen3Model m;
@@ -6544,13 +6540,11 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
     o->after = after;
-    int32_t eos[2 * RX_MAX_EOS];            /* a request stops at any eos id of config.json or generation_config.json */
     char used[400];                         /* what resolve_sampling chose, for the summary */
     used[0] = '\0';
     if (N && (rc = resolve_sampling(&gen, &m.generation, sampling_flag, used, sizeof used))) goto done;
     rc = -1;
-    if (N && !ignore_eos && run_eos(&m, dir, eos, &gen.n_eos)) goto done;
-    gen.eos = eos;
+    if (N && !ignore_eos && run_eos(&m, dir, &gen.eos, &gen.n_eos)) goto done;
     gen.out = gen_out;
     gen.n_out = n_out;
     o->gen = N ? &gen : NULL;
@@ -6595,10 +6589,11 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
            g ? "the GPU, bf16: " : "the C reference on the CPU", g ? gpu_device_name() : "", rx_mode_name(o->mode),
            st.ms);
     if (N) {
-        printf("generation: up to %d tokens, %s; %s", N, used, ignore_eos ? "eos ids ignored (--ignore-eos)"
-               : gen.n_eos ? "stops at eos ids" : "no eos id in config.json or generation_config.json");
+        printf("generation: up to %d token%s, %s; %s", N, N == 1 ? "" : "s", used,
+               ignore_eos ? "eos ids ignored (--ignore-eos)" : gen.n_eos ? "stops at eos ids" : "no eos id");
         for (int e = 0; e < gen.n_eos; e++) printf(" %d", gen.eos[e]);
-        printf("%s\n", gen.n_eos ? " (config.json's and generation_config.json's)" : "");
+        printf("%s\n", ignore_eos ? "" : m.generation.present ? " in generation_config.json"
+                                                              : " in config.json (no generation_config.json)");
     }
     if (g) printf("bf16 budget against the C reference: %.4g x max|ref| (%d layers)\n", rx_bf16_tolerance(&m.cfg),
                   m.cfg.n_layers);

@@ -121,8 +121,9 @@ typedef struct {
                                                       checked against the vocabulary only where generation stops at
                                                       them (rx_eos_check), so a bad one never blocks a forward   */
 } Qwen3Config;
-/* generation_config.json (transformers' GenerationConfig), when a checkpoint has one: the end-of-sequence ids that
- * join config.json's (generate() stops at any of them) and the sampling defaults that flags override. */
+/* generation_config.json (transformers' GenerationConfig), when a checkpoint has one: the end-of-sequence ids, which
+ * replace config.json's (generate() reads config.json's only without this file), and the sampling defaults that
+ * flags override. */
 typedef struct {
     int present;                                   /* the file exists and was read                               */
     int32_t eos_token_id[RX_MAX_EOS]; int n_eos;   /* its "eos_token_id": an int, a list, null or absent          */

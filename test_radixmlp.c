@@ -7284,37 +7284,72 @@ static int run_in(const char *dir, const char *args, char *out, size_t n, char *
     return rc;
 }
 
-/* generation_config.json is read as transformers reads it: its eos ids join config.json's (generate() stops at any of
- * them: null in config.json and a list there stops), its sampling defaults apply unless a flag overrides them
- * (do_sample false is greedy whatever the temperature), and a malformed one is an error naming the file, never
- * skipped. An eos id outside the vocabulary is refused by --generate only: --tokens and --check never use it.
- * Greedy on tiny-tied, 8 tokens: request 1 generates 479 479 479 198 2 ..., request 2 100 203 479 273 ... */
+/* Copies fixtures/NAME (a file, or every file of a folder) into dir. */
+static void copy_into(const char *dir, const char *name) {
+    char src[512], p[800];
+    size_t len = 0;
+    snprintf(src, sizeof src, "%s/%s", fixtures(), name);
+    DIR *d = opendir(src);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        snprintf(p, sizeof p, "%s/%s", src, e->d_name);
+        uint8_t *b = e->d_name[0] != '.' ? read_file(p, &len) : NULL;
+        if (b) write_file(dir, e->d_name, b, len);
+        free(b);
+    }
+    if (d) closedir(d);
+    uint8_t *b = d ? NULL : read_file(src, &len);
+    if (!d) b ? write_file(dir, strrchr(src, '/') + 1, b, len) : expect(0, "cannot read %s", src);
+    free(b);
+}
+
+/* generation_config.json is read as transformers reads it: generate() stops at its eos ids alone when the folder has
+ * one (null or absent there: it runs on), at config.json's only when it has none. Each folder of fixtures/eos holds
+ * a config.json and a generation_config.json or none, and what transformers' generate() wrote for its prompts on
+ * tiny-tied's weights (make_fixtures.py --eos): --out must equal it. Its sampling defaults apply unless a flag
+ * overrides them (do_sample false is greedy whatever the temperature), and a malformed one is an error naming the
+ * file, never skipped. An eos id outside the vocabulary is refused by --generate only, and only in the file it reads:
+ * --tokens and --check never use them. Greedy on tiny-tied, 8 tokens: request 1 generates 479 479 479 198 2 ...,
+ * request 2 100 203 479 273 ... */
 static void test_cli_generation_config_as_transformers(void) {
     if (!have_cli()) return;
     char *d = copy_fixture("tiny-tied"), out[8192], gen[4096], src[512], file[600];
     size_t len = 0;
-    write_file(d, "t.txt", "5 6 7 8 9 9 1\n5 6 7 8 4 4 2\n", 28);
-    const char *run = "--cpu --requests @/t.txt --generate 8 --out @/gen.out";
-    int rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && !strcmp(gen, "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n") &&
-           strstr(out, "no eos id in config.json or generation_config.json"),
-           "no generation_config.json, null eos in config.json: exit %d, --out:\n%s%s", rc, gen, out);
-    const struct { const char *what, *json, *config_eos, *args, *want_out, *want_text; } cases[] = {
-        {"null in config.json, a list in generation_config.json", "eos_list.json", NULL, "",
-         "479 479 479 198\n100 203\n", "stops at eos ids 198 203 (config.json's and generation_config.json's)"},
-        {"an int in config.json joins the list", "eos_list.json", "479", "",
-         "479\n100 203\n", "stops at eos ids 479 198 203"},
-        {"--ignore-eos", "eos_list.json", "479", "--ignore-eos",
-         "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n", "eos ids ignored (--ignore-eos)"},
-        {"do_sample false: greedy, whatever its temperature", "greedy_with_temperature.json", NULL, "",
-         "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n",
+    const char *run = "--cpu --requests @/prompts.txt --generate 8 --out @/gen.out";
+    copy_into(d, "eos/prompts.txt");
+    const struct { const char *name, *stops; } eos[] = {
+        {"config-only", "stops at eos ids 198 in config.json (no generation_config.json)"},
+        {"both", "stops at eos ids 273 in generation_config.json"},
+        {"generation-config-without-eos", "no eos id in generation_config.json"},
+        {"generation-config-null", "no eos id in generation_config.json"},
+        {"generation-config-list", "stops at eos ids 198 203 in generation_config.json"},
+    };
+    char greedy[4096] = "";                  /* transformers' tokens where no eos id stops them */
+    for (int i = 0; i < 5; i++) {
+        snprintf(file, sizeof file, "%s/generation_config.json", d);
+        unlink(file);
+        snprintf(src, sizeof src, "eos/%s", eos[i].name);
+        copy_into(d, src);
+        snprintf(file, sizeof file, "%s/eos/%s/generate.txt", fixtures(), eos[i].name);
+        char *want = (char *)read_file(file, &len);
+        int rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+        expect(rc == 0 && want && !strcmp(gen, want) && strstr(out, eos[i].stops),
+               "eos/%s: exit %d, want '%s' in the text, --out:\n%s(transformers' generate():\n%s)\n%s", eos[i].name,
+               rc, eos[i].stops, gen, want ? want : "(none)", out);
+        if (i == 2 && want) snprintf(greedy, sizeof greedy, "%s", want);
+        note("eos/%-30s --out as transformers' (%.*s), '%s'", eos[i].name, (int)strcspn(gen, "\n"), gen, eos[i].stops);
+        free(want);
+    }
+    copy_into(d, "tiny-tied/config.json");   /* eos_token_id null, and now generation_config.json's own */
+    const struct { const char *what, *json, *args, *want_out, *want_text; } cases[] = {
+        {"--ignore-eos", "eos_list.json", "--ignore-eos", greedy, "eos ids ignored (--ignore-eos)"},
+        {"do_sample false: greedy, whatever its temperature", "greedy_with_temperature.json", "", greedy,
          "greedy (do_sample false in generation_config.json)"},
-        {"its sampling defaults", "sampling.json", NULL, "", NULL,
+        {"its sampling defaults", "sampling.json", "", NULL,
          "sampled (do_sample true in generation_config.json): temperature 0.6 (generation_config.json), top-k 20 "
          "(generation_config.json), top-p 0.95 (generation_config.json), seed 0"},
-        {"the flags override them", "sampling.json", NULL, "--temperature 2 --top-k 0 --top-p 0.5 --seed 3", NULL,
+        {"the flags override them", "sampling.json", "--temperature 2 --top-k 0 --top-p 0.5 --seed 3", NULL,
          "sampled: temperature 2 (--temperature), top-k off (--top-k), top-p 0.5 (--top-p), seed 3"},
-        {"--temperature 0 overrides do_sample true", "sampling.json", NULL, "--temperature 0",
+        {"--temperature 0 overrides do_sample true", "sampling.json", "--temperature 0",
          "479 479 479 198\n100 203\n", "greedy (--temperature 0)"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
@@ -7326,16 +7361,15 @@ static void test_cli_generation_config_as_transformers(void) {
         write_file(d, "generation_config.json", b, len);
         free(b);
         char a[512];
-        if (cases[i].config_eos) edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": 479");
         snprintf(a, sizeof a, "%s %s", run, cases[i].args);
-        rc = run_in(d, a, out, sizeof out, gen, sizeof gen);
-        if (cases[i].config_eos) edit_file(d, "config.json", "\"eos_token_id\": 479", "\"eos_token_id\": null");
+        int rc = run_in(d, a, out, sizeof out, gen, sizeof gen);
         expect(rc == 0 && (!cases[i].want_out || !strcmp(gen, cases[i].want_out)) && strstr(out, cases[i].want_text),
                "%s: exit %d, want '%s' in the text, --out:\n%s(want:\n%s)\n%s", cases[i].what, rc, cases[i].want_text,
                gen, cases[i].want_out ? cases[i].want_out : "any", out);
-        if (i == 4) snprintf(sampled_file, sizeof sampled_file, "%s", gen);
+        if (i == 2) snprintf(sampled_file, sizeof sampled_file, "%s", gen);
         note("%-55.55s --out %.*s", cases[i].what, (int)strcspn(gen, "\n"), gen);
     }
+    int rc;
     /* the file's defaults are used: the same tokens as those values given as flags, other than greedy's */
     snprintf(file, sizeof file, "%s --temperature 0.6 --top-k 20 --top-p 0.95", run);
     rc = run_in(d, file, out, sizeof out, sampled_flags, sizeof sampled_flags);
@@ -7343,13 +7377,13 @@ static void test_cli_generation_config_as_transformers(void) {
            strcmp(sampled_file, "479 479 479 198\n100 203\n"),
            "sampling.json's defaults drew\n%sthe same values as flags drew\n%s", sampled_file, sampled_flags);
     /* a sampling flag on a greedy run is a command-line mistake, the file's do_sample false or not */
-    rc = run_in(d, "--cpu --requests @/t.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
+    rc = run_in(d, "--cpu --requests @/prompts.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
     expect(rc == 0 && strstr(out, "top-k 5 (--top-k)"), "--top-k 5 with sampling.json: exit %d\n%s", rc, out);
     snprintf(src, sizeof src, "%s/generation_config/greedy_with_temperature.json", fixtures());
     uint8_t *b = read_file(src, &len);
     if (b) write_file(d, "generation_config.json", b, len);
     free(b);
-    rc = run_in(d, "--cpu --requests @/t.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
+    rc = run_in(d, "--cpu --requests @/prompts.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
     expect_one_line("--top-k, do_sample false", 2, rc, out, "--top-k applies to sampling: give --temperature T above 0 "
                     "(without it: greedy, by do_sample false in generation_config.json)");
     /* malformed: an error naming the file and the line, for every action that loads the model */
@@ -7357,34 +7391,40 @@ static void test_cli_generation_config_as_transformers(void) {
     b = read_file(src, &len);
     if (b) write_file(d, "generation_config.json", b, len);
     free(b);
-    const char *actions[] = {"--check", "--cpu --tokens @/t.txt", run};
+    const char *actions[] = {"--check", "--cpu --tokens @/prompts.txt", run};
     for (int a = 0; a < 3; a++) {
         rc = run_in(d, actions[a], out, sizeof out, gen, sizeof gen);
         snprintf(file, sizeof file, "%s/generation_config.json: invalid JSON near byte 54 (line 4)", d);
         expect_one_line(actions[a], 1, rc, out, file);
     }
-    /* eos ids outside the vocabulary [0, 512): refused by --generate alone, named with their file */
+    /* eos ids outside the vocabulary [0, 512): refused by --generate alone, in the file it reads, named */
     write_file(d, "generation_config.json", "{\"eos_token_id\": [203, 512]}", 28);
     edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": -1");
     rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (outside the vocabulary: --generate refuses "
-                             "it); in generation_config.json: 203 512 (outside the vocabulary"),
+    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (not used: --generate takes "
+                             "generation_config.json's, as transformers does); in generation_config.json: 203 512 "
+                             "(outside the vocabulary: --generate refuses it)"),
            "--check with eos ids -1 and 512 (vocab 512): exit %d\n%s", rc, out);
-    rc = run_in(d, "--cpu --tokens @/t.txt", out, sizeof out, gen, sizeof gen);
+    rc = run_in(d, "--cpu --tokens @/prompts.txt", out, sizeof out, gen, sizeof gen);
     expect(rc == 0 && strstr(out, "sequence 1: next token"), "--tokens with eos ids -1 and 512: exit %d\n%s", rc, out);
     rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
-    snprintf(file, sizeof file, "%s/config.json: eos_token_id -1 is outside the vocabulary [0, 512): generation would "
-             "never stop at it; fix the file, or give --ignore-eos", d);
-    expect_one_line("--generate, eos -1 in config.json", 1, rc, out, file);
-    edit_file(d, "config.json", "\"eos_token_id\": -1", "\"eos_token_id\": 2");
-    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
-    snprintf(file, sizeof file, "%s/generation_config.json: eos_token_id 512 is outside the vocabulary [0, 512)", d);
+    snprintf(file, sizeof file, "%s/generation_config.json: eos_token_id 512 is outside the vocabulary [0, 512): "
+             "generation would never stop at it; fix the file, or give --ignore-eos", d);
     expect_one_line("--generate, eos 512 in generation_config.json", 1, rc, out, file);
     snprintf(file, sizeof file, "%s --ignore-eos", run);
     rc = run_in(d, file, out, sizeof out, gen, sizeof gen);
     expect(rc == 0, "--generate --ignore-eos with eos id 512: exit %d\n%s", rc, out);
-    summary("%d runs: eos ids of both files joined, sampling defaults taken and overridden, a malformed file named "
-            "with its line, eos ids outside the vocabulary refused by --generate alone", n + 13);
+    snprintf(file, sizeof file, "%s/generation_config.json", d);
+    unlink(file);
+    rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (outside the vocabulary: --generate refuses "
+                             "it); no generation_config.json"), "--check with eos id -1 alone: exit %d\n%s", rc, out);
+    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+    snprintf(file, sizeof file, "%s/config.json: eos_token_id -1 is outside the vocabulary [0, 512)", d);
+    expect_one_line("--generate, eos -1 in config.json, no generation_config.json", 1, rc, out, file);
+    summary("%d runs: the eos ids of generation_config.json alone, else of config.json, --out as transformers' "
+            "generate(); sampling defaults taken and overridden, a malformed file named with its line, eos ids outside "
+            "the vocabulary refused by --generate alone", n + 17);
     remove_dir(d);
 }
 
