@@ -4675,12 +4675,14 @@ double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_b
 /* ---------------------------------------------------------------------------------------------------- json reader */
 /* A small strict JSON reader, just enough for safetensors headers, config.json and the shard index. It builds a flat
  * array of values; arrays and objects link their elements through child/next indices. Strings are unescaped into one
- * buffer no longer than the input (an unescaped string plus its NUL never outgrows its quoted source). */
+ * buffer no longer than the input (an unescaped string plus its NUL never outgrows its quoted source). A string may
+ * hold \u0000, so keys and strings are compared with their lengths: "temperature\u0000x" is not "temperature". */
 typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } JType;
 typedef struct {
     JType type;
     int child, next, count;      /* first element/member, next sibling, number of elements/members   */
-    size_t key, str, str_len;    /* offsets into Json.strs: member key, string value (NUL-terminated) */
+    size_t key, key_len;         /* offset into Json.strs of its member key (NUL-terminated), length   */
+    size_t str, str_len;         /* the same of a string value                                         */
     double num;                  /* every number                                                      */
     int is_uint;                 /* a non-negative integer literal that fits in uint64_t: then u       */
     uint64_t u;
@@ -4815,7 +4817,7 @@ static int json_container(Json *j, int self, char close) {
     if (!json_skip_ws(j)) return -1;
     if (*j->p == close) { j->p++; return 0; }
     for (;;) {
-        size_t key = 0, klen;
+        size_t key = 0, klen = 0;
         if (is_obj) {
             if (!json_skip_ws(j) || *j->p != '"') return -1;
             if (json_string(j, &key, &klen)) return -1;
@@ -4825,6 +4827,7 @@ static int json_container(Json *j, int self, char close) {
         int child = json_value(j);
         if (child < 0) return -1;
         j->v[child].key = key;
+        j->v[child].key_len = klen;
         if (last < 0) j->v[self].child = child; else j->v[last].next = child;
         last = child;
         j->v[self].count++;
@@ -4873,25 +4876,43 @@ static void json_free(Json *j) { free(j->v); free(j->strs); memset(j, 0, sizeof 
 static const char *jkey(const Json *j, int v) { return j->strs + j->v[v].key; }
 static const char *jstr(const Json *j, int v) { return j->strs + j->v[v].str; }
 
+static int jstr_is(const Json *j, int v, const char *s) {          /* value v is the string s, all of it */
+    return j->v[v].type == J_STR && j->v[v].str_len == strlen(s) && !memcmp(jstr(j, v), s, j->v[v].str_len);
+}
+
+/* A string value as a message shows it: "\"gelu\"" (at most 64 bytes of it, \u0000 where a NUL cuts it short), or
+ * "not a string". */
+static const char *jshow(const Json *j, int v, char *buf, size_t n) {
+    if (j->v[v].type == J_STR)
+        snprintf(buf, n, "\"%.64s%s\"", jstr(j, v), strlen(jstr(j, v)) < j->v[v].str_len ? "\\u0000..." : "");
+    else snprintf(buf, n, "not a string");
+    return buf;
+}
+
+typedef struct { const char *s; size_t n; } JKey;                  /* a key [n], for sorting */
+static JKey jkey_at(const Json *j, int v) { return (JKey){jkey(j, v), j->v[v].key_len}; }
+
 static int json_key_cmp(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    const JKey *x = (const JKey *)a, *y = (const JKey *)b;
+    int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
 }
 
 /* Refuses a key given twice in one object (the root, or the member value whose key is `name`; NULL: an element of
  * an array). Python's json keeps the last value silently; for a checkpoint that would mean guessing which of two
  * configs, or two tensors, was meant. Sorted, so that a header of a million names costs n log n. */
-static int json_object_unique(const Json *j, int obj, const char *name, const char **keys, const char *file) {
+static int json_object_unique(const Json *j, int obj, const char *name, JKey *keys, const char *file) {
     int n = 0;
-    for (int c = j->v[obj].child; c >= 0; c = j->v[c].next) keys[n++] = jkey(j, c);
+    for (int c = j->v[obj].child; c >= 0; c = j->v[c].next) keys[n++] = jkey_at(j, c);
     qsort(keys, (size_t)n, sizeof *keys, json_key_cmp);
     char where[120];
     for (int i = 1; i < n; i++) {
-        if (strcmp(keys[i], keys[i - 1])) continue;
+        if (json_key_cmp(&keys[i], &keys[i - 1])) continue;
         if (obj == 0) snprintf(where, sizeof where, "at the top level");
         else if (name) snprintf(where, sizeof where, "in \"%.80s\"", name);
         else snprintf(where, sizeof where, "in an object inside an array");
         return rx_fail("%s: key \"%.200s\" appears twice %s; remove one (which value is meant is ambiguous)", file,
-                       keys[i], where);
+                       keys[i].s, where);
     }
     return 0;
 }
@@ -4901,7 +4922,7 @@ static int json_keys_unique(const Json *j, const char *file) {
     int most = 0;                                   /* members of the largest object: the sort's scratch */
     for (int i = 0; i < j->n; i++)
         if (j->v[i].type == J_OBJ && j->v[i].count > most) most = j->v[i].count;
-    const char **keys = (const char **)malloc((size_t)most * sizeof *keys + 1);
+    JKey *keys = (JKey *)malloc((size_t)most * sizeof *keys + 1);
     int rc = keys ? 0 : rx_fail("%s: out of host memory parsing JSON", file);
     if (!rc && j->v[0].type == J_OBJ) rc = json_object_unique(j, 0, NULL, keys, file);
     for (int i = 0; i < j->n && !rc; i++) {
@@ -4999,7 +5020,7 @@ static int json_parse(Json *j, const char *text, size_t len, const char *file) {
 static int jget(const Json *j, int obj, const char *key) {
     if (obj < 0 || j->v[obj].type != J_OBJ) return -1;
     for (int c = j->v[obj].child; c >= 0; c = j->v[c].next)
-        if (!strcmp(jkey(j, c), key)) return c;
+        if (j->v[c].key_len == strlen(key) && !memcmp(jkey(j, c), key, j->v[c].key_len)) return c;
     return -1;
 }
 
@@ -5035,6 +5056,8 @@ static void tensors_free(RxTensor *t, int n) {
 static int st_entries(const Json *j, const char *file, RxTensor *t, StSpan *spans, int *n) {
     for (int m = j->v[0].child; m >= 0; m = j->v[m].next) {
         const char *name = jkey(j, m);
+        if (strlen(name) != j->v[m].key_len)
+            return rx_fail("%s: tensor name '%s\\u0000...' holds a NUL character, as no checkpoint's does", file, name);
         if (!strcmp(name, "__metadata__")) {            /* optional {string: string} */
             int ok = j->v[m].type == J_OBJ;
             for (int c = ok ? j->v[m].child : -1; c >= 0; c = j->v[c].next) ok &= j->v[c].type == J_STR;
@@ -5051,10 +5074,11 @@ static int st_entries(const Json *j, const char *file, RxTensor *t, StSpan *span
         x->file = file;
         int size = 0;
         for (size_t d = 0; d < sizeof st_dtypes / sizeof st_dtypes[0]; d++)
-            if (!strcmp(jstr(j, dt), st_dtypes[d].name)) {
+            if (jstr_is(j, dt, st_dtypes[d].name)) {
                 size = st_dtypes[d].size; x->dtype = st_dtypes[d].dt; x->dtype_name = st_dtypes[d].name;
             }
-        if (!size) return rx_fail("%s: tensor '%s' has unknown dtype \"%s\"", file, name, jstr(j, dt));
+        char shown[80];
+        if (!size) return rx_fail("%s: tensor '%s' has unknown dtype %s", file, name, jshow(j, dt, shown, sizeof shown));
         if (j->v[sh].count > RX_MAX_RANK)
             return rx_fail("%s: tensor '%s' has rank %d, more than %d", file, name, j->v[sh].count, RX_MAX_RANK);
         uint64_t bytes_needed = (uint64_t)size;     /* product(shape) * dtype size, overflow checked */
@@ -5163,13 +5187,6 @@ static int cfg_num(const Json *j, int obj, const char *key, double dflt, double 
     return 0;
 }
 
-/* A string value of config.json as a message shows it: "\"gelu\"" (at most 64 bytes of it), or "not a string". */
-static const char *cfg_show(const Json *j, int v, char *buf, size_t n) {
-    if (j->v[v].type == J_STR) snprintf(buf, n, "\"%.64s\"", jstr(j, v));
-    else snprintf(buf, n, "not a string");
-    return buf;
-}
-
 /* A boolean field of config.json; absent: *out = 0. */
 static int cfg_bool(const Json *j, const char *key, int *out, const char *file) {
     int v = jget(j, 0, key);
@@ -5192,9 +5209,9 @@ static int config_full_attention(const Json *j, const Qwen3Config *c, const char
         int i = 0;
         char shown[80];
         for (int e = j->v[lt].child; e >= 0; e = j->v[e].next, i++)
-            if (j->v[e].type != J_STR || strcmp(jstr(j, e), "full_attention"))
+            if (!jstr_is(j, e, "full_attention"))
                 return rx_fail("%s: \"layer_types\"[%d] is %s; only \"full_attention\" is supported", file, i,
-                               cfg_show(j, e, shown, sizeof shown));
+                               jshow(j, e, shown, sizeof shown));
         return 0;
     }
     if (!window) return 0;
@@ -5216,18 +5233,18 @@ static int config_model(const Json *j, const char *file) {
     if (type < 0)
         return rx_fail("%s: no \"model_type\"; add \"model_type\": \"qwen3\" if this is a Qwen3 checkpoint "
                        "(transformers refuses a config without one too)", file);
-    if (j->v[type].type != J_STR || strcmp(jstr(j, type), "qwen3"))
+    if (!jstr_is(j, type, "qwen3"))
         return rx_fail("%s: \"model_type\" is %s; this code computes Qwen3 only (\"qwen3\")", file,
-                       cfg_show(j, type, shown, sizeof shown));
+                       jshow(j, type, shown, sizeof shown));
     if (ar < 0 || j->v[ar].type == J_NULL) return 0;
     if (j->v[ar].type != J_ARR) return rx_fail("%s: \"architectures\" must be an array of class names", file);
     for (int e = j->v[ar].child; e >= 0; e = j->v[e].next) {
         int known = 0;
         for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
-            known |= j->v[e].type == J_STR && !strcmp(jstr(j, e), archs[a]);
+            known |= jstr_is(j, e, archs[a]);
         if (!known)
             return rx_fail("%s: \"architectures\" names %s; this code computes \"Qwen3ForCausalLM\" and \"Qwen3Model\" "
-                           "only", file, cfg_show(j, e, shown, sizeof shown));
+                           "only", file, jshow(j, e, shown, sizeof shown));
     }
     return 0;
 }
@@ -5286,14 +5303,14 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
         cfg_num(j, 0, "rms_norm_eps", 1e-6, 0.0, 1.0, &c->rms_norm_eps, file))
         return -1;
     int rs = jget(j, 0, "rope_scaling"), rt = jget(j, rp, "rope_type");
-    if ((rs >= 0 && j->v[rs].type != J_NULL) || (rt >= 0 && (j->v[rt].type != J_STR || strcmp(jstr(j, rt), "default"))))
+    if ((rs >= 0 && j->v[rs].type != J_NULL) || (rt >= 0 && !jstr_is(j, rt, "default")))
         return rx_fail("%s: only the default RoPE is supported (found rope_scaling or a rope_type)", file);
     /* What this forward does not compute is refused, never approximated: other activations, projection biases. */
     int act = jget(j, 0, "hidden_act"), bias;
     char shown[80];
-    if (act >= 0 && (j->v[act].type != J_STR || strcmp(jstr(j, act), "silu")))
+    if (act >= 0 && !jstr_is(j, act, "silu"))
         return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file,
-                       cfg_show(j, act, shown, sizeof shown));
+                       jshow(j, act, shown, sizeof shown));
     if (cfg_bool(j, "attention_bias", &bias, file)) return -1;
     if (bias)
         return rx_fail("%s: \"attention_bias\" is true; the q/k/v/o projection biases are not implemented (only false "
@@ -5669,13 +5686,13 @@ static int sort_tensors(Qwen3Model *m) {
 /* transformers reads each tensor from the shard the weight_map names, and only the tensors it names: a map that
  * names the wrong shard, or leaves a tensor out, describes another checkpoint than the files hold. */
 static int check_weight_map(const Qwen3Model *m, const Json *j, int wm, const char *index) {
-    const char **keys = (const char **)malloc((size_t)j->v[wm].count * sizeof *keys);
+    JKey *keys = (JKey *)malloc((size_t)j->v[wm].count * sizeof *keys);
     if (!keys) return rx_fail("%s: out of host memory", index);
     int n = 0, rc = 0;
     for (int e = j->v[wm].child; e >= 0 && !rc; e = j->v[e].next) {
         const RxTensor *t = find_tensor(m, jkey(j, e));
         const char *in = t ? strrchr(t->file, '/') + 1 : NULL;    /* t->file is dir + "/" + its shard's name */
-        keys[n++] = jkey(j, e);
+        keys[n++] = jkey_at(j, e);
         if (!t)
             rc = rx_fail("%s: weight_map puts tensor '%s' in %s, which does not hold it; fix the index", index,
                          jkey(j, e), jstr(j, e));
@@ -5685,10 +5702,10 @@ static int check_weight_map(const Qwen3Model *m, const Json *j, int wm, const ch
     }
     qsort(keys, (size_t)n, sizeof *keys, json_key_cmp);
     for (int i = 0; i < m->n_tensors && !rc; i++) {
-        const char *name = m->tensors[i].name;
+        const JKey name = {m->tensors[i].name, strlen(m->tensors[i].name)};
         if (!bsearch(&name, keys, (size_t)n, sizeof *keys, json_key_cmp))
             rc = rx_fail("%s: weight_map leaves out tensor '%s', which %s holds (transformers reads only the "
-                         "tensors the map names); add it to the index", index, name,
+                         "tensors the map names); add it to the index", index, name.s,
                          strrchr(m->tensors[i].file, '/') + 1);
     }
     free(keys);

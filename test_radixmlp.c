@@ -503,6 +503,10 @@ static void test_safetensors_rejections(void) {
         {"truncated file", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, "truncated"},
         {"trailing bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 9, "trailing bytes"},
         {"metadata not strings", "{\"__metadata__\":{\"k\":1}}", 0, "__metadata__"},
+        {"a name holding \\u0000", "{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "tensor name 'a\\u0000...' holds a NUL character"},
+        {"a dtype holding \\u0000", "{\"a\":{\"dtype\":\"F32\\u0000\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "unknown dtype \"F32\\u0000...\""},
         {"nested 1000 deep", deep_json(), 0, "deeper than"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -600,6 +604,8 @@ static void test_config_parsing(void) {
         {"hidden_act gelu", "\"rope_scaling\":null", "\"hidden_act\":\"gelu\"",
          "\"hidden_act\" is \"gelu\"; only \"silu\""},
         {"hidden_act not a string", "\"rope_scaling\":null", "\"hidden_act\":1", "\"hidden_act\" is not a string"},
+        {"hidden_act silu\\u0000x", "\"rope_scaling\":null", "\"hidden_act\":\"silu\\u0000x\"",
+         "\"hidden_act\" is \"silu\\u0000...\"; only \"silu\""},
         {"attention_bias true", "\"rope_scaling\":null", "\"attention_bias\":true", "\"attention_bias\" is true"},
         {"theta zero", "\"rope_theta\":1000000.0", "\"rope_theta\":0", "rope_theta"},
         {"tie not a bool", "\"tie_word_embeddings\":true", "\"tie_word_embeddings\":\"yes\"", "true or false"},
@@ -671,8 +677,20 @@ static void test_config_parsing(void) {
         snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, full[i], at + strlen("\"rope_scaling\":null"));
         expect(rx_parse_config(&c, buf, strlen(buf), "config.json") == 0, "%s: rejected: %s", full[i], radix_error());
     }
+    /* A key holding \u0000 is another key, as in Python's json: read as no known key, and no duplicate of one */
+    const char *nul_keys = "{\"model_type\":\"qwen3\",\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,"
+                           "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                           "\"head_dim\\u0000\":6,\"head_dim\":4,\"head_dim\\u0000x\":5}";
+    rc = rx_parse_config(&c, nul_keys, strlen(nul_keys), "config.json");
+    expect(rc == 0 && c.head_dim == 4, "\"head_dim\" 4 beside \"head_dim\\u0000\" 6 and \"head_dim\\u0000x\" 5: rc %d "
+           "'%s', head_dim %d", rc, rc ? radix_error() : "", c.head_dim);
+    RxGenerationConfig g;
+    const char *nul_temp = "{\"temperature\\u0000x\": 5, \"do_sample\": true}";
+    rc = rx_parse_generation_config(&g, nul_temp, strlen(nul_temp), "generation_config.json");
+    expect(rc == 0 && g.temperature == -1 && g.do_sample == 1, "%s: rc %d, temperature %g (want -1: absent)", nul_temp,
+           rc, g.temperature);
     summary("missing head_dim -> 128, num_key_value_heads -> 32 (null -> heads); sliding configs where no layer "
-            "slides accepted");
+            "slides accepted; a key holding \\u0000 is no known key");
 }
 
 /* A JSON file in another encoding than UTF-8 is named, never "invalid JSON near byte 0": a byte-order mark, the NUL
@@ -7290,16 +7308,20 @@ static void copy_into(const char *dir, const char *name) {
     size_t len = 0;
     snprintf(src, sizeof src, "%s/%s", fixtures(), name);
     DIR *d = opendir(src);
-    for (struct dirent *e; d && (e = readdir(d));) {
+    if (!d) {
+        uint8_t *b = read_file(src, &len);
+        if (b) write_file(dir, strrchr(src, '/') + 1, b, len);
+        else expect(0, "cannot read %s", src);
+        free(b);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
         snprintf(p, sizeof p, "%s/%s", src, e->d_name);
         uint8_t *b = e->d_name[0] != '.' ? read_file(p, &len) : NULL;
         if (b) write_file(dir, e->d_name, b, len);
         free(b);
     }
-    if (d) closedir(d);
-    uint8_t *b = d ? NULL : read_file(src, &len);
-    if (!d) b ? write_file(dir, strrchr(src, '/') + 1, b, len) : expect(0, "cannot read %s", src);
-    free(b);
+    closedir(d);
 }
 
 /* generation_config.json is read as transformers reads it: generate() stops at its eos ids alone when the folder has
