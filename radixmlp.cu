@@ -5960,7 +5960,8 @@ void rx_batch_free(RxBatch *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
+/* One sequence per line, token ids in decimal separated by spaces; a line ends with \n or \r\n (a \r alone is refused:
+ * an old Mac file would read as one line). Every problem is reported with its line. */
 int rx_batch_read(RxBatch *b, const char *path) { return rx_requests_read(b, NULL, path); }
 
 /* A line's "@K" (multi-turn: it continues request K, an earlier line) into *k (K - 1); returns the rest of the line. */
@@ -5969,7 +5970,8 @@ static const char *turn_of(const char *q, const char *eol, int line, const char 
     const char *d = ++q;
     while (q < eol && isdigit((unsigned char)*q) && v <= INT32_MAX) v = v * 10 + (*q++ - '0');
     if (q == d || v < 1 || v >= line || (q < eol && *q != ' ' && *q != '\t' && *q != '\r')) {   /* \r: CRLF */
-        rx_fail("%s:%d: a line may begin with @K, K an earlier line's number (1 to %d)", path, line, line - 1);
+        if (line == 1) rx_fail("%s:1: @K continues an earlier line K, and line 1 has none before it", path);
+        else rx_fail("%s:%d: a line may begin with @K, K an earlier line's number (1 to %d)", path, line, line - 1);
         return NULL;
     }
     *k = (int32_t)(v - 1);
@@ -5999,6 +6001,11 @@ int rx_requests_read(RxBatch *b, int32_t **after, const char *path) {
                 if (pass) (*after)[s] = k;
             }
             while (q < eol) {
+                if (*q == '\r' && q + 1 < eol) {
+                    rx_fail("%s:%d: a carriage return (byte %zu) inside the line: lines end with \\n or \\r\\n, not "
+                            "\\r alone", path, line, (size_t)(q - (const char *)f.map));
+                    goto done;
+                }
                 if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
                 if (!isdigit((unsigned char)*q)) {     /* also what follows an id without a space: "12a" */
                     /* shown as 'x', or '\x00' unless printable ASCII: a raw NUL would end the message there, and
@@ -6112,7 +6119,8 @@ static const char *usage =
     "                order. Generated pages are cached too.\n"
     "       A flag that does not apply to the chosen action is an error. The text goes to stdout: an output file may\n"
     "       not be stdout (--dump-logits /dev/stdout, or the file stdout is sent to); /dev/null is fine.\n"
-    "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
+    "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path that is an input, another\n"
+    "       output or stdout); 1 bad data or a failed run (an output that cannot be written, a folder, included).\n";
 
 static double cpu_ms(void) {   /* CPU time of this process, in ms */
     struct timespec t;

@@ -4410,6 +4410,8 @@ static void test_cli_rejects_bad_tokens(void) {
         {"empty line", "1 2\n\n3\n", 0, "t.txt:2: empty line"},
         {"empty file", "", 0, "no sequences"},
         {"129 tokens, max 128", long_line, 0, "t.txt:1: 129 tokens, more than max_position_embeddings 128"},
+        {"lines that end in \\r alone", "1 2 3\r4 5 6\r", 0, "t.txt:1: a carriage return (byte 5) inside the line: "
+         "lines end with \\n or \\r\\n, not \\r alone"},
     };
     char dir[] = "/tmp/radixmlp-cli-XXXXXX";
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
@@ -7228,7 +7230,7 @@ static void test_bench_outputs_are_never_stdout(void) {
 
 /* One rule for the exit status of both programs: 2 for a wrong command line, found before any file is read (an output
  * that is an input, sizes out of range, a flag that does not apply); 1 for bad data or a failed run (a tokens file's
- * contents, a request longer than the pool the flags made, an output that cannot be written). */
+ * contents, a request longer than the pool the flags made, an output that cannot be written, a folder among them). */
 static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
     if (!have_cli()) return;
     char dir[] = "/tmp/radixmlp-cli-XXXXXX";
@@ -7239,6 +7241,8 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
     write_file(dir, "turn2.txt", "1 2 3\n@1 4 5 6\n", 15);
     write_file(dir, "bare.txt", "1 2 3\n#1\n", 9);                 /* '#' for '@': at_dir would replace an at */
     write_file(dir, "bare_crlf.txt", "1 2 3\r\n#1 \r\n", 12);
+    write_file(dir, "first.txt", "#1 2 3\n", 7);
+    edit_file(dir, "first.txt", "#", "@");
     edit_file(dir, "bare.txt", "#", "@");
     edit_file(dir, "bare_crlf.txt", "#", "@");
     const struct { const char *args; int rc; const char *msg; } cases[] = {
@@ -7248,6 +7252,7 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
         {"--requests @/t.txt --generate 2 --temperature -1", 2,
          "--temperature takes a number from 0 and at most 100, not '-1'"},
         {"--requests @/turn.txt", 1, "K, K an earlier line's number (1 to 1)"},     /* at_dir would replace an at */
+        {"--requests @/first.txt", 1, "K continues an earlier line K, and line 1 has none before it"},
         {"--tokens @/turn2.txt", 1, "' is not part of a token id"},                 /* sign in the message        */
         {"--requests @/t.txt --generate 3 --cache-pages 1 --page-size 4", 1, "t.txt:1: a request of 5 tokens (its "
          "prompt and what it generates) needs 2 pages of 4 tokens, but --cache-pages is 1"},
@@ -7275,6 +7280,7 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
         {"--requests @/t.txt --cache-pages 1 --page-size 2", 1,
          "t.txt:1: a request of 3 tokens needs 2 pages of 2 tokens, but --cache-pages is 1"},
         {"--tokens @/t.txt --dump-logits @/none/l.f32", 1, "@/none/l.f32: cannot write: No such file"},
+        {"--tokens @/t.txt --dump-logits @", 1, "--dump-logits @: cannot write: Is a directory"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1024], msg[600], cmd[1600], out[8192];
