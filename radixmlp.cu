@@ -57,6 +57,7 @@
 #include <float.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -5514,52 +5515,87 @@ int rx_close_output(FILE *f, const char *path) {
 /* An existing output named through a link is replaced where the link points: the link stays. */
 static const char *output_target(const char *path, char *real) { return realpath(path, real) ? real : path; }
 
-FILE *rx_output_open(const char *path, char *tmp) {
-    struct stat st;
-    char real[4096];
-    int exists = stat(path, &st) == 0;
-    tmp[0] = '\0';
-    if (exists && (!S_ISREG(st.st_mode) || rx_is_stdout(path))) {   /* bench --replot --svg /dev/stdout */
-        FILE *f = fopen(path, "wb");
-        if (!f) rx_fail("%s: cannot write: %s", path, strerror(errno));
-        return f;
+/* This run's outputs not yet renamed into place, for rx_outputs_finish, and for a signal's handler: a fixed array
+ * (path: the caller's, which outlives the run; f: NULL once closed). */
+#define RX_MAX_OUTPUTS 8
+static struct { const char *path; FILE *f; char tmp[RX_TMP_PATH]; } rx_outputs[RX_MAX_OUTPUTS];
+static volatile sig_atomic_t rx_n_outputs;
+static int rx_outputs_failed;                    /* an output could not be opened or written whole */
+
+static void outputs_interrupted(int sig) {      /* unlink() is async-signal-safe; then the signal does what it did */
+    for (int i = 0; i < rx_n_outputs; i++)
+        if (rx_outputs[i].tmp[0]) unlink(rx_outputs[i].tmp);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+FILE *rx_output_open(const char *path) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    static int caught;
+    for (int k = 0; k < 4 && !caught; k++) {                      /* the first time; each left at its default */
+        void (*old)(int) = signal(sigs[k], outputs_interrupted);
+        if (old != SIG_DFL) signal(sigs[k], old);
     }
-    snprintf(tmp, RX_TMP_PATH, "%.4000s.tmp-XXXXXX", output_target(path, real));
-    int fd = mkstemp(tmp);                                  /* mode 0600: given the target's, or the umask's, next */
-    if (fd < 0) {
-        rx_fail("%s: cannot write: %s", path, strerror(errno));
-        tmp[0] = '\0';
+    caught = 1;
+    if (rx_n_outputs == RX_MAX_OUTPUTS) {
+        rx_outputs_failed = 1;
+        rx_fail("%s: more than %d outputs in one run", path, RX_MAX_OUTPUTS);
         return NULL;
     }
+    struct stat st;
+    char real[4096], *tmp = rx_outputs[rx_n_outputs].tmp;
+    int exists = stat(path, &st) == 0, fd = -1;
     mode_t mask = umask(0);
     umask(mask);
-    FILE *f = fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~mask) ? NULL : fdopen(fd, "wb");
-    if (!f) {
-        rx_fail("%s: cannot write: %s", path, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        tmp[0] = '\0';
+    FILE *f = NULL;
+    tmp[0] = '\0';
+    rx_outputs[rx_n_outputs].path = path;
+    rx_outputs[rx_n_outputs].f = NULL;
+    rx_n_outputs++;                                               /* a signal now removes what mkstemp makes */
+    if (exists && (!S_ISREG(st.st_mode) || rx_is_stdout(path))) {   /* bench --replot --svg /dev/stdout */
+        f = fopen(path, "wb");
+    } else {
+        snprintf(tmp, RX_TMP_PATH, "%.4000s.tmp-XXXXXX", output_target(path, real));
+        fd = mkstemp(tmp);                                  /* mode 0600: given the target's, or the umask's, next */
+        if (fd >= 0 && !fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~mask)) f = fdopen(fd, "wb");
     }
-    return f;
+    if (f) {
+        rx_outputs[rx_n_outputs - 1].f = f;
+        return f;
+    }
+    rx_fail("%s: cannot write: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    if (fd >= 0) unlink(tmp);
+    rx_n_outputs--;
+    rx_outputs_failed = 1;
+    return NULL;
 }
 
-int rx_output_commit(FILE *f, const char *tmp, const char *path) {
+int rx_output_close(FILE *f) {
+    int i = 0;
+    while (i < rx_n_outputs && rx_outputs[i].f != f) i++;
+    if (i == rx_n_outputs) return rx_fail("rx_output_close: not an output of rx_output_open");
+    rx_outputs[i].f = NULL;
+    if (!rx_close_output(f, rx_outputs[i].path)) return 0;
+    rx_outputs_failed = 1;
+    return -1;
+}
+
+int rx_outputs_finish(int ok) {
     char real[4096];
-    if (rx_close_output(f, path)) {
-        if (*tmp) unlink(tmp);
-        return -1;
-    }
-    if (*tmp && rename(tmp, output_target(path, real))) {
-        int err = errno;
+    int rc = 0;
+    ok &= !rx_outputs_failed;
+    for (int i = 0; i < rx_n_outputs; i++) ok &= !rx_outputs[i].f;          /* each closed, written whole */
+    for (int i = 0; i < rx_n_outputs; i++) {
+        const char *tmp = rx_outputs[i].tmp, *path = rx_outputs[i].path;
+        if (rx_outputs[i].f) fclose(rx_outputs[i].f);
+        if (!*tmp || (ok && !rc && !rename(tmp, output_target(path, real)))) continue;
+        if (ok && !rc) rc = rx_fail("%s: cannot write: %s", path, strerror(errno));
         unlink(tmp);
-        return rx_fail("%s: cannot write: %s", path, strerror(err));
     }
-    return 0;
-}
-
-void rx_output_discard(FILE *f, const char *tmp) {
-    if (f) fclose(f);
-    if (*tmp) unlink(tmp);
+    rx_n_outputs = 0;
+    rx_outputs_failed = 0;
+    return rc;
 }
 
 static const RxTensor *find_tensor(const Qwen3Model *m, const char *name) {
@@ -6347,12 +6383,10 @@ static int check_model(const char *dir) {
 
 /* Writes out [rows, cols] float32 to path and says so. */
 static int write_f32(const char *path, const float *out, int rows, int cols, const char *what) {
-    size_t n = (size_t)rows * cols;
-    char tmp[RX_TMP_PATH];
-    FILE *f = rx_output_open(path, tmp);
+    FILE *f = rx_output_open(path);
     if (!f) return -1;
-    fwrite(out, sizeof(float), n, f);
-    if (rx_output_commit(f, tmp, path)) return -1;
+    fwrite(out, sizeof(float), (size_t)rows * cols, f);
+    if (rx_output_close(f)) return -1;
     printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
     return 0;
 }
@@ -6370,22 +6404,19 @@ static int check_finite(const float *out, int rows, int cols, const char *what, 
  * written to out as text, one a line, in the batch's order. %.9g: 9 significant digits give the float back exactly. */
 static int print_scores(const float *logits, int n_seqs, int vocab, const int32_t score[2], const char *out) {
     float *p = (float *)rx_alloc((size_t)n_seqs * sizeof(float), "the scores [n_seqs]");
-    char tmp[RX_TMP_PATH] = "";
     FILE *f = NULL;
     int rc = -1;
     if (!p || rx_rerank_scores(logits, n_seqs, vocab, score[0], score[1], p)) goto done;
-    f = out ? rx_output_open(out, tmp) : stdout;                 /* a temporary file, renamed into place at the end */
-    if (!f) goto done;
+    if (!(f = out ? rx_output_open(out) : stdout)) goto done;
     for (int s = 0; s < n_seqs; s++) {
         if (!out) printf("sequence %d: P(yes) = ", s);
         fprintf(f, "%.9g\n", p[s]);
     }
-    rc = out && rx_output_commit(f, tmp, out) ? -1 : 0;
-    f = NULL;
-    if (!rc && out) printf("wrote %s: %d lines, P(yes) of each sequence in the batch's order (YES %d, NO %d)\n", out,
-                           n_seqs, score[0], score[1]);
+    if (out && rx_output_close(f)) goto done;
+    rc = 0;
+    if (out) printf("wrote %s: %d lines, P(yes) of each sequence in the batch's order (YES %d, NO %d)\n", out, n_seqs,
+                    score[0], score[1]);
 done:
-    if (f && f != stdout) rx_output_discard(f, tmp);
     free(p);
     return rc;
 }
@@ -6463,14 +6494,13 @@ done:
 
 /* --out: request i's generated ids [n_out[i]] on line i, space-separated, in the requests file's order. */
 static int write_generated(const char *path, const RxGenerate *g, int n) {
-    char tmp[RX_TMP_PATH];
-    FILE *f = rx_output_open(path, tmp);
+    FILE *f = rx_output_open(path);
     if (!f) return -1;
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < g->n_out[i]; j++) fprintf(f, "%s%d", j ? " " : "", g->out[(size_t)i * g->max_new + j]);
         fprintf(f, "\n");
     }
-    if (rx_output_commit(f, tmp, path)) return -1;
+    if (rx_output_close(f)) return -1;
     printf("wrote %s: %d lines of generated token ids\n", path, n);
     return 0;
 }
@@ -6623,14 +6653,13 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     if (g) printf("bf16 budget against the C reference: %.4g x max|ref| (%d layers)\n", rx_bf16_tolerance(&m.cfg),
                   m.cfg.n_layers);
     if (stats) {                                        /* a CSV row per request */
-        char tmp[RX_TMP_PATH];
-        FILE *f = rx_output_open(stats, tmp);
+        FILE *f = rx_output_open(stats);
         if (!f) goto done;
         fprintf(f, "request,batch,prompt_tokens,cached_tokens,generated_tokens\n");
         for (int s = 0; s < n; s++)                     /* a refused request: empty fields, 0 generated */
             if (batch_of[s] < 0) fprintf(f, "%d,,,,0\n", s);
             else fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
-        if (rx_output_commit(f, tmp, stats)) goto done;
+        if (rx_output_close(f)) goto done;
         printf("wrote %s: %d rows\n", stats, n);
     }
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
@@ -6897,7 +6926,8 @@ int main(int argc, char **argv) {
                                 val[F_OUT]);
         else rc = demo();
     }
-    if (!rc) rc = rx_close_output(stdout, "<stdout>");
+    int text_failed = !rc && (rc = rx_close_output(stdout, "<stdout>"));      /* the text: an output too */
+    if (rx_outputs_finish(!text_failed) && !rc) rc = -1;      /* each output written whole, or none replaced */
     if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return rc == 2 ? 2 : 1; }   /* 2: resolve_sampling */
     return 0;
 }

@@ -15,8 +15,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -7540,26 +7542,97 @@ static void test_cli_refused_turn_keeps_the_others_outputs(void) {
     remove_dir(dir);
 }
 
+/* The outputs of a run are all written or none is: when one cannot be written (/dev/full), or the text cannot
+ * (stdout on /dev/full; stdout a pipe whose reader is gone: SIGPIPE at the first write), every file that was there
+ * before stays as it was, and no temporary file is left; a run that succeeds replaces them all. */
+static void test_cli_outputs_all_or_nothing(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "r.txt", "1 2 3\n4 5 6\n", 12);
+    const char *serve = "--requests @/r.txt --generate 3", *outs[3] = {"s.csv", "o.txt", "l.f32"};
+    const struct { const char *what, *args; int rc; } cases[] = {
+        {"--out /dev/full", "%s --stats @/s.csv --out /dev/full --dump-logits @/l.f32", 1},
+        {"--dump-logits /dev/full", "%s --stats @/s.csv --out @/o.txt --dump-logits /dev/full", 1},
+        {"--score's --out beside --dump-logits /dev/full", "--tokens @/r.txt --score 1,2 --last-only --out @/o.txt "
+         "--dump-logits /dev/full", 1},
+        {"stdout /dev/full", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 > /dev/full", 1},
+        {"SIGPIPE", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 >&5", 141},
+        {"a run that succeeds", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 > /dev/null", 0},
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char args[600], at[1200], cmd[2048], out[4096], path[700];
+        for (int k = 0; k < 3; k++) write_file(dir, outs[k], "keep\n", 5);
+        snprintf(args, sizeof args, cases[i].args, serve);
+        at_dir(at, sizeof at, args, dir);
+        snprintf(cmd, sizeof cmd, "mkfifo %s/.p; exec 4<>%s/.p 5>%s/.p 4<&-; rm %s/.p; %s --cpu --model %s/tiny-tied %s",
+                 dir, dir, dir, dir, cli(), fixtures(), at);              /* fd 5: a pipe with no reader left */
+        int rc = run_cmd(cmd, out, sizeof out), kept = 0, files = 0;
+        for (int k = 0; k < 3; k++) {
+            size_t len = 0;
+            snprintf(path, sizeof path, "%s/%s", dir, outs[k]);
+            char *b = (char *)read_file(path, &len);
+            kept += b && len == 5 && !memcmp(b, "keep\n", 5);
+            free(b);
+        }
+        DIR *d = opendir(dir);
+        for (struct dirent *e; d && (e = readdir(d));) files += e->d_name[0] != '.';
+        if (d) closedir(d);
+        expect(rc == cases[i].rc && files == 4 && kept == (i < n - 1 ? 3 : 0),
+               "%s: exit %d (want %d), %d files (want r.txt and 3 outputs), %d outputs as they were (want %d)\n%s",
+               cases[i].what, rc, cases[i].rc, files, kept, i < n - 1 ? 3 : 0, out);
+        note("%-48s exit %3d, %d of 3 outputs as they were, %d files", cases[i].what, rc, kept, files);
+    }
+    remove_dir(dir);
+}
+
+/* Runs `sh -c cmd` with SIGINT and SIGHUP at their defaults (`cmd &` in a script would start it with SIGINT
+ * ignored, as POSIX has it, and a program keeps a signal it finds ignored), and sends it sig once the file progress
+ * is not empty. The exit status as a shell gives it: 128 + the signal that ended it. */
+static int run_and_signal(const char *cmd, const char *progress, int sig) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, sent = 0;
+    struct stat st;
+    while (pid > 0 && waitpid(pid, &status, sent ? 0 : WNOHANG) == 0) {
+        if (!stat(progress, &st) && st.st_size > 0) sent = !kill(pid, sig);
+        else usleep(10000);
+    }
+    return pid < 0 ? -1 : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
 /* An output is written whole or not at all (rx_output_open): bench --csv FILE is renamed onto FILE when the run
- * succeeds, so that a run that fails (its tables cannot be written: stdout is /dev/full) or is interrupted (SIGINT,
- * once --generate has printed its first progress line: 17 more steps are left, on any machine's speed) leaves a FILE
- * there before as it was, and no temporary file beside it. */
+ * succeeds, so that a run that fails (its tables cannot be written: stdout is /dev/full) or is stopped leaves a FILE
+ * there before as it was, and no temporary file beside it. Each stop at a known point, whatever the machine's speed:
+ * SIGINT and SIGHUP once --generate has printed its first progress line (17 more steps are left), SIGPIPE at the
+ * first write to stdout, a pipe whose reader is gone before bench starts (`bench | head -c 10` in the worst case). */
 static void test_bench_csv_untouched_by_failed_runs(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
-    char dir[] = "/tmp/radixmlp-bench-XXXXXX", cmd[1024], out[8192], path[600];
+    char dir[] = "/tmp/radixmlp-bench-XXXXXX", cmd[1024], out[8192], path[600], err[600];
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
-    const struct { const char *what, *cmd; int rc; } cases[] = {
-        {"stdout /dev/full", "./bench --table 5 --quick --csv %s/t.csv > /dev/full", 1},
-        {"SIGINT after line 1", "./bench --generate --csv %1$s/t.csv 2> %1$s/.err > /dev/null & b=$!; "
-                                "until [ -s %1$s/.err ]; do sleep 0.01; done; kill -INT $b; wait $b", 130},
-        {"a run that succeeds", "./bench --table 5 --quick --csv %s/t.csv > /dev/null", 0},
+    const struct { const char *what, *cmd; int sig, rc; } cases[] = {
+        {"stdout /dev/full", "./bench --table 5 --quick --csv %s/t.csv > /dev/full", 0, 1},
+        {"SIGINT after line 1", "exec ./bench --generate --csv %1$s/t.csv 2> %1$s/.err > /dev/null", SIGINT, 130},
+        {"SIGHUP after line 1", "exec ./bench --generate --csv %1$s/t.csv 2> %1$s/.err > /dev/null", SIGHUP, 129},
+        {"SIGPIPE", "mkfifo %1$s/.p; exec 4<>%1$s/.p 5>%1$s/.p 4<&-; rm %1$s/.p; "        /* no reader left */
+                    "./bench --table 5 --quick --csv %1$s/t.csv >&5 2>/dev/null", 0, 141},
+        {"a run that succeeds", "./bench --table 5 --quick --csv %s/t.csv > /dev/null", 0, 0},
     };
-    for (int i = 0; i < 3; i++) {
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
         write_file(dir, "t.csv", "keep\n", 5);
         snprintf(path, sizeof path, "%s/t.csv", dir);
         chmod(path, 0640);
         snprintf(cmd, sizeof cmd, cases[i].cmd, dir);
-        int rc = run_cmd(cmd, out, sizeof out), files = 0;
+        snprintf(err, sizeof err, "%s/.err", dir);
+        unlink(err);
+        int rc = cases[i].sig ? run_and_signal(cmd, err, cases[i].sig) : run_cmd(cmd, out, sizeof out), files = 0;
         size_t len = 0;
         char *b = (char *)read_file(path, &len);
         struct stat st;
@@ -7567,7 +7640,7 @@ static void test_bench_csv_untouched_by_failed_runs(void) {
         for (struct dirent *e; d && (e = readdir(d));) files += e->d_name[0] != '.';
         if (d) closedir(d);
         int kept = b && !strcmp(b, "keep\n"), mode = !stat(path, &st) ? (int)(st.st_mode & 0777) : -1;
-        expect(rc == cases[i].rc && files == 1 && (i < 2 ? kept : b && !strncmp(b, "cpu,configuration", 17)) &&
+        expect(rc == cases[i].rc && files == 1 && (i < n - 1 ? kept : b && !strncmp(b, "cpu,configuration", 17)) &&
                mode == 0640, "%s: exit %d (want %d), %d files in the folder (want t.csv alone), mode %o, t.csv %s",
                cases[i].what, rc, cases[i].rc, files, mode, b ? b : "(none)");
         note("%-20s exit %3d, t.csv %s, mode %o, %d file%s in its folder", cases[i].what, rc,
@@ -7673,6 +7746,7 @@ static const Test tests[] = {
     {"cli", "nonfinite_weights_and_outputs_fail", test_cli_nonfinite_weights_and_outputs_fail},
     {"cli", "outputs_never_clobber_inputs", test_cli_outputs_never_clobber_inputs},
     {"cli", "write_errors_fail", test_cli_write_errors_fail},
+    {"cli", "outputs_all_or_nothing", test_cli_outputs_all_or_nothing},
     {"cli", "config_and_value_messages", test_cli_config_and_value_messages},
     {"cache", "radix_insert_match_split_at_page_boundaries", test_cache_radix_insert_match_split_at_page_boundaries},
     {"cache", "match_capped_at_len_minus_one", test_cache_match_capped_at_len_minus_one},
