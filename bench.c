@@ -1981,7 +1981,7 @@ int main(int argc, char **argv)
         int f = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
-            if (!rx_close_output(stdout, "<stdout>")) return 0;
+            if (!rx_output_close(stdout)) return 0;
             fprintf(stderr, "bench: %s\n", radix_error());
             return 1;
         }
@@ -2088,7 +2088,7 @@ int main(int argc, char **argv)
         else rc = reranker(model, reps, quick);
     }
     /* the tables on stdout, then the CSV; every output replaced only when all are written whole (rx_output_open) */
-    if (rx_close_output(stdout, "<stdout>") || (!rc && g_csv && rx_output_close(g_csv))) {
+    if (rx_output_close(stdout) || (!rc && g_csv && rx_output_close(g_csv))) {
         fprintf(stderr, "bench: %s\n", radix_error());
         rc = 1;
     }

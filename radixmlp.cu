@@ -1974,17 +1974,21 @@ static int32_t radix_child(RxPrefixCache *c, int32_t parent, const int32_t *page
     return ch;
 }
 
+static void radix_hash_in(RxPrefixCache *c, int32_t id) {       /* first in the bucket of its parent and page */
+    int32_t *head = radix_bucket(c, c->node[id].parent, c->node[id].tokens);
+    c->node[id].hnext = *head;
+    *head = id;
+}
+
 /* Node id, whose parent is set, joins its parent's children (first: the drawing lists them from the last) and its
  * bucket. */
 static void radix_link(RxPrefixCache *c, int32_t id) {
     RadixNode *x = &c->node[id];
-    int32_t *head = radix_bucket(c, x->parent, x->tokens);
+    radix_hash_in(c, id);
     x->prev = -1;
     x->sibling = c->node[x->parent].child;
     if (x->sibling >= 0) c->node[x->sibling].prev = id;
     c->node[x->parent].child = id;
-    x->hnext = *head;
-    *head = id;
 }
 
 static void radix_unlink(RxPrefixCache *c, int32_t id) {        /* the reverse: out of the child list and bucket */
@@ -1994,26 +1998,25 @@ static void radix_unlink(RxPrefixCache *c, int32_t id) {        /* the reverse: 
     if (x->sibling >= 0) c->node[x->sibling].prev = x->prev;
 }
 
+/* Empty buckets (-1) for n keys, both caches' (table_cap); 0, or -1 with the old ones kept. */
+static int buckets_new(RxPrefixCache *c, int64_t n) {
+    int32_t *bucket = (int32_t *)rx_alloc(table_cap(n) * sizeof(int32_t), "a prefix cache's hash table");
+    if (!bucket) return -1;
+    free(c->bucket);
+    c->bucket = bucket;
+    c->mask = table_cap(n) - 1;
+    for (uint64_t b = 0; b <= c->mask; b++) c->bucket[b] = -1;
+    return 0;
+}
+
 /* Room for one more node: the array doubles, and the buckets with it (every child hashed again). */
 static int radix_grow(RxPrefixCache *c) {
     int32_t cap = c->cap_nodes ? 2 * c->cap_nodes : 64;
     RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
-    int32_t *bucket = (int32_t *)malloc(table_cap(cap) * sizeof(int32_t));
     if (grown) c->node = grown;
-    if (!grown || !bucket) {
-        free(bucket);
-        return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
-    }
-    free(c->bucket);
-    c->bucket = bucket;
-    c->mask = table_cap(cap) - 1;
-    for (uint64_t b = 0; b <= c->mask; b++) c->bucket[b] = -1;
+    if (!grown || buckets_new(c, cap)) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
     for (int32_t i = 0; i < c->cap_nodes; i++)
-        if (c->node[i].used && c->node[i].parent >= 0) {
-            int32_t *head = radix_bucket(c, c->node[i].parent, c->node[i].tokens);
-            c->node[i].hnext = *head;
-            *head = i;
-        }
+        if (c->node[i].used && c->node[i].parent >= 0) radix_hash_in(c, i);
     for (int32_t i = cap - 1; i >= c->cap_nodes; i--) {         /* the new slots join the free chain */
         c->node[i].used = 0;
         c->node[i].sibling = c->free_node;
@@ -2266,16 +2269,12 @@ int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
     c->P = pool->page_size;
     c->free_node = -1;
     if (kind == RX_CACHE_HASH) {
-        uint64_t cap = table_cap(pool->n_pages);
-        c->mask = cap - 1;
         c->entry = (HashEntry *)calloc((size_t)pool->n_pages, sizeof(HashEntry));
         c->entry_tokens = (int32_t *)rx_alloc((size_t)pool->n_pages * c->P * sizeof(int32_t), "the hash cache");
-        c->bucket = (int32_t *)rx_alloc(cap * sizeof(int32_t), "the hash cache");
-        if (!c->entry || !c->entry_tokens || !c->bucket) {
+        if (!c->entry || !c->entry_tokens || buckets_new(c, pool->n_pages)) {
             rx_cache_free(c);
             return rx_fail("out of host memory for the hash cache");
         }
-        for (uint64_t i = 0; i < cap; i++) c->bucket[i] = -1;
     }
     *out = c;
     return 0;
@@ -2842,15 +2841,13 @@ int32_t rx_sample(const float *z, int V, const RxGenerate *g, uint64_t *rng) {
  * repeats this conversation (@K) finds its answer cached too. At the end the pool is audited and the cache flushed. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
 
-/* lpm's window. Sorting the whole queue by cached prefix every step costs a cache lookup per waiting request per
- * step: quadratic in the queue (2,500 waiting requests of 16 tokens took 5.1 s, 10,000 over 60 s, where fcfs took
- * 3.6 s). SGLang turns lpm off past 128 waiting requests (schedule_policy.py, _determine_active_policy: FCFS when
- * len(waiting_queue) > 128). We do better than that fallback: lpm never turns off, it orders the first RX_LPM_WINDOW
- * waiting requests whose prompt is known (o->lpm_window, 0: this) and the rest wait behind them in arrival order.
- * A step then costs at most a window of lookups and one sort of it, whatever the queue's length, and a queue no
- * longer than the window is ordered exactly as a sort of the whole queue orders it (the equivalence test:
- * cache/lpm_window_keeps_decisions). Admission reads the queue only up to where the batch is full, so fcfs too costs
- * what a step admits, not the queue's length. */
+/* lpm's window. Sorting the whole queue by cached prefix every step costs a lookup per waiting request per step:
+ * quadratic in the queue (docs/results.md). SGLang turns lpm off past 128 waiting requests (schedule_policy.py,
+ * _determine_active_policy). Here lpm never turns off: it orders the first RX_LPM_WINDOW waiting requests whose
+ * prompt is known (o->lpm_window, 0: this), and the rest wait behind them in arrival order. A step costs at most a
+ * window of lookups, each a page or so per page it walks (radix_child), and one sort, whatever the queue's length; a
+ * queue no longer than the window is ordered as the whole sort orders it (cache/lpm_window_keeps_decisions).
+ * Admission reads the queue only up to where the batch is full, so fcfs too costs what a step admits. */
 #define RX_LPM_WINDOW 128
 
 static int by_cached_then_index(const void *a, const void *b) {
@@ -4746,30 +4743,22 @@ static int json_string(Json *j, size_t *off, size_t *len) {
         unsigned char ch = (unsigned char)*j->p++;
         if (ch < 0x20) return -1;                               /* raw control characters are not JSON */
         if (ch != '\\') { j->strs[j->strs_len++] = (char)ch; continue; }
-        if (j->p >= j->end) return -1;
-        char e = *j->p++;
-        uint32_t c;
-        switch (e) {
-        case '"': case '\\': case '/': j->strs[j->strs_len++] = e; break;
-        case 'b': j->strs[j->strs_len++] = '\b'; break;
-        case 'f': j->strs[j->strs_len++] = '\f'; break;
-        case 'n': j->strs[j->strs_len++] = '\n'; break;
-        case 'r': j->strs[j->strs_len++] = '\r'; break;
-        case 't': j->strs[j->strs_len++] = '\t'; break;
-        case 'u':
-            if (json_hex4(j, &c)) return -1;
-            if (c >= 0xDC00 && c <= 0xDFFF) return -1;          /* lone trailing surrogate */
-            if (c >= 0xD800 && c <= 0xDBFF) {                   /* a pair: \uD8xx\uDCxx     */
-                uint32_t lo;
-                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return -1;
-                j->p += 2;
-                if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return -1;
-                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            utf8_put(j, c);
-            break;
-        default: return -1;
+        static const char escaped[] = "\"\\/bfnrt", means[] = "\"\\/\b\f\n\r\t";    /* \X -> the byte */
+        const char x = j->p < j->end ? *j->p++ : '\0', *e = x ? strchr(escaped, x) : NULL;
+        uint32_t c, lo;
+        if (e) {
+            j->strs[j->strs_len++] = means[e - escaped];
+            continue;
         }
+        if (x != 'u' || json_hex4(j, &c)) return -1;
+        if (c >= 0xDC00 && c <= 0xDFFF) return -1;              /* lone trailing surrogate */
+        if (c >= 0xD800 && c <= 0xDBFF) {                       /* a pair: \uD8xx\uDCxx     */
+            if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return -1;
+            j->p += 2;
+            if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return -1;
+            c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        utf8_put(j, c);
     }
     if (j->p >= j->end) return -1;
     j->p++;                                                     /* closing quote */
@@ -5079,7 +5068,7 @@ static int st_entries(const Json *j, const char *file, RxTensor *t, StSpan *span
                 size = st_dtypes[d].size; x->dtype = st_dtypes[d].dt; x->dtype_name = st_dtypes[d].name;
             }
         char shown[80];
-        if (!size) return rx_fail("%s: tensor '%s' has unknown dtype %s", file, name, jshow(j, dt, shown, sizeof shown));
+        if (!size) return rx_fail("%s: tensor '%s' has unknown dtype %s", file, name, jshow(j, dt, shown, 80));
         if (j->v[sh].count > RX_MAX_RANK)
             return rx_fail("%s: tensor '%s' has rank %d, more than %d", file, name, j->v[sh].count, RX_MAX_RANK);
         uint64_t bytes_needed = (uint64_t)size;     /* product(shape) * dtype size, overflow checked */
@@ -5501,26 +5490,15 @@ int rx_is_stdout(const char *path) {
     return st.st_dev == out.st_dev && st.st_ino == out.st_ino;
 }
 
-/* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so. */
-int rx_close_output(FILE *f, const char *path) {
-    int bad = fflush(f) != 0 || ferror(f), err = errno;
-    if (fclose(f) && !bad) {
-        bad = 1;
-        err = errno;
-    }
-    if (bad) return rx_fail("%s: cannot write: %s", path, err ? strerror(err) : "write error");
-    return 0;
-}
-
 /* An existing output named through a link is replaced where the link points: the link stays. */
 static const char *output_target(const char *path, char *real) { return realpath(path, real) ? real : path; }
 
-/* This run's outputs not yet renamed into place, for rx_outputs_finish, and for a signal's handler: a fixed array
- * (path: the caller's, which outlives the run; f: NULL once closed). */
+/* This run's outputs not yet renamed into place, for rx_outputs_finish and a signal's handler: a fixed array (path:
+ * the caller's, which outlives the run; f: NULL once closed). */
 #define RX_MAX_OUTPUTS 8
 static struct { const char *path; FILE *f; char tmp[RX_TMP_PATH]; } rx_outputs[RX_MAX_OUTPUTS];
 static volatile sig_atomic_t rx_n_outputs;
-static int rx_outputs_failed;                    /* an output could not be opened or written whole */
+static int rx_outputs_failed;                    /* an output (stdout too) could not be opened or written whole */
 
 static void outputs_interrupted(int sig) {      /* unlink() is async-signal-safe; then the signal does what it did */
     for (int i = 0; i < rx_n_outputs; i++)
@@ -5531,27 +5509,22 @@ static void outputs_interrupted(int sig) {      /* unlink() is async-signal-safe
 
 FILE *rx_output_open(const char *path) {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
-    static int caught;
-    for (int k = 0; k < 4 && !caught; k++) {                      /* the first time; each left at its default */
+    for (int k = 0; k < 4 && !rx_n_outputs; k++) {      /* a run's first output: each signal found at its default */
         void (*old)(int) = signal(sigs[k], outputs_interrupted);
-        if (old != SIG_DFL) signal(sigs[k], old);
-    }
-    caught = 1;
-    if (rx_n_outputs == RX_MAX_OUTPUTS) {
-        rx_outputs_failed = 1;
-        rx_fail("%s: more than %d outputs in one run", path, RX_MAX_OUTPUTS);
-        return NULL;
+        if (old != SIG_DFL && old != outputs_interrupted) signal(sigs[k], old);
     }
     struct stat st;
-    char real[4096], *tmp = rx_outputs[rx_n_outputs].tmp;
+    char real[4096], *tmp;
     int exists = stat(path, &st) == 0, fd = -1;
     mode_t mask = umask(0);
     umask(mask);
     FILE *f = NULL;
+    errno = EMFILE;                                               /* unless one of the calls below says otherwise */
+    if (rx_n_outputs == RX_MAX_OUTPUTS) goto fail;
+    tmp = rx_outputs[rx_n_outputs].tmp;
     tmp[0] = '\0';
     rx_outputs[rx_n_outputs].path = path;
-    rx_outputs[rx_n_outputs].f = NULL;
-    rx_n_outputs++;                                               /* a signal now removes what mkstemp makes */
+    rx_outputs[rx_n_outputs++].f = NULL;                          /* a signal now removes what mkstemp makes */
     if (exists && (!S_ISREG(st.st_mode) || rx_is_stdout(path))) {   /* bench --replot --svg /dev/stdout */
         f = fopen(path, "wb");
     } else {
@@ -5559,26 +5532,29 @@ FILE *rx_output_open(const char *path) {
         fd = mkstemp(tmp);                                  /* mode 0600: given the target's, or the umask's, next */
         if (fd >= 0 && !fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~mask)) f = fdopen(fd, "wb");
     }
-    if (f) {
-        rx_outputs[rx_n_outputs - 1].f = f;
-        return f;
-    }
-    rx_fail("%s: cannot write: %s", path, strerror(errno));
+    if (f) return rx_outputs[rx_n_outputs - 1].f = f;
     if (fd >= 0) close(fd);
     if (fd >= 0) unlink(tmp);
     rx_n_outputs--;
+fail:
     rx_outputs_failed = 1;
+    rx_fail("%s: cannot write: %s", path, strerror(errno));
     return NULL;
 }
 
+/* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so. */
 int rx_output_close(FILE *f) {
-    int i = 0;
+    int i = 0, bad = fflush(f) != 0 || ferror(f), err = errno;
     while (i < rx_n_outputs && rx_outputs[i].f != f) i++;
-    if (i == rx_n_outputs) return rx_fail("rx_output_close: not an output of rx_output_open");
-    rx_outputs[i].f = NULL;
-    if (!rx_close_output(f, rx_outputs[i].path)) return 0;
-    rx_outputs_failed = 1;
-    return -1;
+    if (i < rx_n_outputs) rx_outputs[i].f = NULL;
+    if (fclose(f) && !bad) {
+        bad = 1;
+        err = errno;
+    }
+    rx_outputs_failed |= bad;
+    if (!bad) return 0;
+    return rx_fail("%s: cannot write: %s", i < rx_n_outputs ? rx_outputs[i].path : "<stdout>",
+                   err ? strerror(err) : "write error");
 }
 
 int rx_outputs_finish(int ok) {
@@ -6505,6 +6481,20 @@ static int write_generated(const char *path, const RxGenerate *g, int n) {
     return 0;
 }
 
+/* --stats: a CSV row per request, in file order; a refused one (batch_of -1) has empty fields and 0 generated. */
+static int write_stats(const char *path, int n, const int32_t *batch_of, const int *prompt_of, const int32_t *cached_of,
+                       const int *n_out) {
+    FILE *f = rx_output_open(path);
+    if (!f) return -1;
+    fprintf(f, "request,batch,prompt_tokens,cached_tokens,generated_tokens\n");
+    for (int s = 0; s < n; s++)
+        if (batch_of[s] < 0) fprintf(f, "%d,,,,0\n", s);
+        else fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
+    if (rx_output_close(f)) return -1;
+    printf("wrote %s: %d rows\n", path, n);
+    return 0;
+}
+
 /* The sampling a run uses, as transformers' generate() decides it: a flag given wins, else the checkpoint's
  * generation_config.json, else this program's default (greedy; when sampling, temperature 1, top-k off, top-p 1).
  * do_sample false is greedy whatever the temperature; --temperature T samples at T above 0 and is greedy at 0,
@@ -6559,6 +6549,30 @@ static int run_eos(const Qwen3Model *m, const char *dir, const int32_t **ids, in
     return rx_eos_check(*ids, *n, m->cfg.vocab_size, file);
 }
 
+/* What --requests refuses before any work: a request whose positions would pass max_position_embeddings (0 to its
+ * prompt + N - 2; an @K turn's prompt is at most K's, N generated tokens and its line: prompt_of [n]), or one that
+ * cannot fit in --cache-pages even alone (a turn's size is known once K has run: rx_serve refuses it then). */
+static int requests_fit(const int *lens, const int32_t *after, int n, const Qwen3Config *c, const RxServeOptions *o,
+                        int N, const char *path, int *prompt_of) {
+    for (int s = 0; s < n && N; s++) {
+        int64_t prompt = (after[s] >= 0 ? (int64_t)prompt_of[after[s]] + N : 0) + lens[s];
+        prompt_of[s] = (int)(prompt < INT32_MAX ? prompt : INT32_MAX);
+        if (prompt + N - 1 > c->max_position_embeddings)
+            return rx_fail("%s:%d: a prompt of %s%lld tokens and %d to generate reach position %lld, beyond "
+                           "max_position_embeddings %d: give a smaller --generate", path, s + 1,
+                           after[s] >= 0 ? "up to " : "", (long long)prompt, N, (long long)(prompt + N - 2),
+                           c->max_position_embeddings);
+    }
+    for (int s = 0; s < n && o->n_pages; s++) {
+        int most = lens[s] + (N ? N - 1 : 0), pages = (most + o->page_size - 1) / o->page_size;
+        if (after[s] < 0 && pages > o->n_pages)
+            return rx_fail("%s:%d: a request of %d tokens%s needs %d pages of %d tokens, but --cache-pages is %d", path,
+                           s + 1, most, N ? " (its prompt and what it generates)" : "", pages, o->page_size,
+                           o->n_pages);
+    }
+    return 0;
+}
+
 /* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. With
  * o->gen, each request generates after its prefill (greedy or sampled; it stops at run_eos's ids unless ignore_eos);
  * a line "@K ..." is a turn after request K. */
@@ -6575,15 +6589,12 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     memset(&gen, 0, sizeof gen);
     if (o->gen) gen = *o->gen;
     const int32_t **seqs = (const int32_t **)malloc((size_t)n * sizeof(int32_t *));   /* [n_requests] */
-    int *lens = (int *)malloc((size_t)n * sizeof(int));                              /* [n_requests] */
-    int32_t *batch_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                 /* [n_requests] */
-    int32_t *cached_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                /* [n_requests] */
-    int *prompt_of = (int *)malloc((size_t)n * sizeof(int));                         /* [n_requests] */
-    int *n_out = (int *)calloc((size_t)n, sizeof(int));                              /* [n_requests] */
+    int *lens = (int *)calloc((size_t)3 * n, sizeof(int)), *prompt_of = lens + n, *n_out = lens + 2 * n;   /* [n] */
+    int32_t *batch_of = (int32_t *)malloc((size_t)2 * n * sizeof(int32_t)), *cached_of = batch_of + n;   /* [n] */
     int32_t *gen_out = (int32_t *)rx_alloc((size_t)n * (N ? N : 1) * sizeof(int32_t), "the generated ids");
     float *logits = dump ? (float *)rx_alloc((size_t)n * V * sizeof(float), "the logits [n_requests, vocab]") : NULL;
     RxServeStats st;
-    if (!seqs || !lens || !batch_of || !cached_of || !prompt_of || !n_out || !gen_out || (dump && !logits)) {
+    if (!seqs || !lens || !batch_of || !gen_out || (dump && !logits)) {
         rx_fail("out of host memory for %d requests", n);
         goto done;
     }
@@ -6603,26 +6614,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     gen.out = gen_out;
     gen.n_out = n_out;
     o->gen = N ? &gen : NULL;
-    if (rx_batch_check(&file, &m.cfg, path)) goto done;
-    for (int s = 0; s < n && N; s++) {      /* positions 0 .. prompt + N - 2 must exist: refused before any work */
-        int64_t prompt = (after[s] >= 0 ? (int64_t)prompt_of[after[s]] + N : 0) + lens[s];   /* at most */
-        prompt_of[s] = (int)(prompt < INT32_MAX ? prompt : INT32_MAX);
-        if (prompt + N - 1 > m.cfg.max_position_embeddings) {
-            rx_fail("%s:%d: a prompt of %s%lld tokens and %d to generate reach position %lld, beyond "
-                    "max_position_embeddings %d: give a smaller --generate", path, s + 1,
-                    after[s] >= 0 ? "up to " : "", (long long)prompt, N, (long long)(prompt + N - 2),
-                    m.cfg.max_position_embeddings);
-            goto done;
-        }
-    }
-    for (int s = 0; s < n && o->n_pages; s++) {     /* --cache-pages: every request must fit into the pool */
-        int most = lens[s] + (N ? N - 1 : 0), pages = (most + o->page_size - 1) / o->page_size;
-        if (after[s] < 0 && pages > o->n_pages) {
-            rx_fail("%s:%d: a request of %d tokens%s needs %d pages of %d tokens, but --cache-pages is %d", path, s + 1,
-                    most, N ? " (its prompt and what it generates)" : "", pages, o->page_size, o->n_pages);
-            goto done;
-        }
-    }
+    if (rx_batch_check(&file, &m.cfg, path) || requests_fit(lens, after, n, &m.cfg, o, N, path, prompt_of)) goto done;
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
     if (o->show_cache)
@@ -6652,16 +6644,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     if (g) printf("bf16 budget against the C reference: %.4g x max|ref| (%d layers)\n", rx_bf16_tolerance(&m.cfg),
                   m.cfg.n_layers);
-    if (stats) {                                        /* a CSV row per request */
-        FILE *f = rx_output_open(stats);
-        if (!f) goto done;
-        fprintf(f, "request,batch,prompt_tokens,cached_tokens,generated_tokens\n");
-        for (int s = 0; s < n; s++)                     /* a refused request: empty fields, 0 generated */
-            if (batch_of[s] < 0) fprintf(f, "%d,,,,0\n", s);
-            else fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
-        if (rx_output_close(f)) goto done;
-        printf("wrote %s: %d rows\n", stats, n);
-    }
+    if (stats && write_stats(stats, n, batch_of, prompt_of, cached_of, n_out)) goto done;
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     if (out && write_generated(out, &gen, n)) goto done;
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
@@ -6689,7 +6672,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     rc = 0;
 done:
-    free(seqs); free(lens); free(batch_of); free(cached_of); free(prompt_of); free(n_out); free(gen_out);
+    free(seqs); free(lens); free(batch_of); free(gen_out);
     free(logits); free(after);
     rx_batch_free(&file); gpu_model_free(g); qwen3_free(&m);
     return rc;
@@ -6808,13 +6791,45 @@ static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAG
     {"--ignore-eos", 0, ON(SERVE)},
 };
 
+/* --requests' options: the defaults --help gives, then the flags given (val [N_FLAGS]); 2: a value out of range. */
+static int serving_options(const char *const *val, RxMode mode, RxServeOptions *so) {
+    const RxServeOptions defaults = {
+        .cache = RX_CACHE_RADIX,
+        .page_size = 16,
+        .n_pages = 0,
+        .batch = 1,
+        .lpm = 0,
+        .lpm_window = 0,
+        .mode = mode,
+        .model_id = 0,
+        .trace = val[F_SHOW_BATCHES] ? stdout : NULL,
+        .show_cache = val[F_SHOW_CACHE] ? stdout : NULL,
+        .gpu = NULL,
+        .source = NULL,
+        .gen = NULL,
+        .after = NULL,
+    };
+    *so = defaults;
+    if (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so->cache)) return usage_error("%s", radix_error());
+    if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so->page_size)) ||
+        (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so->n_pages)) ||
+        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, 1024, &so->batch)))
+        return 2;
+    if ((int64_t)so->n_pages * so->page_size > INT32_MAX)      /* the pool's token slots are indexed in 32 bits */
+        return usage_error("--cache-pages %d x --page-size %d is %lld token slots; a KV pool holds at most %d",
+                           so->n_pages, so->page_size, (long long)so->n_pages * so->page_size, INT32_MAX);
+    if (val[F_SCHEDULE] && !(so->lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
+        return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *val[N_FLAGS] = {NULL};          /* each flag given: its value, or its own name if it takes none */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
-            if (!rx_close_output(stdout, "<stdout>")) return 0;
+            if (!rx_output_close(stdout)) return 0;
             fprintf(stderr, "radixmlp: %s\n", radix_error());
             return 1;
         }
@@ -6875,37 +6890,9 @@ int main(int argc, char **argv) {
     if (sampling_flag && val[F_TEMPERATURE] && gen.temperature == 0)
         return usage_error("%s applies to sampling: give --temperature T above 0 (without it: greedy)", sampling_flag);
     RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
-    RxServeOptions so = {
-        .cache = RX_CACHE_RADIX,
-        .page_size = 16,
-        .n_pages = 0,
-        .batch = 1,
-        .lpm = 0,
-        .lpm_window = 0,
-        .mode = RX_COMPACT,
-        .model_id = 0,
-        .trace = NULL,
-        .show_cache = NULL,
-        .gpu = NULL,
-        .source = NULL,
-        .gen = NULL,
-        .after = NULL,
-    };
-    if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
-        (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))
-        return usage_error("%s", radix_error());
-    if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so.page_size)) ||
-        (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so.n_pages)) ||
-        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, 1024, &so.batch)))
-        return 2;
-    if ((int64_t)so.n_pages * so.page_size > INT32_MAX)        /* the pool's token slots are indexed in 32 bits */
-        return usage_error("--cache-pages %d x --page-size %d is %lld token slots; a KV pool holds at most %d",
-                           so.n_pages, so.page_size, (long long)so.n_pages * so.page_size, INT32_MAX);
-    if (val[F_SCHEDULE] && !(so.lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
-        return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);
-    so.mode = mode;
-    so.trace = val[F_SHOW_BATCHES] ? stdout : NULL;
-    so.show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
+    RxServeOptions so;
+    if (val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) return usage_error("%s", radix_error());
+    if (serving_options(val, mode, &so)) return 2;
     const char *outputs[4][2] = {
         {"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}, {"--out", val[F_OUT]}};
     int rc = 0;
@@ -6926,8 +6913,8 @@ int main(int argc, char **argv) {
                                 val[F_OUT]);
         else rc = demo();
     }
-    int text_failed = !rc && (rc = rx_close_output(stdout, "<stdout>"));      /* the text: an output too */
-    if (rx_outputs_finish(!text_failed) && !rc) rc = -1;      /* each output written whole, or none replaced */
+    if (!rc) rc = rx_output_close(stdout);                    /* the text: an output too */
+    if (rx_outputs_finish(1) && !rc) rc = -1;                   /* each output written whole, or none replaced */
     if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return rc == 2 ? 2 : 1; }   /* 2: resolve_sampling */
     return 0;
 }
