@@ -3640,7 +3640,7 @@ static void test_cli_checks_output_paths_first(void) {
 }
 
 /* No input may hang the program: a FIFO in place of config.json, model.safetensors or the tokens file is refused at
- * once (open() of a FIFO waits for a writer unless told not to). Each run gets 20 s; a hang exits 124. */
+ * once (open() of a FIFO waits for a writer unless told not to). `timeout 60` ends a hang: exit 124, a failure. */
 static void test_cli_fifo_inputs_are_refused_not_waited_on(void) {
     if (!have_cli()) return;
     const char *names[3] = {"config.json", "model.safetensors", "t.txt"};
@@ -3650,7 +3650,7 @@ static void test_cli_fifo_inputs_are_refused_not_waited_on(void) {
         unlink(p);
         if (mkfifo(p, 0644)) { expect(0, "mkfifo %s: %s", p, strerror(errno)); remove_dir(d); continue; }
         if (i < 2) write_file(d, "t.txt", "1 2 3\n", 6);
-        snprintf(cmd, sizeof cmd, "timeout 20 %s --cpu --model %s --tokens %s/t.txt", cli(), d, d);
+        snprintf(cmd, sizeof cmd, "timeout 60 %s --cpu --model %s --tokens %s/t.txt", cli(), d, d);
         char what[64];
         snprintf(what, sizeof what, "a FIFO as %s", names[i]);
         expect_one_line_error(what, run_cmd(cmd, out, sizeof out), out, "not a regular file");
@@ -4325,7 +4325,8 @@ static void test_bench_rejects_bad_arguments(void) {
 
 /* bench at radixmlp's standard: every input through the same file checks (a device, a FIFO, a folder or a 3 GB sparse
  * file is refused at once, never read or waited on), a flag that does not apply to the run or is given twice is an
- * error, an output never overwrites the input, a write error fails. Each: one line "bench: ...", within 10 s. */
+ * error, an output never overwrites the input, a write error fails. Each: one line "bench: ..." (`timeout 60` only
+ * ends a hang: the runs take under a second, and a busy machine must not fail them). */
 static void test_bench_refuses_bad_inputs_flags_and_writes(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
     char dir[] = "/tmp/radixmlp-bench-XXXXXX", p[600];
@@ -4376,9 +4377,9 @@ static void test_bench_refuses_bad_inputs_flags_and_writes(void) {
             else args[at++] = *c;
         }
         args[at] = 0;
-        snprintf(cmd, sizeof cmd, "{ timeout 10 ./bench %s; } 2>&1 >/dev/null | grep -v '^bench: table 5, '", args);
+        snprintf(cmd, sizeof cmd, "{ timeout 60 ./bench %s; } 2>&1 >/dev/null | grep -v '^bench: table 5, '", args);
         int rc = run_cmd(cmd, out, sizeof out);
-        snprintf(cmd, sizeof cmd, "{ timeout 10 ./bench %s; } >/dev/null 2>&1", args);
+        snprintf(cmd, sizeof cmd, "{ timeout 60 ./bench %s; } >/dev/null 2>&1", args);
         rc = run_cmd(cmd, p, sizeof p);                                  /* the exit status, not grep's */
         const char *nl = strchr(out, '\n');
         expect(rc == cases[i].rc && !strncmp(out, "bench: ", 7) && nl && !nl[1] && strstr(out, cases[i].msg),
@@ -7067,16 +7068,12 @@ static void at_dir(char *out, size_t n, const char *fmt, const char *dir) {
     out[k] = 0;
 }
 
-static double wall_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* --replot checks every number against what the plot can show, so that any CSV plots in bounded time and size: a
  * speedup above 0 and at most 1000 (1e6 wrote a 124 MB SVG, 1e308 1.7 GB: a grid line per 1.0), P and S whole
  * token counts up to 2^20; anything else is one line naming the row, the column and the value, exit 1. A plot up to
- * 1000x draws about ten y grid lines (a step of 100), and a UTF-8 byte order mark before the header is skipped. */
+ * 1000x draws about ten y grid lines (a step of 100), and a UTF-8 byte order mark before the header is skipped. The
+ * SVG's size is the bound checked, not the time taken (which a busy machine stretches); `timeout 60` only ends a
+ * hang, whose exit status 124 fails the case. */
 static void test_bench_replot_bounds_values_and_reads_a_bom(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
     char dir[] = "/tmp/radixmlp-replot-XXXXXX";
@@ -7101,20 +7098,16 @@ static void test_bench_replot_bounds_values_and_reads_a_bom(void) {
         char cmd[1024], out[4096], svg[300];
         size_t len = 0;
         write_file(dir, "x.csv", cases[i].csv, strlen(cases[i].csv));
-        at_dir(cmd, sizeof cmd, "timeout 20 ./bench --replot @/x.csv --svg @/x.svg", dir);
+        at_dir(cmd, sizeof cmd, "timeout 60 ./bench --replot @/x.csv --svg @/x.svg", dir);
         at_dir(svg, sizeof svg, "@/x.svg", dir);
-        double t0 = wall_s();
         int rc = run_cmd(cmd, out, sizeof out);
-        double s = wall_s() - t0;
         uint8_t *b = (uint8_t *)read_file(svg, &len);
         const char *nl = strchr(out, '\n');
         expect(rc == cases[i].rc && !strncmp(out, "bench: ", 7) && nl && !nl[1] && strstr(out, cases[i].msg) &&
-               s < 5 && (rc ? !b : b && len < 16384),
-               "%s: exit %d in %.1f s, want %d within 5 s, one line with '%s', %s (here %zu bytes):\n%s",
-               cases[i].what, rc, s, cases[i].rc, cases[i].msg, cases[i].rc ? "no SVG" : "an SVG under 16 KB",
+               (rc ? !b : b && len < 16384), "%s: exit %d, want %d, one line with '%s', %s (here %zu bytes):\n%s",
+               cases[i].what, rc, cases[i].rc, cases[i].msg, cases[i].rc ? "no SVG" : "an SVG under 16 KB",
                b ? len : 0, out);
-        note("%-24s exit %d, %.2f s wall (this CPU), SVG %6zu bytes: %.*s", cases[i].what, rc, s, b ? len : 0,
-             (int)strcspn(out, "\n"), out);
+        note("%-24s exit %d, SVG %6zu bytes: %.*s", cases[i].what, rc, b ? len : 0, (int)strcspn(out, "\n"), out);
         free(b);
         unlink(svg);
     }
@@ -7213,7 +7206,7 @@ static void test_bench_outputs_are_never_stdout(void) {
         char args[1024], msg[512], cmd[1600], out[4096], path[300];
         at_dir(args, sizeof args, cases[i].args, dir);
         at_dir(msg, sizeof msg, cases[i].msg, dir);
-        snprintf(cmd, sizeof cmd, "{ timeout 20 ./bench %s >%s/out; }", args, dir);
+        snprintf(cmd, sizeof cmd, "{ timeout 60 ./bench %s >%s/out; }", args, dir);
         int rc = run_cmd(cmd, out, sizeof out);
         snprintf(path, sizeof path, "%s/out", dir);
         size_t len = 0;
