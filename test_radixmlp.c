@@ -7362,6 +7362,8 @@ static void test_cli_generation_config_as_transformers(void) {
         note("eos/%-30s --out as transformers' (%.*s), '%s'", eos[i].name, (int)strcspn(gen, "\n"), gen, eos[i].stops);
         free(want);
     }
+    int rc = run_in(d, "--cpu --requests @/prompts.txt --generate 1 --out @/gen.out", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "generation: up to 1 token, greedy"), "--generate 1: exit %d\n%s", rc, out);
     copy_into(d, "tiny-tied/config.json");   /* eos_token_id null, and now generation_config.json's own */
     const struct { const char *what, *json, *args, *want_out, *want_text; } cases[] = {
         {"--ignore-eos", "eos_list.json", "--ignore-eos", greedy, "eos ids ignored (--ignore-eos)"},
@@ -7385,14 +7387,13 @@ static void test_cli_generation_config_as_transformers(void) {
         free(b);
         char a[512];
         snprintf(a, sizeof a, "%s %s", run, cases[i].args);
-        int rc = run_in(d, a, out, sizeof out, gen, sizeof gen);
+        rc = run_in(d, a, out, sizeof out, gen, sizeof gen);
         expect(rc == 0 && (!cases[i].want_out || !strcmp(gen, cases[i].want_out)) && strstr(out, cases[i].want_text),
                "%s: exit %d, want '%s' in the text, --out:\n%s(want:\n%s)\n%s", cases[i].what, rc, cases[i].want_text,
                gen, cases[i].want_out ? cases[i].want_out : "any", out);
         if (i == 2) snprintf(sampled_file, sizeof sampled_file, "%s", gen);
         note("%-55.55s --out %.*s", cases[i].what, (int)strcspn(gen, "\n"), gen);
     }
-    int rc;
     /* the file's defaults are used: the same tokens as those values given as flags, other than greedy's */
     snprintf(file, sizeof file, "%s --temperature 0.6 --top-k 20 --top-p 0.95", run);
     rc = run_in(d, file, out, sizeof out, sampled_flags, sizeof sampled_flags);
@@ -7447,7 +7448,7 @@ static void test_cli_generation_config_as_transformers(void) {
     expect_one_line("--generate, eos -1 in config.json, no generation_config.json", 1, rc, out, file);
     summary("%d runs: the eos ids of generation_config.json alone, else of config.json, --out as transformers' "
             "generate(); sampling defaults taken and overridden, a malformed file named with its line, eos ids outside "
-            "the vocabulary refused by --generate alone", n + 17);
+            "the vocabulary refused by --generate alone", n + 18);
     remove_dir(d);
 }
 
