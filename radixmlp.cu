@@ -1899,11 +1899,10 @@ void rx_kv_page_release(RxKvPool *p, int32_t page) {
  * an unlocked leaf goes next (cascade), so a shared trunk outlives its branches. Nodes live in one array and link by
  * index (parent; first child, next and previous sibling); free slots are chained through `sibling`.
  *
- * A walk finds a child by hashing (its parent, its first page) into c->bucket, whose chains link nodes through
- * hnext, as SGLang's tree keeps a dict of children per node. Scanning the parent's children instead cost a page
- * comparison per child, and the root gets a child for every prompt whose first page no earlier one had: serving n
- * of them cost n^2, and lpm, which looks up its window every step, 128 times that. The child lists stay for what
- * visits every child: eviction's leaf test, the audit and the drawing. */
+ * A walk finds a child by hashing (its parent, its first page) into c->bucket (chains through hnext), as SGLang keeps
+ * a dict of children per node: a scan of the children cost a comparison per child, and the root gets one for every
+ * prompt whose first page is new, so serving n of them cost n^2 (lpm's window: 128 times that). The child lists
+ * serve what visits every child: eviction's leaf test, the audit and the drawing. */
 typedef struct {
     int32_t parent, child, sibling;  /* tree links by index, -1: none                                          */
     int32_t prev, hnext;             /* the previous sibling, the next node in its hash bucket; -1: none        */
@@ -6793,23 +6792,13 @@ static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAG
 
 /* --requests' options: the defaults --help gives, then the flags given (val [N_FLAGS]); 2: a value out of range. */
 static int serving_options(const char *const *val, RxMode mode, RxServeOptions *so) {
-    const RxServeOptions defaults = {
-        .cache = RX_CACHE_RADIX,
-        .page_size = 16,
-        .n_pages = 0,
-        .batch = 1,
-        .lpm = 0,
-        .lpm_window = 0,
-        .mode = mode,
-        .model_id = 0,
-        .trace = val[F_SHOW_BATCHES] ? stdout : NULL,
-        .show_cache = val[F_SHOW_CACHE] ? stdout : NULL,
-        .gpu = NULL,
-        .source = NULL,
-        .gen = NULL,
-        .after = NULL,
-    };
-    *so = defaults;
+    memset(so, 0, sizeof *so);                  /* no pool size (one for the whole file), fcfs, no window, ... */
+    so->cache = RX_CACHE_RADIX;
+    so->page_size = 16;
+    so->batch = 1;
+    so->mode = mode;
+    so->trace = val[F_SHOW_BATCHES] ? stdout : NULL;
+    so->show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
     if (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so->cache)) return usage_error("%s", radix_error());
     if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so->page_size)) ||
         (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so->n_pages)) ||

@@ -406,7 +406,7 @@ int  rx_cache_create(RxPrefixCache **c, RxCacheKind kind, RxKvPool *pool);
 void rx_cache_free(RxPrefixCache *c);        /* drops the cache's references (requests must be released first) */
 /* The longest cached page-aligned prefix of tokens[0..n): its length in tokens, its pages in pages_out (room for
  * n / page_size; NULL: the length alone). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every
- * waiting request).                                                                                               */
+ * waiting request); it only counts the pages it compares (RxCacheStats).                                         */
 int  rx_cache_lookup(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
 /* Caches the first n / page_size whole pages of tokens, whose K/V are in pages[]. Prefixes already cached keep
  * their pages (a duplicate page is not adopted); the cache takes a reference on each page it adopts, and returns
