@@ -191,7 +191,7 @@ static int make_prefix_batch(RxBatch *b, int n_seqs, int shared, int unique, uin
 #define CELL 64
 typedef struct { int n; char c[24][CELL]; } Row;
 typedef struct { const char *md, *csv; } Col;   /* the markdown header and the CSV column name */
-static FILE *g_csv;                             /* --csv FILE (rx_output_open: replaced when the run succeeds), or NULL */
+static FILE *g_csv;                             /* --csv FILE (rx_output_open: replaced if the run succeeds), or NULL */
 
 static void cell(Row *r, const char *fmt, ...)
 {

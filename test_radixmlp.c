@@ -679,11 +679,18 @@ static void test_config_parsing(void) {
         snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - good), good, full[i], at + strlen("\"rope_scaling\":null"));
         expect(rx_parse_config(&c, buf, strlen(buf), "config.json") == 0, "%s: rejected: %s", full[i], radix_error());
     }
-    /* A key holding \u0000 is another key, as in Python's json: read as no known key, and no duplicate of one */
+    summary("missing head_dim -> 128, num_key_value_heads -> 32 (null -> heads); sliding configs where no layer "
+            "slides accepted");
+}
+
+/* A JSON key holding \u0000 is another key, as in Python's json: "head_dim\u0000" is no known key and no duplicate
+ * of "head_dim", and generation_config.json's "temperature\u0000x" is no temperature (transformers reads none). */
+static void test_json_key_holding_nul_is_another_key(void) {
     const char *nul_keys = "{\"model_type\":\"qwen3\",\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,"
                            "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
                            "\"head_dim\\u0000\":6,\"head_dim\":4,\"head_dim\\u0000x\":5}";
-    rc = rx_parse_config(&c, nul_keys, strlen(nul_keys), "config.json");
+    Qwen3Config c;
+    int rc = rx_parse_config(&c, nul_keys, strlen(nul_keys), "config.json");
     expect(rc == 0 && c.head_dim == 4, "\"head_dim\" 4 beside \"head_dim\\u0000\" 6 and \"head_dim\\u0000x\" 5: rc %d "
            "'%s', head_dim %d", rc, rc ? radix_error() : "", c.head_dim);
     RxGenerationConfig g;
@@ -691,8 +698,7 @@ static void test_config_parsing(void) {
     rc = rx_parse_generation_config(&g, nul_temp, strlen(nul_temp), "generation_config.json");
     expect(rc == 0 && g.temperature == -1 && g.do_sample == 1, "%s: rc %d, temperature %g (want -1: absent)", nul_temp,
            rc, g.temperature);
-    summary("missing head_dim -> 128, num_key_value_heads -> 32 (null -> heads); sliding configs where no layer "
-            "slides accepted; a key holding \\u0000 is no known key");
+    summary("\"head_dim\\u0000\" and \"temperature\\u0000x\" read as unknown keys, as Python's json reads them");
 }
 
 /* A JSON file in another encoding than UTF-8 is named, never "invalid JSON near byte 0": a byte-order mark, the NUL
@@ -5874,8 +5880,8 @@ static void test_cache_compared_pages_grow_linearly_with_requests(void) {
         worst = fmax(worst, per[1] / per[0]);
         expect(per[1] <= 1.5 * per[0], "%s, %s, page size %d: %.1f pages compared per request of %d, %.1f of %d",
                rx_cache_kind_name(o.cache), o.lpm ? "lpm" : "fcfs", o.page_size, per[0], FEW, per[1], MANY);
-        note("%-5s %-4s page size %2d: pages compared per request %7.1f of %d, %7.1f of %d", rx_cache_kind_name(o.cache),
-             o.lpm ? "lpm" : "fcfs", o.page_size, per[0], FEW, per[1], MANY);
+        note("%-5s %-4s page size %2d: pages compared per request %7.1f of %d, %7.1f of %d",
+             rx_cache_kind_name(o.cache), o.lpm ? "lpm" : "fcfs", o.page_size, per[0], FEW, per[1], MANY);
     }
     summary("pages compared per request at %d requests / at %d: at most %.2fx (tolerance 1.5x)", MANY, FEW, worst);
     free(tok);
@@ -7325,15 +7331,13 @@ static void copy_into(const char *dir, const char *name) {
     closedir(d);
 }
 
-/* generation_config.json is read as transformers reads it: generate() stops at its eos ids alone when the folder has
- * one (null or absent there: it runs on), at config.json's only when it has none. Each folder of fixtures/eos holds
- * a config.json and a generation_config.json or none, and what transformers' generate() wrote for its prompts on
- * tiny-tied's weights (make_fixtures.py --eos): --out must equal it. Its sampling defaults apply unless a flag
- * overrides them (do_sample false is greedy whatever the temperature), and a malformed one is an error naming the
- * file, never skipped. An eos id outside the vocabulary is refused by --generate only, and only in the file it reads:
- * --tokens and --check never use them. Greedy on tiny-tied, 8 tokens: request 1 generates 479 479 479 198 2 ...,
- * request 2 100 203 479 273 ... */
-static void test_cli_generation_config_as_transformers(void) {
+/* Where generation stops, as transformers' generate() takes the eos ids: from generation_config.json alone when the
+ * folder has one (null or absent there: it runs on, whatever config.json says), from config.json only when it has
+ * none. Each folder of fixtures/eos holds a config.json and a generation_config.json or none, and what generate()
+ * wrote for its prompts on tiny-tied's weights (make_fixtures.py --eos): --out must equal it, and the summary name
+ * the file. An eos id outside the vocabulary is refused by --generate only, in the file it reads: --tokens and
+ * --check never use them. */
+static void test_cli_eos_ids_as_transformers_generate_takes_them(void) {
     if (!have_cli()) return;
     char *d = copy_fixture("tiny-tied"), out[8192], gen[4096], src[512], file[600];
     size_t len = 0;
@@ -7346,7 +7350,6 @@ static void test_cli_generation_config_as_transformers(void) {
         {"generation-config-null", "no eos id in generation_config.json"},
         {"generation-config-list", "stops at eos ids 198 203 in generation_config.json"},
     };
-    char greedy[4096] = "";                  /* transformers' tokens where no eos id stops them */
     for (int i = 0; i < 5; i++) {
         snprintf(file, sizeof file, "%s/generation_config.json", d);
         unlink(file);
@@ -7358,13 +7361,52 @@ static void test_cli_generation_config_as_transformers(void) {
         expect(rc == 0 && want && !strcmp(gen, want) && strstr(out, eos[i].stops),
                "eos/%s: exit %d, want '%s' in the text, --out:\n%s(transformers' generate():\n%s)\n%s", eos[i].name,
                rc, eos[i].stops, gen, want ? want : "(none)", out);
-        if (i == 2 && want) snprintf(greedy, sizeof greedy, "%s", want);
         note("eos/%-30s --out as transformers' (%.*s), '%s'", eos[i].name, (int)strcspn(gen, "\n"), gen, eos[i].stops);
         free(want);
     }
+    /* eos ids outside the vocabulary [0, 512): refused by --generate alone, in the file it reads, named */
+    write_file(d, "generation_config.json", "{\"eos_token_id\": [203, 512]}", 28);
+    edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": -1");
+    int rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (not used: --generate takes "
+                             "generation_config.json's, as transformers does); in generation_config.json: 203 512 "
+                             "(outside the vocabulary: --generate refuses it)"),
+           "--check with eos ids -1 and 512 (vocab 512): exit %d\n%s", rc, out);
+    rc = run_in(d, "--cpu --tokens @/prompts.txt", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "sequence 1: next token"), "--tokens with eos ids -1 and 512: exit %d\n%s", rc, out);
+    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+    snprintf(file, sizeof file, "%s/generation_config.json: eos_token_id 512 is outside the vocabulary [0, 512): "
+             "generation would never stop at it; fix the file, or give --ignore-eos", d);
+    expect_one_line("--generate, eos 512 in generation_config.json", 1, rc, out, file);
+    snprintf(file, sizeof file, "%s --ignore-eos", run);
+    rc = run_in(d, file, out, sizeof out, gen, sizeof gen);
+    expect(rc == 0, "--generate --ignore-eos with eos id 512: exit %d\n%s", rc, out);
+    snprintf(file, sizeof file, "%s/generation_config.json", d);
+    unlink(file);
+    rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (outside the vocabulary: --generate refuses "
+                             "it); no generation_config.json"), "--check with eos id -1 alone: exit %d\n%s", rc, out);
+    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+    snprintf(file, sizeof file, "%s/config.json: eos_token_id -1 is outside the vocabulary [0, 512)", d);
+    expect_one_line("--generate, eos -1 in config.json, no generation_config.json", 1, rc, out, file);
+    summary("11 runs: generation stops at the eos ids of generation_config.json alone, else of config.json, --out as "
+            "transformers' generate(); eos ids outside the vocabulary refused by --generate alone, in the file it reads");
+    remove_dir(d);
+}
+
+/* generation_config.json's sampling defaults apply unless a flag overrides them (do_sample false is greedy whatever
+ * the temperature), and a malformed one is an error naming the file, never skipped. Greedy on tiny-tied, 8 tokens:
+ * transformers' (fixtures/eos/generation-config-without-eos), 479 479 479 198 2 ... and 100 203 479 273 ... */
+static void test_cli_generation_config_as_transformers(void) {
+    if (!have_cli()) return;
+    char *d = copy_fixture("tiny-tied"), out[8192], gen[4096], src[512], file[600];
+    size_t len = 0;
+    const char *run = "--cpu --requests @/prompts.txt --generate 8 --out @/gen.out";
+    copy_into(d, "eos/prompts.txt");
+    snprintf(file, sizeof file, "%s/eos/generation-config-without-eos/generate.txt", fixtures());
+    char *greedy = (char *)read_file(file, &len);
     int rc = run_in(d, "--cpu --requests @/prompts.txt --generate 1 --out @/gen.out", out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && strstr(out, "generation: up to 1 token, greedy"), "--generate 1: exit %d\n%s", rc, out);
-    copy_into(d, "tiny-tied/config.json");   /* eos_token_id null, and now generation_config.json's own */
+    expect(greedy && rc == 0 && strstr(out, "generation: up to 1 token, greedy"), "--generate 1: exit %d\n%s", rc, out);
     const struct { const char *what, *json, *args, *want_out, *want_text; } cases[] = {
         {"--ignore-eos", "eos_list.json", "--ignore-eos", greedy, "eos ids ignored (--ignore-eos)"},
         {"do_sample false: greedy, whatever its temperature", "greedy_with_temperature.json", "", greedy,
@@ -7421,34 +7463,9 @@ static void test_cli_generation_config_as_transformers(void) {
         snprintf(file, sizeof file, "%s/generation_config.json: invalid JSON near byte 54 (line 4)", d);
         expect_one_line(actions[a], 1, rc, out, file);
     }
-    /* eos ids outside the vocabulary [0, 512): refused by --generate alone, in the file it reads, named */
-    write_file(d, "generation_config.json", "{\"eos_token_id\": [203, 512]}", 28);
-    edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": -1");
-    rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (not used: --generate takes "
-                             "generation_config.json's, as transformers does); in generation_config.json: 203 512 "
-                             "(outside the vocabulary: --generate refuses it)"),
-           "--check with eos ids -1 and 512 (vocab 512): exit %d\n%s", rc, out);
-    rc = run_in(d, "--cpu --tokens @/prompts.txt", out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && strstr(out, "sequence 1: next token"), "--tokens with eos ids -1 and 512: exit %d\n%s", rc, out);
-    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
-    snprintf(file, sizeof file, "%s/generation_config.json: eos_token_id 512 is outside the vocabulary [0, 512): "
-             "generation would never stop at it; fix the file, or give --ignore-eos", d);
-    expect_one_line("--generate, eos 512 in generation_config.json", 1, rc, out, file);
-    snprintf(file, sizeof file, "%s --ignore-eos", run);
-    rc = run_in(d, file, out, sizeof out, gen, sizeof gen);
-    expect(rc == 0, "--generate --ignore-eos with eos id 512: exit %d\n%s", rc, out);
-    snprintf(file, sizeof file, "%s/generation_config.json", d);
-    unlink(file);
-    rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (outside the vocabulary: --generate refuses "
-                             "it); no generation_config.json"), "--check with eos id -1 alone: exit %d\n%s", rc, out);
-    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
-    snprintf(file, sizeof file, "%s/config.json: eos_token_id -1 is outside the vocabulary [0, 512)", d);
-    expect_one_line("--generate, eos -1 in config.json, no generation_config.json", 1, rc, out, file);
-    summary("%d runs: the eos ids of generation_config.json alone, else of config.json, --out as transformers' "
-            "generate(); sampling defaults taken and overridden, a malformed file named with its line, eos ids outside "
-            "the vocabulary refused by --generate alone", n + 18);
+    summary("%d runs: sampling defaults taken and overridden, a malformed file named with its line, 'up to 1 token'",
+            n + 7);
+    free(greedy);
     remove_dir(d);
 }
 
@@ -7560,8 +7577,8 @@ static void test_cli_outputs_all_or_nothing(void) {
         for (int k = 0; k < 3; k++) write_file(dir, outs[k], "keep\n", 5);
         snprintf(args, sizeof args, cases[i].args, serve);
         at_dir(at, sizeof at, args, dir);
-        snprintf(cmd, sizeof cmd, "mkfifo %s/.p; exec 4<>%s/.p 5>%s/.p 4<&-; rm %s/.p; %s --cpu --model %s/tiny-tied %s",
-                 dir, dir, dir, dir, cli(), fixtures(), at);              /* fd 5: a pipe with no reader left */
+        snprintf(cmd, sizeof cmd, "mkfifo %1$s/.p; exec 4<>%1$s/.p 5>%1$s/.p 4<&-; rm %1$s/.p; %2$s --cpu --model "
+                 "%3$s/tiny-tied %4$s", dir, cli(), fixtures(), at);     /* fd 5: a pipe with no reader left */
         int rc = run_cmd(cmd, out, sizeof out), kept = 0, files = 0;
         for (int k = 0; k < 3; k++) {
             size_t len = 0;
@@ -7664,6 +7681,7 @@ static const Test tests[] = {
     {"loader", "half_formats_decode_exactly", test_half_formats_decode_exactly},
     {"loader", "misaligned_tensor_data_loads_as_aligned", test_misaligned_tensor_data_loads_as_aligned},
     {"loader", "config_parsing", test_config_parsing},
+    {"loader", "json_key_holding_nul_is_another_key", test_json_key_holding_nul_is_another_key},
     {"loader", "json_encodings_named", test_json_encodings_named},
     {"loader", "shard_index_names", test_shard_index_names},
     {"loader", "fixture_checkpoints_load", test_fixture_checkpoints_load},
@@ -7778,6 +7796,7 @@ static const Test tests[] = {
     {"cli", "outputs_are_never_stdout", test_cli_outputs_are_never_stdout},
     {"bench", "outputs_are_never_stdout", test_bench_outputs_are_never_stdout},
     {"cli", "exit_status_2_for_arguments_1_for_data", test_cli_exit_status_2_for_arguments_1_for_data},
+    {"cli", "eos_ids_as_transformers_generate_takes_them", test_cli_eos_ids_as_transformers_generate_takes_them},
     {"cli", "generation_config_as_transformers_reads_it", test_cli_generation_config_as_transformers},
     {"cli", "refused_turn_keeps_the_others_outputs", test_cli_refused_turn_keeps_the_others_outputs},
     {"bench", "failed_or_interrupted_run_leaves_csv_untouched", test_bench_csv_untouched_by_failed_runs},
