@@ -7331,6 +7331,13 @@ static void copy_into(const char *dir, const char *name) {
     closedir(d);
 }
 
+/* tiny-tied copied into a temporary folder, fixtures/eos/prompts.txt beside it: the generation tests' checkpoint. */
+static char *generation_folder(void) {
+    char *d = copy_fixture("tiny-tied");
+    copy_into(d, "eos/prompts.txt");
+    return d;
+}
+
 /* Where generation stops, as transformers' generate() takes the eos ids: from generation_config.json alone when the
  * folder has one (null or absent there: it runs on, whatever config.json says), from config.json only when it has
  * none. Each folder of fixtures/eos holds a config.json and a generation_config.json or none, and what generate()
@@ -7339,10 +7346,9 @@ static void copy_into(const char *dir, const char *name) {
  * --check never use them. */
 static void test_cli_eos_ids_as_transformers_generate_takes_them(void) {
     if (!have_cli()) return;
-    char *d = copy_fixture("tiny-tied"), out[8192], gen[4096], src[512], file[600];
+    char *d = generation_folder(), out[8192], gen[4096], src[512], file[600];
     size_t len = 0;
     const char *run = "--cpu --requests @/prompts.txt --generate 8 --out @/gen.out";
-    copy_into(d, "eos/prompts.txt");
     const struct { const char *name, *stops; } eos[] = {
         {"config-only", "stops at eos ids 198 in config.json (no generation_config.json)"},
         {"both", "stops at eos ids 273 in generation_config.json"},
@@ -7390,7 +7396,7 @@ static void test_cli_eos_ids_as_transformers_generate_takes_them(void) {
     snprintf(file, sizeof file, "%s/config.json: eos_token_id -1 is outside the vocabulary [0, 512)", d);
     expect_one_line("--generate, eos -1 in config.json, no generation_config.json", 1, rc, out, file);
     summary("11 runs: generation stops at the eos ids of generation_config.json alone, else of config.json, --out as "
-            "transformers' generate(); eos ids outside the vocabulary refused by --generate alone, in the file it reads");
+            "transformers' generate(); eos ids outside the vocabulary refused by --generate alone, in its file");
     remove_dir(d);
 }
 
@@ -7399,13 +7405,12 @@ static void test_cli_eos_ids_as_transformers_generate_takes_them(void) {
  * transformers' (fixtures/eos/generation-config-without-eos), 479 479 479 198 2 ... and 100 203 479 273 ... */
 static void test_cli_generation_config_as_transformers(void) {
     if (!have_cli()) return;
-    char *d = copy_fixture("tiny-tied"), out[8192], gen[4096], src[512], file[600];
+    char *d = generation_folder(), out[8192], gen[4096], src[512], file[600];
     size_t len = 0;
     const char *run = "--cpu --requests @/prompts.txt --generate 8 --out @/gen.out";
-    copy_into(d, "eos/prompts.txt");
     snprintf(file, sizeof file, "%s/eos/generation-config-without-eos/generate.txt", fixtures());
     char *greedy = (char *)read_file(file, &len);
-    int rc = run_in(d, "--cpu --requests @/prompts.txt --generate 1 --out @/gen.out", out, sizeof out, gen, sizeof gen);
+    int rc = run_in(d, "--cpu --requests @/prompts.txt --generate 1 --out @/gen.out", out, sizeof out, gen, 4096);
     expect(greedy && rc == 0 && strstr(out, "generation: up to 1 token, greedy"), "--generate 1: exit %d\n%s", rc, out);
     const struct { const char *what, *json, *args, *want_out, *want_text; } cases[] = {
         {"--ignore-eos", "eos_list.json", "--ignore-eos", greedy, "eos ids ignored (--ignore-eos)"},
