@@ -40,7 +40,6 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,15 +191,7 @@ static int make_prefix_batch(RxBatch *b, int n_seqs, int shared, int unique, uin
 #define CELL 64
 typedef struct { int n; char c[24][CELL]; } Row;
 typedef struct { const char *md, *csv; } Col;   /* the markdown header and the CSV column name */
-static FILE *g_csv;                             /* --csv FILE, or NULL */
-static char g_csv_tmp[RX_TMP_PATH];             /* where g_csv is written until the run succeeds (rx_output_open) */
-
-/* Ctrl-C or a kill during a run: the temporary CSV goes (unlink is async-signal-safe), --csv FILE stays as it was. */
-static void csv_interrupted(int sig) {
-    if (*g_csv_tmp) unlink(g_csv_tmp);
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
+static FILE *g_csv;                             /* --csv FILE (rx_output_open: replaced if the run succeeds), or NULL */
 
 static void cell(Row *r, const char *fmt, ...)
 {
@@ -478,8 +469,7 @@ static int write_svg(const char *path, Point *pt, int n, const char *title)
     const double W = 820, H = 500, X0 = 80, X1 = 600, Y0 = 60, Y1 = 430;   /* the plot area [X0,X1] x [Y0,Y1] */
     int S[4], nS = 0, lo = 30, hi = 0;
     double ymax = 1.0, step;
-    char tmp[RX_TMP_PATH];
-    FILE *f = rx_output_open(path, tmp);                 /* renamed onto path when written whole */
+    FILE *f = rx_output_open(path);                      /* renamed onto path when the run succeeds */
     if (!f) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
     qsort(pt, n, sizeof *pt, cmp_point);
     for (int i = 0; i < n; i++) {
@@ -540,7 +530,7 @@ static int write_svg(const char *path, Point *pt, int n, const char *title)
 #undef SY
     fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"11\" fill=\"#555\">dashed: the paper's Table 4 (Qwen3-4B, "
                "H100, fp16)</text>\n</svg>\n", X0, H - 12);
-    if (rx_output_commit(f, tmp, path)) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
+    if (rx_output_close(f)) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
     fprintf(stderr, "bench: wrote %s\n", path);
     return 0;
 }
@@ -1760,8 +1750,7 @@ static int write_cpu_svg(const char *path, const Point *pt, int n, int B, const 
 {
     const double W = 800, H = 480, X0 = 70, X1 = 560, Y0 = 60, Y1 = 410;
     double xmax = 8, ymax = 5;
-    char tmp[RX_TMP_PATH];
-    FILE *f = rx_output_open(path, tmp);                 /* renamed onto path when written whole */
+    FILE *f = rx_output_open(path);                      /* renamed onto path when the run succeeds */
     if (!f) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
     for (int i = 0; i < n; i++) {
         double c = (double)B * (pt[i].P + pt[i].S) / (pt[i].P + B * pt[i].S);
@@ -1810,7 +1799,7 @@ static int write_cpu_svg(const char *path, const Point *pt, int n, int B, const 
             Y0 + 58, X1 + 42, Y0 + 74, X1 + 42, Y0 + 88, X1 + 30, Y0 + 110);
 #undef SX
 #undef SY
-    if (rx_output_commit(f, tmp, path)) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
+    if (rx_output_close(f)) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
     fprintf(stderr, "bench: wrote %s\n", path);
     return 0;
 }
@@ -1992,7 +1981,7 @@ int main(int argc, char **argv)
         int f = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
-            if (!rx_close_output(stdout, "<stdout>")) return 0;
+            if (!rx_output_close(stdout)) return 0;
             fprintf(stderr, "bench: %s\n", radix_error());
             return 1;
         }
@@ -2063,11 +2052,8 @@ int main(int argc, char **argv)
                 run == R_T4 || run == R_T2 ? "; on the CPU: add --cpu" : "",
                 run == R_CACHE_GPU || run == R_GEN_GPU ? "; on the CPU: leave out --gpu" : "");
         return 1;
-    } else if (csv && !(g_csv = rx_output_open(csv, g_csv_tmp))) {   /* renamed onto csv once the run succeeds */
+    } else if (csv && !(g_csv = rx_output_open(csv))) {
         fprintf(stderr, "bench: %s\n", radix_error());
-        return 1;
-    } else if (csv && (signal(SIGINT, csv_interrupted) == SIG_ERR || signal(SIGTERM, csv_interrupted) == SIG_ERR)) {
-        fprintf(stderr, "bench: cannot catch SIGINT: %s\n", strerror(errno));
         return 1;
     } else if (cpu) {   /* the C reference: no GPU needed */
         print_cpu();
@@ -2101,12 +2087,12 @@ int main(int argc, char **argv)
         else if (run == R_GEN || run == R_GEN_GPU) rc = generate_table(reps, gpu, quick);
         else rc = reranker(model, reps, quick);
     }
-    if (rx_close_output(stdout, "<stdout>")) {
+    /* the tables on stdout, then the CSV; every output replaced only when all are written whole (rx_output_open) */
+    if (rx_output_close(stdout) || (!rc && g_csv && rx_output_close(g_csv))) {
         fprintf(stderr, "bench: %s\n", radix_error());
         rc = 1;
     }
-    if (g_csv && rc) rx_output_discard(g_csv, g_csv_tmp);      /* a failed run leaves csv as it was */
-    else if (g_csv && rx_output_commit(g_csv, g_csv_tmp, csv)) {
+    if (rx_outputs_finish(!rc)) {
         fprintf(stderr, "bench: %s\n", radix_error());
         rc = 1;
     }

@@ -57,6 +57,7 @@
 #include <float.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1843,7 +1844,7 @@ void rx_kv_page_release(RxKvPool *p, int32_t page) {
 
 /* -------------------------------------------------------------------------------- part ii: the radix prefix cache */
 /* A radix tree whose edges hold runs of whole pages: an edge of k pages holds k * page_size tokens and their k page
- * ids. Siblings differ in their first page, so a child is found by comparing one page of tokens. Only whole pages
+ * ids. Siblings differ in their first page, so a child is found by its first page of tokens. Only whole pages
  * are cached (a page is the unit of K/V the pool hands out), so two prompts that part in the middle of a page share
  * only the pages before it, and every split falls on a page boundary:
  *
@@ -1855,9 +1856,15 @@ void rx_kv_page_release(RxKvPool *p, int32_t page) {
  * One root per model id: K/V computed by one model is never offered to another. A running request locks every
  * node on its path (lock += 1), and eviction takes only unlocked leaves, least recently used first; a parent left
  * an unlocked leaf goes next (cascade), so a shared trunk outlives its branches. Nodes live in one array and link by
- * index (parent, first child, next sibling); free slots are chained through `sibling`. */
+ * index (parent; first child, next and previous sibling); free slots are chained through `sibling`.
+ *
+ * A walk finds a child by hashing (its parent, its first page) into c->bucket (chains through hnext), as SGLang keeps
+ * a dict of children per node: a scan of the children cost a comparison per child, and the root gets one for every
+ * prompt whose first page is new, so serving n of them cost n^2 (lpm's window: 128 times that). The child lists
+ * serve what visits every child: eviction's leaf test, the audit and the drawing. */
 typedef struct {
     int32_t parent, child, sibling;  /* tree links by index, -1: none                                          */
+    int32_t prev, hnext;             /* the previous sibling, the next node in its hash bucket; -1: none        */
     int32_t n_pages;                 /* edge length in pages; 0 for a root                                     */
     int32_t *tokens;                 /* [n_pages * page_size] the edge's tokens                                */
     int32_t *pages;                  /* [n_pages] where their K/V are in the pool                              */
@@ -1881,28 +1888,105 @@ struct RxPrefixCache {
     RxKvPool *pool;
     int P;                           /* page size in tokens                                                     */
     uint64_t clock;                  /* ticks at every match and insert: LRU order                              */
-    long evicted_pages;
+    long evicted_pages, compared_pages;          /* RxCacheStats' */
     int n_running;                   /* requests admitted and not yet released                                  */
     RadixNode *node; int32_t cap_nodes, free_node;                                 /* radix                     */
     HashEntry *entry; int32_t *entry_tokens; int32_t *bucket; uint64_t mask, serial; /* hash: [n_pages] entries,
                                                                                       [n_pages * P] tokens       */
 };
 
-static int page_equal(const int32_t *a, const int32_t *b, int P) { return !memcmp(a, b, (size_t)P * sizeof(int32_t)); }
+static int page_equal(RxPrefixCache *c, const int32_t *a, const int32_t *b) {        /* one page [page_size] */
+    c->compared_pages++;
+    return !memcmp(a, b, (size_t)c->P * sizeof(int32_t));
+}
 
-static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *tokens, const int32_t *pages, int n) {
-    if (c->free_node < 0) {
-        int32_t cap = c->cap_nodes ? 2 * c->cap_nodes : 64;
-        RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
-        if (!grown) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
-        c->node = grown;
-        for (int32_t i = cap - 1; i >= c->cap_nodes; i--) {    /* the new slots join the free chain */
-            c->node[i].used = 0;
-            c->node[i].sibling = c->free_node;
-            c->free_node = i;
-        }
-        c->cap_nodes = cap;
+static uint64_t hash_mix(uint64_t x) { return rx_rand(&x); }   /* one splitmix64 step from state x */
+
+static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
+    uint64_t h = parent_hash;
+    for (int i = 0; i < P; i++) h = hash_mix(h ^ (uint32_t)tokens[i]);
+    return h;
+}
+
+/* The head of the bucket chain of (parent, page), and the link in it that is node id. */
+static int32_t *radix_bucket(const RxPrefixCache *c, int32_t parent, const int32_t *page) {
+    return &c->bucket[hash_page(hash_mix((uint64_t)parent), page, c->P) & c->mask];
+}
+
+static int32_t *radix_bucket_link(RxPrefixCache *c, int32_t id) {
+    int32_t *link = radix_bucket(c, c->node[id].parent, c->node[id].tokens);
+    while (*link != id) link = &c->node[*link].hnext;
+    return link;
+}
+
+static int32_t *radix_sibling_link(RxPrefixCache *c, int32_t id) {     /* the link in its child list that is id */
+    const RadixNode *x = &c->node[id];
+    return x->prev >= 0 ? &c->node[x->prev].sibling : &c->node[x->parent].child;
+}
+
+/* The child of parent whose edge starts with page [page_size], or -1. */
+static int32_t radix_child(RxPrefixCache *c, int32_t parent, const int32_t *page) {
+    int32_t ch = *radix_bucket(c, parent, page);
+    while (ch >= 0 && (c->node[ch].parent != parent || !page_equal(c, c->node[ch].tokens, page)))
+        ch = c->node[ch].hnext;
+    return ch;
+}
+
+static void radix_hash_in(RxPrefixCache *c, int32_t id) {       /* first in the bucket of its parent and page */
+    int32_t *head = radix_bucket(c, c->node[id].parent, c->node[id].tokens);
+    c->node[id].hnext = *head;
+    *head = id;
+}
+
+/* Node id, whose parent is set, joins its parent's children (first: the drawing lists them from the last) and its
+ * bucket. */
+static void radix_link(RxPrefixCache *c, int32_t id) {
+    RadixNode *x = &c->node[id];
+    radix_hash_in(c, id);
+    x->prev = -1;
+    x->sibling = c->node[x->parent].child;
+    if (x->sibling >= 0) c->node[x->sibling].prev = id;
+    c->node[x->parent].child = id;
+}
+
+static void radix_unlink(RxPrefixCache *c, int32_t id) {        /* the reverse: out of the child list and bucket */
+    RadixNode *x = &c->node[id];
+    *radix_bucket_link(c, id) = x->hnext;
+    *radix_sibling_link(c, id) = x->sibling;
+    if (x->sibling >= 0) c->node[x->sibling].prev = x->prev;
+}
+
+/* Empty buckets (-1) for n keys, both caches' (table_cap); 0, or -1 with the old ones kept. */
+static int buckets_new(RxPrefixCache *c, int64_t n) {
+    int32_t *bucket = (int32_t *)rx_alloc(table_cap(n) * sizeof(int32_t), "a prefix cache's hash table");
+    if (!bucket) return -1;
+    free(c->bucket);
+    c->bucket = bucket;
+    c->mask = table_cap(n) - 1;
+    for (uint64_t b = 0; b <= c->mask; b++) c->bucket[b] = -1;
+    return 0;
+}
+
+/* Room for one more node: the array doubles, and the buckets with it (every child hashed again). */
+static int radix_grow(RxPrefixCache *c) {
+    int32_t cap = c->cap_nodes ? 2 * c->cap_nodes : 64;
+    RadixNode *grown = (RadixNode *)realloc(c->node, (size_t)cap * sizeof(RadixNode));
+    if (grown) c->node = grown;
+    if (!grown || buckets_new(c, cap)) return rx_fail("out of host memory for the radix tree (%d nodes)", cap);
+    for (int32_t i = 0; i < c->cap_nodes; i++)
+        if (c->node[i].used && c->node[i].parent >= 0) radix_hash_in(c, i);
+    for (int32_t i = cap - 1; i >= c->cap_nodes; i--) {         /* the new slots join the free chain */
+        c->node[i].used = 0;
+        c->node[i].sibling = c->free_node;
+        c->free_node = i;
     }
+    c->cap_nodes = cap;
+    return 0;
+}
+
+/* A new node of n pages below parent (-1: a root, or a node radix_split places itself). */
+static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *tokens, const int32_t *pages, int n) {
+    if (c->free_node < 0 && radix_grow(c)) return -1;
     int32_t id = c->free_node;
     RadixNode *x = &c->node[id];
     int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1);   /* [n * page_size] */
@@ -1917,19 +2001,9 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
         memcpy(tok, tokens, (size_t)n * c->P * sizeof(int32_t));
         memcpy(pg, pages, (size_t)n * sizeof(int32_t));
     }
-    *x = (RadixNode){parent, -1, -1, n, tok, pg, 0, c->clock, 0, 1};
-    if (parent >= 0) {                                           /* appended: children keep their insertion order */
-        int32_t *link = &c->node[parent].child;
-        while (*link >= 0) link = &c->node[*link].sibling;
-        *link = id;
-    }
+    *x = (RadixNode){parent, -1, -1, -1, -1, n, tok, pg, 0, c->clock, 0, 1};
+    if (parent >= 0) radix_link(c, id);
     return id;
-}
-
-static int32_t *radix_link_to(RxPrefixCache *c, int32_t id) {  /* the link in id's parent's child list that is id */
-    int32_t *link = &c->node[c->node[id].parent].child;
-    while (*link != id) link = &c->node[*link].sibling;
-    return link;
 }
 
 static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1: the model has no root yet */
@@ -1941,20 +2015,17 @@ static int32_t radix_root(const RxPrefixCache *c, uint64_t model_id) {     /* -1
 /* Walks whole pages of tokens[0 .. n_pages * P) down from root. Returns the deepest node whose whole edge matched;
  * *matched: pages matched up to it; *stop, *stop_pages: the child where the match ended mid-edge and how many of
  * its pages matched (-1, 0: none). */
-static int32_t radix_walk(const RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched,
+static int32_t radix_walk(RxPrefixCache *c, int32_t root, const int32_t *tokens, int n_pages, int *matched,
                           int32_t *stop, int *stop_pages) {
     int32_t at = root, ch;
     int m = 0, P = c->P;
     *stop = -1;
     *stop_pages = 0;
-    while (m < n_pages) {
-        for (ch = c->node[at].child; ch >= 0; ch = c->node[ch].sibling)      /* the child that starts with page m */
-            if (page_equal(c->node[ch].tokens, tokens + (size_t)m * P, P)) break;
-        if (ch < 0) break;
+    while (m < n_pages && (ch = radix_child(c, at, tokens + (size_t)m * P)) >= 0) {   /* the child: page m */
         const RadixNode *x = &c->node[ch];
         int k = 1;
         while (k < x->n_pages && m + k < n_pages &&
-               page_equal(x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P, P)) k++;
+               page_equal(c, x->tokens + (size_t)k * P, tokens + (size_t)(m + k) * P)) k++;
         if (k < x->n_pages) { *stop = ch; *stop_pages = k; break; }
         at = ch;
         m += k;
@@ -1969,17 +2040,20 @@ static int32_t radix_split(RxPrefixCache *c, int32_t id, int k) {
     int32_t mid = radix_new_node(c, -1, c->node[id].tokens, c->node[id].pages, k);
     if (mid < 0) return -1;
     RadixNode *x = &c->node[id], *m = &c->node[mid];
-    *radix_link_to(c, id) = mid;                                 /* mid replaces id in the parent's child list */
-    m->parent = x->parent;
+    m->parent = x->parent;              /* mid takes id's place: the same parent and first page, so the same bucket */
+    m->prev = x->prev;
     m->sibling = x->sibling;
-    m->child = id;
+    m->hnext = x->hnext;
+    *radix_bucket_link(c, id) = mid;
+    *radix_sibling_link(c, id) = mid;
+    if (x->sibling >= 0) c->node[x->sibling].prev = mid;
     m->lock = x->lock;
     m->last_use = x->last_use;
     x->parent = mid;
-    x->sibling = -1;
     x->n_pages -= k;
     memmove(x->tokens, x->tokens + (size_t)k * c->P, (size_t)x->n_pages * c->P * sizeof(int32_t));
     memmove(x->pages, x->pages + k, (size_t)x->n_pages * sizeof(int32_t));
+    radix_link(c, id);                  /* mid's one child, hashed by its new first page */
     return mid;
 }
 
@@ -2038,7 +2112,7 @@ static int radix_evict_one(RxPrefixCache *c) {
     if (victim < 0) return 0;
     while (victim >= 0 && c->node[victim].parent >= 0 && c->node[victim].child < 0 && c->node[victim].lock == 0) {
         int32_t parent = c->node[victim].parent;
-        *radix_link_to(c, victim) = c->node[victim].sibling;    /* out of its parent's child list */
+        radix_unlink(c, victim);
         radix_drop(c, victim);
         victim = parent;
     }
@@ -2060,16 +2134,8 @@ static int radix_evict_one(RxPrefixCache *c) {
  * An orphan stays unreachable even when its parent is computed again: the new parent entry has a new serial. That
  * costs some reuse and buys exactness: no parent is ever trusted by its hash alone. Entries whose page a running
  * request also holds are skipped by eviction: evicting them would free nothing. */
-static uint64_t hash_mix(uint64_t x) { return rx_rand(&x); }   /* one splitmix64 step from state x */
-
-static uint64_t hash_page(uint64_t parent_hash, const int32_t *tokens, int P) {
-    uint64_t h = parent_hash;
-    for (int i = 0; i < P; i++) h = hash_mix(h ^ (uint32_t)tokens[i]);
-    return h;
-}
-
 /* Walks the chain over whole pages of tokens[0 .. n_pages * P): the pages matched, their ids into pages[] or NULL. */
-static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
+static int hash_walk(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n_pages, int32_t *pages) {
     uint64_t h = hash_mix(model_id), serial = 0;                   /* the root's hash: the model's namespace */
     int j = 0;
     for (; j < n_pages; j++) {
@@ -2079,7 +2145,7 @@ static int hash_walk(const RxPrefixCache *c, uint64_t model_id, const int32_t *t
         for (; p >= 0; p = c->entry[p].next) {           /* page j's entry: hash, model, parent and tokens all equal */
             const HashEntry *e = &c->entry[p];
             if (e->hash == key && e->model_id == model_id && e->parent_serial == serial &&
-                page_equal(c->entry_tokens + (size_t)p * c->P, page, c->P)) break;
+                page_equal(c, c->entry_tokens + (size_t)p * c->P, page)) break;
         }
         if (p < 0) break;
         if (pages) pages[j] = p;
@@ -2161,16 +2227,12 @@ int rx_cache_create(RxPrefixCache **out, RxCacheKind kind, RxKvPool *pool) {
     c->P = pool->page_size;
     c->free_node = -1;
     if (kind == RX_CACHE_HASH) {
-        uint64_t cap = table_cap(pool->n_pages);
-        c->mask = cap - 1;
         c->entry = (HashEntry *)calloc((size_t)pool->n_pages, sizeof(HashEntry));
         c->entry_tokens = (int32_t *)rx_alloc((size_t)pool->n_pages * c->P * sizeof(int32_t), "the hash cache");
-        c->bucket = (int32_t *)rx_alloc(cap * sizeof(int32_t), "the hash cache");
-        if (!c->entry || !c->entry_tokens || !c->bucket) {
+        if (!c->entry || !c->entry_tokens || buckets_new(c, pool->n_pages)) {
             rx_cache_free(c);
             return rx_fail("out of host memory for the hash cache");
         }
-        for (uint64_t i = 0; i < cap; i++) c->bucket[i] = -1;
     }
     *out = c;
     return 0;
@@ -2189,7 +2251,7 @@ void rx_cache_free(RxPrefixCache *c) {
     free(c);
 }
 
-int rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
+int rx_cache_lookup(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
     int n_pages = n > 0 ? n / c->P : 0, m = 0;
     if (c->kind == RX_CACHE_HASH) m = hash_walk(c, model_id, tokens, n_pages, pages_out);
     else if (c->kind == RX_CACHE_RADIX) {
@@ -2250,10 +2312,12 @@ void rx_cache_draw(FILE *out, const RxPrefixCache *c) {
     }
     int32_t *first = (int32_t *)malloc((size_t)c->cap_nodes * 2 * sizeof(int32_t) + 1), *next = first + c->cap_nodes;
     if (!first) { fprintf(out, "(out of memory drawing the cache)\n"); return; }
-    for (int32_t i = 0; i < c->cap_nodes; i++) {
-        first[i] = c->node[i].child;
-        next[i] = c->node[i].sibling;
-    }
+    for (int32_t i = 0; i < c->cap_nodes; i++) first[i] = -1;
+    for (int32_t p = 0; p < c->cap_nodes; p++)                  /* each child list reversed: the oldest first */
+        for (int32_t ch = c->node[p].used ? c->node[p].child : -1; ch >= 0; ch = c->node[ch].sibling) {
+            next[ch] = first[p];
+            first[p] = ch;
+        }
     for (int32_t r = 0; r < c->cap_nodes; r++)                  /* each root, one tree per model */
         if (c->node[r].used && c->node[r].parent < 0) {
             fprintf(out, "model %llu\n", (unsigned long long)c->node[r].model_id);
@@ -2267,6 +2331,7 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     memset(s, 0, sizeof *s);
     s->kind = c->kind;
     s->evicted_pages = c->evicted_pages;
+    s->compared_pages = c->compared_pages;
     int32_t *cache_ref = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));        /* [n_pages] */
     int32_t *on_free_list = (int32_t *)calloc((size_t)pool->n_pages, sizeof(int32_t));    /* [n_pages] */
     int rc = -1;
@@ -2733,15 +2798,13 @@ int32_t rx_sample(const float *z, int V, const RxGenerate *g, uint64_t *rng) {
  * repeats this conversation (@K) finds its answer cached too. At the end the pool is audited and the cache flushed. */
 typedef struct { int32_t index, cached; } Waiting;     /* a waiting request and its cached prefix now (lpm) */
 
-/* lpm's window. Sorting the whole queue by cached prefix every step costs a cache lookup per waiting request per
- * step: quadratic in the queue (2,500 waiting requests of 16 tokens took 5.1 s, 10,000 over 60 s, where fcfs took
- * 3.6 s). SGLang turns lpm off past 128 waiting requests (schedule_policy.py, _determine_active_policy: FCFS when
- * len(waiting_queue) > 128). We do better than that fallback: lpm never turns off, it orders the first RX_LPM_WINDOW
- * waiting requests whose prompt is known (o->lpm_window, 0: this) and the rest wait behind them in arrival order.
- * A step then costs at most a window of lookups and one sort of it, whatever the queue's length, and a queue no
- * longer than the window is ordered exactly as a sort of the whole queue orders it (the equivalence test:
- * cache/lpm_window_keeps_decisions). Admission reads the queue only up to where the batch is full, so fcfs too costs
- * what a step admits, not the queue's length. */
+/* lpm's window. Sorting the whole queue by cached prefix every step costs a lookup per waiting request per step:
+ * quadratic in the queue (docs/results.md). SGLang turns lpm off past 128 waiting requests (schedule_policy.py,
+ * _determine_active_policy). Here lpm never turns off: it orders the first RX_LPM_WINDOW waiting requests whose
+ * prompt is known (o->lpm_window, 0: this), and the rest wait behind them in arrival order. A step costs at most a
+ * window of lookups, each a page or so per page it walks (radix_child), and one sort, whatever the queue's length; a
+ * queue no longer than the window is ordered as the whole sort orders it (cache/lpm_window_keeps_decisions).
+ * Admission reads the queue only up to where the batch is full, so fcfs too costs what a step admits. */
 #define RX_LPM_WINDOW 128
 
 static int by_cached_then_index(const void *a, const void *b) {
@@ -3134,6 +3197,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     if (rx_cache_audit(S.c, &cs)) goto done;
     st->cache_pages = cs.cached_pages;
     st->evicted_pages = cs.evicted_pages;
+    st->compared_pages = cs.compared_pages;
     st->request_pages = cs.request_pages;
     if (st->refused) refused_message(&S);                  /* the others were served: their outputs stand */
     rx_cache_free(S.c);                                    /* the final flush: the cache lets go of every page */
@@ -4650,12 +4714,14 @@ double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_b
 /* ---------------------------------------------------------------------------------------------------- json reader */
 /* A small strict JSON reader, just enough for safetensors headers, config.json and the shard index. It builds a flat
  * array of values; arrays and objects link their elements through child/next indices. Strings are unescaped into one
- * buffer no longer than the input (an unescaped string plus its NUL never outgrows its quoted source). */
+ * buffer no longer than the input (an unescaped string plus its NUL never outgrows its quoted source). A string may
+ * hold \u0000, so keys and strings are compared with their lengths: "temperature\u0000x" is not "temperature". */
 typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } JType;
 typedef struct {
     JType type;
     int child, next, count;      /* first element/member, next sibling, number of elements/members   */
-    size_t key, str, str_len;    /* offsets into Json.strs: member key, string value (NUL-terminated) */
+    size_t key, key_len;         /* offset into Json.strs of its member key (NUL-terminated), length   */
+    size_t str, str_len;         /* the same of a string value                                         */
     double num;                  /* every number                                                      */
     int is_uint;                 /* a non-negative integer literal that fits in uint64_t: then u       */
     uint64_t u;
@@ -4718,30 +4784,22 @@ static int json_string(Json *j, size_t *off, size_t *len) {
         unsigned char ch = (unsigned char)*j->p++;
         if (ch < 0x20) return -1;                               /* raw control characters are not JSON */
         if (ch != '\\') { j->strs[j->strs_len++] = (char)ch; continue; }
-        if (j->p >= j->end) return -1;
-        char e = *j->p++;
-        uint32_t c;
-        switch (e) {
-        case '"': case '\\': case '/': j->strs[j->strs_len++] = e; break;
-        case 'b': j->strs[j->strs_len++] = '\b'; break;
-        case 'f': j->strs[j->strs_len++] = '\f'; break;
-        case 'n': j->strs[j->strs_len++] = '\n'; break;
-        case 'r': j->strs[j->strs_len++] = '\r'; break;
-        case 't': j->strs[j->strs_len++] = '\t'; break;
-        case 'u':
-            if (json_hex4(j, &c)) return -1;
-            if (c >= 0xDC00 && c <= 0xDFFF) return -1;          /* lone trailing surrogate */
-            if (c >= 0xD800 && c <= 0xDBFF) {                   /* a pair: \uD8xx\uDCxx     */
-                uint32_t lo;
-                if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return -1;
-                j->p += 2;
-                if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return -1;
-                c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
-            }
-            utf8_put(j, c);
-            break;
-        default: return -1;
+        static const char escaped[] = "\"\\/bfnrt", means[] = "\"\\/\b\f\n\r\t";    /* \X -> the byte */
+        const char x = j->p < j->end ? *j->p++ : '\0', *e = x ? strchr(escaped, x) : NULL;
+        uint32_t c, lo;
+        if (e) {
+            j->strs[j->strs_len++] = means[e - escaped];
+            continue;
         }
+        if (x != 'u' || json_hex4(j, &c)) return -1;
+        if (c >= 0xDC00 && c <= 0xDFFF) return -1;              /* lone trailing surrogate */
+        if (c >= 0xD800 && c <= 0xDBFF) {                       /* a pair: \uD8xx\uDCxx     */
+            if (j->end - j->p < 2 || j->p[0] != '\\' || j->p[1] != 'u') return -1;
+            j->p += 2;
+            if (json_hex4(j, &lo) || lo < 0xDC00 || lo > 0xDFFF) return -1;
+            c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        utf8_put(j, c);
     }
     if (j->p >= j->end) return -1;
     j->p++;                                                     /* closing quote */
@@ -4790,7 +4848,7 @@ static int json_container(Json *j, int self, char close) {
     if (!json_skip_ws(j)) return -1;
     if (*j->p == close) { j->p++; return 0; }
     for (;;) {
-        size_t key = 0, klen;
+        size_t key = 0, klen = 0;
         if (is_obj) {
             if (!json_skip_ws(j) || *j->p != '"') return -1;
             if (json_string(j, &key, &klen)) return -1;
@@ -4800,6 +4858,7 @@ static int json_container(Json *j, int self, char close) {
         int child = json_value(j);
         if (child < 0) return -1;
         j->v[child].key = key;
+        j->v[child].key_len = klen;
         if (last < 0) j->v[self].child = child; else j->v[last].next = child;
         last = child;
         j->v[self].count++;
@@ -4848,25 +4907,43 @@ static void json_free(Json *j) { free(j->v); free(j->strs); memset(j, 0, sizeof 
 static const char *jkey(const Json *j, int v) { return j->strs + j->v[v].key; }
 static const char *jstr(const Json *j, int v) { return j->strs + j->v[v].str; }
 
+static int jstr_is(const Json *j, int v, const char *s) {          /* value v is the string s, all of it */
+    return j->v[v].type == J_STR && j->v[v].str_len == strlen(s) && !memcmp(jstr(j, v), s, j->v[v].str_len);
+}
+
+/* A string value as a message shows it: "\"gelu\"" (at most 64 bytes of it, \u0000 where a NUL cuts it short), or
+ * "not a string". */
+static const char *jshow(const Json *j, int v, char *buf, size_t n) {
+    if (j->v[v].type == J_STR)
+        snprintf(buf, n, "\"%.64s%s\"", jstr(j, v), strlen(jstr(j, v)) < j->v[v].str_len ? "\\u0000..." : "");
+    else snprintf(buf, n, "not a string");
+    return buf;
+}
+
+typedef struct { const char *s; size_t n; } JKey;                  /* a key [n], for sorting */
+static JKey jkey_at(const Json *j, int v) { return (JKey){jkey(j, v), j->v[v].key_len}; }
+
 static int json_key_cmp(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
+    const JKey *x = (const JKey *)a, *y = (const JKey *)b;
+    int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
 }
 
 /* Refuses a key given twice in one object (the root, or the member value whose key is `name`; NULL: an element of
  * an array). Python's json keeps the last value silently; for a checkpoint that would mean guessing which of two
  * configs, or two tensors, was meant. Sorted, so that a header of a million names costs n log n. */
-static int json_object_unique(const Json *j, int obj, const char *name, const char **keys, const char *file) {
+static int json_object_unique(const Json *j, int obj, const char *name, JKey *keys, const char *file) {
     int n = 0;
-    for (int c = j->v[obj].child; c >= 0; c = j->v[c].next) keys[n++] = jkey(j, c);
+    for (int c = j->v[obj].child; c >= 0; c = j->v[c].next) keys[n++] = jkey_at(j, c);
     qsort(keys, (size_t)n, sizeof *keys, json_key_cmp);
     char where[120];
     for (int i = 1; i < n; i++) {
-        if (strcmp(keys[i], keys[i - 1])) continue;
+        if (json_key_cmp(&keys[i], &keys[i - 1])) continue;
         if (obj == 0) snprintf(where, sizeof where, "at the top level");
         else if (name) snprintf(where, sizeof where, "in \"%.80s\"", name);
         else snprintf(where, sizeof where, "in an object inside an array");
         return rx_fail("%s: key \"%.200s\" appears twice %s; remove one (which value is meant is ambiguous)", file,
-                       keys[i], where);
+                       keys[i].s, where);
     }
     return 0;
 }
@@ -4876,7 +4953,7 @@ static int json_keys_unique(const Json *j, const char *file) {
     int most = 0;                                   /* members of the largest object: the sort's scratch */
     for (int i = 0; i < j->n; i++)
         if (j->v[i].type == J_OBJ && j->v[i].count > most) most = j->v[i].count;
-    const char **keys = (const char **)malloc((size_t)most * sizeof *keys + 1);
+    JKey *keys = (JKey *)malloc((size_t)most * sizeof *keys + 1);
     int rc = keys ? 0 : rx_fail("%s: out of host memory parsing JSON", file);
     if (!rc && j->v[0].type == J_OBJ) rc = json_object_unique(j, 0, NULL, keys, file);
     for (int i = 0; i < j->n && !rc; i++) {
@@ -4974,7 +5051,7 @@ static int json_parse(Json *j, const char *text, size_t len, const char *file) {
 static int jget(const Json *j, int obj, const char *key) {
     if (obj < 0 || j->v[obj].type != J_OBJ) return -1;
     for (int c = j->v[obj].child; c >= 0; c = j->v[c].next)
-        if (!strcmp(jkey(j, c), key)) return c;
+        if (j->v[c].key_len == strlen(key) && !memcmp(jkey(j, c), key, j->v[c].key_len)) return c;
     return -1;
 }
 
@@ -5010,6 +5087,8 @@ static void tensors_free(RxTensor *t, int n) {
 static int st_entries(const Json *j, const char *file, RxTensor *t, StSpan *spans, int *n) {
     for (int m = j->v[0].child; m >= 0; m = j->v[m].next) {
         const char *name = jkey(j, m);
+        if (strlen(name) != j->v[m].key_len)
+            return rx_fail("%s: tensor name '%s\\u0000...' holds a NUL character, as no checkpoint's does", file, name);
         if (!strcmp(name, "__metadata__")) {            /* optional {string: string} */
             int ok = j->v[m].type == J_OBJ;
             for (int c = ok ? j->v[m].child : -1; c >= 0; c = j->v[c].next) ok &= j->v[c].type == J_STR;
@@ -5026,10 +5105,11 @@ static int st_entries(const Json *j, const char *file, RxTensor *t, StSpan *span
         x->file = file;
         int size = 0;
         for (size_t d = 0; d < sizeof st_dtypes / sizeof st_dtypes[0]; d++)
-            if (!strcmp(jstr(j, dt), st_dtypes[d].name)) {
+            if (jstr_is(j, dt, st_dtypes[d].name)) {
                 size = st_dtypes[d].size; x->dtype = st_dtypes[d].dt; x->dtype_name = st_dtypes[d].name;
             }
-        if (!size) return rx_fail("%s: tensor '%s' has unknown dtype \"%s\"", file, name, jstr(j, dt));
+        char shown[80];
+        if (!size) return rx_fail("%s: tensor '%s' has unknown dtype %s", file, name, jshow(j, dt, shown, 80));
         if (j->v[sh].count > RX_MAX_RANK)
             return rx_fail("%s: tensor '%s' has rank %d, more than %d", file, name, j->v[sh].count, RX_MAX_RANK);
         uint64_t bytes_needed = (uint64_t)size;     /* product(shape) * dtype size, overflow checked */
@@ -5138,13 +5218,6 @@ static int cfg_num(const Json *j, int obj, const char *key, double dflt, double 
     return 0;
 }
 
-/* A string value of config.json as a message shows it: "\"gelu\"" (at most 64 bytes of it), or "not a string". */
-static const char *cfg_show(const Json *j, int v, char *buf, size_t n) {
-    if (j->v[v].type == J_STR) snprintf(buf, n, "\"%.64s\"", jstr(j, v));
-    else snprintf(buf, n, "not a string");
-    return buf;
-}
-
 /* A boolean field of config.json; absent: *out = 0. */
 static int cfg_bool(const Json *j, const char *key, int *out, const char *file) {
     int v = jget(j, 0, key);
@@ -5167,9 +5240,9 @@ static int config_full_attention(const Json *j, const Qwen3Config *c, const char
         int i = 0;
         char shown[80];
         for (int e = j->v[lt].child; e >= 0; e = j->v[e].next, i++)
-            if (j->v[e].type != J_STR || strcmp(jstr(j, e), "full_attention"))
+            if (!jstr_is(j, e, "full_attention"))
                 return rx_fail("%s: \"layer_types\"[%d] is %s; only \"full_attention\" is supported", file, i,
-                               cfg_show(j, e, shown, sizeof shown));
+                               jshow(j, e, shown, sizeof shown));
         return 0;
     }
     if (!window) return 0;
@@ -5191,18 +5264,18 @@ static int config_model(const Json *j, const char *file) {
     if (type < 0)
         return rx_fail("%s: no \"model_type\"; add \"model_type\": \"qwen3\" if this is a Qwen3 checkpoint "
                        "(transformers refuses a config without one too)", file);
-    if (j->v[type].type != J_STR || strcmp(jstr(j, type), "qwen3"))
+    if (!jstr_is(j, type, "qwen3"))
         return rx_fail("%s: \"model_type\" is %s; this code computes Qwen3 only (\"qwen3\")", file,
-                       cfg_show(j, type, shown, sizeof shown));
+                       jshow(j, type, shown, sizeof shown));
     if (ar < 0 || j->v[ar].type == J_NULL) return 0;
     if (j->v[ar].type != J_ARR) return rx_fail("%s: \"architectures\" must be an array of class names", file);
     for (int e = j->v[ar].child; e >= 0; e = j->v[e].next) {
         int known = 0;
         for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
-            known |= j->v[e].type == J_STR && !strcmp(jstr(j, e), archs[a]);
+            known |= jstr_is(j, e, archs[a]);
         if (!known)
             return rx_fail("%s: \"architectures\" names %s; this code computes \"Qwen3ForCausalLM\" and \"Qwen3Model\" "
-                           "only", file, cfg_show(j, e, shown, sizeof shown));
+                           "only", file, jshow(j, e, shown, sizeof shown));
     }
     return 0;
 }
@@ -5261,14 +5334,14 @@ static int config_fields(const Json *j, Qwen3Config *c, const char *file) {
         cfg_num(j, 0, "rms_norm_eps", 1e-6, 0.0, 1.0, &c->rms_norm_eps, file))
         return -1;
     int rs = jget(j, 0, "rope_scaling"), rt = jget(j, rp, "rope_type");
-    if ((rs >= 0 && j->v[rs].type != J_NULL) || (rt >= 0 && (j->v[rt].type != J_STR || strcmp(jstr(j, rt), "default"))))
+    if ((rs >= 0 && j->v[rs].type != J_NULL) || (rt >= 0 && !jstr_is(j, rt, "default")))
         return rx_fail("%s: only the default RoPE is supported (found rope_scaling or a rope_type)", file);
     /* What this forward does not compute is refused, never approximated: other activations, projection biases. */
     int act = jget(j, 0, "hidden_act"), bias;
     char shown[80];
-    if (act >= 0 && (j->v[act].type != J_STR || strcmp(jstr(j, act), "silu")))
+    if (act >= 0 && !jstr_is(j, act, "silu"))
         return rx_fail("%s: \"hidden_act\" is %s; only \"silu\" is supported", file,
-                       cfg_show(j, act, shown, sizeof shown));
+                       jshow(j, act, shown, sizeof shown));
     if (cfg_bool(j, "attention_bias", &bias, file)) return -1;
     if (bias)
         return rx_fail("%s: \"attention_bias\" is true; the q/k/v/o projection biases are not implemented (only false "
@@ -5458,66 +5531,88 @@ int rx_is_stdout(const char *path) {
     return st.st_dev == out.st_dev && st.st_ino == out.st_ino;
 }
 
+/* An existing output named through a link is replaced where the link points: the link stays. */
+static const char *output_target(const char *path, char *real) { return realpath(path, real) ? real : path; }
+
+/* This run's outputs not yet renamed into place, for rx_outputs_finish and a signal's handler: a fixed array (path:
+ * the caller's, which outlives the run; f: NULL once closed). */
+#define RX_MAX_OUTPUTS 8
+static struct { const char *path; FILE *f; char tmp[RX_TMP_PATH]; } rx_outputs[RX_MAX_OUTPUTS];
+static volatile sig_atomic_t rx_n_outputs;
+static int rx_outputs_failed;                    /* an output (stdout too) could not be opened or written whole */
+
+static void outputs_interrupted(int sig) {      /* unlink() is async-signal-safe; then the signal does what it did */
+    for (int i = 0; i < rx_n_outputs; i++)
+        if (rx_outputs[i].tmp[0]) unlink(rx_outputs[i].tmp);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+FILE *rx_output_open(const char *path) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+    for (int k = 0; k < 4 && !rx_n_outputs; k++) {      /* a run's first output: each signal found at its default */
+        void (*old)(int) = signal(sigs[k], outputs_interrupted);
+        if (old != SIG_DFL && old != outputs_interrupted) signal(sigs[k], old);
+    }
+    struct stat st;
+    char real[4096], *tmp;
+    int exists = stat(path, &st) == 0, fd = -1;
+    mode_t mask = umask(0);
+    umask(mask);
+    FILE *f = NULL;
+    errno = EMFILE;                                               /* unless one of the calls below says otherwise */
+    if (rx_n_outputs == RX_MAX_OUTPUTS) goto fail;
+    tmp = rx_outputs[rx_n_outputs].tmp;
+    tmp[0] = '\0';
+    rx_outputs[rx_n_outputs].path = path;
+    rx_outputs[rx_n_outputs++].f = NULL;                          /* a signal now removes what mkstemp makes */
+    if (exists && (!S_ISREG(st.st_mode) || rx_is_stdout(path))) {   /* bench --replot --svg /dev/stdout */
+        f = fopen(path, "wb");
+    } else {
+        snprintf(tmp, RX_TMP_PATH, "%.4000s.tmp-XXXXXX", output_target(path, real));
+        fd = mkstemp(tmp);                                  /* mode 0600: given the target's, or the umask's, next */
+        if (fd >= 0 && !fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~mask)) f = fdopen(fd, "wb");
+    }
+    if (f) return rx_outputs[rx_n_outputs - 1].f = f;
+    if (fd >= 0) close(fd);
+    if (fd >= 0) unlink(tmp);
+    rx_n_outputs--;
+fail:
+    rx_outputs_failed = 1;
+    rx_fail("%s: cannot write: %s", path, strerror(errno));
+    return NULL;
+}
+
 /* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so. */
-int rx_close_output(FILE *f, const char *path) {
-    int bad = fflush(f) != 0 || ferror(f), err = errno;
+int rx_output_close(FILE *f) {
+    int i = 0, bad = fflush(f) != 0 || ferror(f), err = errno;
+    while (i < rx_n_outputs && rx_outputs[i].f != f) i++;
+    if (i < rx_n_outputs) rx_outputs[i].f = NULL;
     if (fclose(f) && !bad) {
         bad = 1;
         err = errno;
     }
-    if (bad) return rx_fail("%s: cannot write: %s", path, err ? strerror(err) : "write error");
-    return 0;
+    rx_outputs_failed |= bad;
+    if (!bad) return 0;
+    return rx_fail("%s: cannot write: %s", i < rx_n_outputs ? rx_outputs[i].path : "<stdout>",
+                   err ? strerror(err) : "write error");
 }
 
-/* An existing output named through a link is replaced where the link points: the link stays. */
-static const char *output_target(const char *path, char *real) { return realpath(path, real) ? real : path; }
-
-FILE *rx_output_open(const char *path, char *tmp) {
-    struct stat st;
+int rx_outputs_finish(int ok) {
     char real[4096];
-    int exists = stat(path, &st) == 0;
-    tmp[0] = '\0';
-    if (exists && (!S_ISREG(st.st_mode) || rx_is_stdout(path))) {   /* bench --replot --svg /dev/stdout */
-        FILE *f = fopen(path, "wb");
-        if (!f) rx_fail("%s: cannot write: %s", path, strerror(errno));
-        return f;
-    }
-    snprintf(tmp, RX_TMP_PATH, "%.4000s.tmp-XXXXXX", output_target(path, real));
-    int fd = mkstemp(tmp);                                  /* mode 0600: given the target's, or the umask's, next */
-    if (fd < 0) {
-        rx_fail("%s: cannot write: %s", path, strerror(errno));
-        tmp[0] = '\0';
-        return NULL;
-    }
-    mode_t mask = umask(0);
-    umask(mask);
-    FILE *f = fchmod(fd, exists ? st.st_mode & 07777 : 0666 & ~mask) ? NULL : fdopen(fd, "wb");
-    if (!f) {
-        rx_fail("%s: cannot write: %s", path, strerror(errno));
-        close(fd);
+    int rc = 0;
+    ok &= !rx_outputs_failed;
+    for (int i = 0; i < rx_n_outputs; i++) ok &= !rx_outputs[i].f;          /* each closed, written whole */
+    for (int i = 0; i < rx_n_outputs; i++) {
+        const char *tmp = rx_outputs[i].tmp, *path = rx_outputs[i].path;
+        if (rx_outputs[i].f) fclose(rx_outputs[i].f);
+        if (!*tmp || (ok && !rc && !rename(tmp, output_target(path, real)))) continue;
+        if (ok && !rc) rc = rx_fail("%s: cannot write: %s", path, strerror(errno));
         unlink(tmp);
-        tmp[0] = '\0';
     }
-    return f;
-}
-
-int rx_output_commit(FILE *f, const char *tmp, const char *path) {
-    char real[4096];
-    if (rx_close_output(f, path)) {
-        if (*tmp) unlink(tmp);
-        return -1;
-    }
-    if (*tmp && rename(tmp, output_target(path, real))) {
-        int err = errno;
-        unlink(tmp);
-        return rx_fail("%s: cannot write: %s", path, strerror(err));
-    }
-    return 0;
-}
-
-void rx_output_discard(FILE *f, const char *tmp) {
-    if (f) fclose(f);
-    if (*tmp) unlink(tmp);
+    rx_n_outputs = 0;
+    rx_outputs_failed = 0;
+    return rc;
 }
 
 static const RxTensor *find_tensor(const Qwen3Model *m, const char *name) {
@@ -5644,13 +5739,13 @@ static int sort_tensors(Qwen3Model *m) {
 /* transformers reads each tensor from the shard the weight_map names, and only the tensors it names: a map that
  * names the wrong shard, or leaves a tensor out, describes another checkpoint than the files hold. */
 static int check_weight_map(const Qwen3Model *m, const Json *j, int wm, const char *index) {
-    const char **keys = (const char **)malloc((size_t)j->v[wm].count * sizeof *keys);
+    JKey *keys = (JKey *)malloc((size_t)j->v[wm].count * sizeof *keys);
     if (!keys) return rx_fail("%s: out of host memory", index);
     int n = 0, rc = 0;
     for (int e = j->v[wm].child; e >= 0 && !rc; e = j->v[e].next) {
         const RxTensor *t = find_tensor(m, jkey(j, e));
         const char *in = t ? strrchr(t->file, '/') + 1 : NULL;    /* t->file is dir + "/" + its shard's name */
-        keys[n++] = jkey(j, e);
+        keys[n++] = jkey_at(j, e);
         if (!t)
             rc = rx_fail("%s: weight_map puts tensor '%s' in %s, which does not hold it; fix the index", index,
                          jkey(j, e), jstr(j, e));
@@ -5660,10 +5755,10 @@ static int check_weight_map(const Qwen3Model *m, const Json *j, int wm, const ch
     }
     qsort(keys, (size_t)n, sizeof *keys, json_key_cmp);
     for (int i = 0; i < m->n_tensors && !rc; i++) {
-        const char *name = m->tensors[i].name;
+        const JKey name = {m->tensors[i].name, strlen(m->tensors[i].name)};
         if (!bsearch(&name, keys, (size_t)n, sizeof *keys, json_key_cmp))
             rc = rx_fail("%s: weight_map leaves out tensor '%s', which %s holds (transformers reads only the "
-                         "tensors the map names); add it to the index", index, name,
+                         "tensors the map names); add it to the index", index, name.s,
                          strrchr(m->tensors[i].file, '/') + 1);
     }
     free(keys);
@@ -5918,7 +6013,8 @@ void rx_batch_free(RxBatch *b) {
     memset(b, 0, sizeof *b);
 }
 
-/* One sequence per line, token ids in decimal separated by spaces. Every problem is reported with its line. */
+/* One sequence per line, token ids in decimal separated by spaces; a line ends with \n or \r\n (a \r alone is refused:
+ * an old Mac file would read as one line). Every problem is reported with its line. */
 int rx_batch_read(RxBatch *b, const char *path) { return rx_requests_read(b, NULL, path); }
 
 /* A line's "@K" (multi-turn: it continues request K, an earlier line) into *k (K - 1); returns the rest of the line. */
@@ -5927,7 +6023,8 @@ static const char *turn_of(const char *q, const char *eol, int line, const char 
     const char *d = ++q;
     while (q < eol && isdigit((unsigned char)*q) && v <= INT32_MAX) v = v * 10 + (*q++ - '0');
     if (q == d || v < 1 || v >= line || (q < eol && *q != ' ' && *q != '\t' && *q != '\r')) {   /* \r: CRLF */
-        rx_fail("%s:%d: a line may begin with @K, K an earlier line's number (1 to %d)", path, line, line - 1);
+        if (line == 1) rx_fail("%s:1: @K continues an earlier line K, and line 1 has none before it", path);
+        else rx_fail("%s:%d: a line may begin with @K, K an earlier line's number (1 to %d)", path, line, line - 1);
         return NULL;
     }
     *k = (int32_t)(v - 1);
@@ -5957,6 +6054,11 @@ int rx_requests_read(RxBatch *b, int32_t **after, const char *path) {
                 if (pass) (*after)[s] = k;
             }
             while (q < eol) {
+                if (*q == '\r' && q + 1 < eol) {
+                    rx_fail("%s:%d: a carriage return (byte %zu) inside the line: lines end with \\n or \\r\\n, not "
+                            "\\r alone", path, line, (size_t)(q - (const char *)f.map));
+                    goto done;
+                }
                 if (*q == ' ' || *q == '\t' || *q == '\r') { q++; continue; }
                 if (!isdigit((unsigned char)*q)) {     /* also what follows an id without a space: "12a" */
                     /* shown as 'x', or '\x00' unless printable ASCII: a raw NUL would end the message there, and
@@ -6064,12 +6166,14 @@ static const char *usage =
     "                [--generate N [--out FILE] [--temperature T [--top-k K] [--top-p P] [--seed S]] [--ignore-eos]]\n"
     "                --generate N: each request then generates up to N tokens, greedy, or sampled at --temperature T\n"
     "                (top-k, top-p; --seed S, default 0: request i draws from its own generator, seeded by S and i);\n"
-    "                it stops at the config's eos_token_id unless --ignore-eos. A line may begin with @K: a turn\n"
-    "                whose prompt is request K's prompt and generated tokens, then the line's tokens. --out FILE:\n"
-    "                each request's generated ids, one line each, in file order. Generated pages are cached too.\n"
+    "                it stops at generation_config.json's eos_token_id (or config.json's, without that file) unless\n"
+    "                --ignore-eos. A line may begin with @K: a turn whose prompt is request K's prompt and generated\n"
+    "                tokens, then the line's tokens. --out FILE: each request's generated ids, one line each, in file\n"
+    "                order. Generated pages are cached too.\n"
     "       A flag that does not apply to the chosen action is an error. The text goes to stdout: an output file may\n"
     "       not be stdout (--dump-logits /dev/stdout, or the file stdout is sent to); /dev/null is fine.\n"
-    "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path); 1 bad data or a failed run.\n";
+    "       Exit status: 0 ok; 2 a wrong command line (a flag, a value, an output path that is an input, another\n"
+    "       output or stdout); 1 bad data or a failed run (an output that cannot be written, a folder, included).\n";
 
 static double cpu_ms(void) {   /* CPU time of this process, in ms */
     struct timespec t;
@@ -6221,24 +6325,26 @@ static int show_index(const char *tokens) {
     return 0;
 }
 
-/* Eos ids [n] on one line after what; an id outside the vocabulary is marked (generation refuses it). */
-static void print_eos(const char *what, const int32_t *ids, int n, int vocab) {
+/* Eos ids [n] on one line after what; an id outside the vocabulary is marked (generation refuses it), or the whole
+ * list, if --generate does not use it (config.json's beside a generation_config.json). */
+static void print_eos(const char *what, const int32_t *ids, int n, int vocab, int used) {
     printf("%s", what);
     if (!n) printf(" none");
     for (int e = 0; e < n; e++)
-        printf(" %d%s", ids[e], ids[e] >= 0 && ids[e] < vocab ? "" : " (outside the vocabulary: --generate refuses "
-               "it)");
+        printf(" %d%s", ids[e], !used || (ids[e] >= 0 && ids[e] < vocab) ? "" : " (outside the vocabulary: "
+               "--generate refuses it)");
+    if (n && !used) printf(" (not used: --generate takes generation_config.json's, as transformers does)");
 }
 
 /* --check: the eos ids of both files and generation_config.json's sampling defaults, as --generate will read them. */
 static void print_generation_config(const Qwen3Model *m) {
     const RxGenerationConfig *g = &m->generation;
-    print_eos("generation: eos ids in config.json:", m->cfg.eos_token_id, m->cfg.n_eos, m->cfg.vocab_size);
+    print_eos("generation: eos ids in config.json:", m->cfg.eos_token_id, m->cfg.n_eos, m->cfg.vocab_size, !g->present);
     if (!g->present) {
         printf("; no generation_config.json (--generate: greedy unless --temperature)\n");
         return;
     }
-    print_eos("; in generation_config.json:", g->eos_token_id, g->n_eos, m->cfg.vocab_size);
+    print_eos("; in generation_config.json:", g->eos_token_id, g->n_eos, m->cfg.vocab_size, 1);
     char k[16], t[32], p[32];
     snprintf(k, sizeof k, g->top_k < 0 ? "absent" : "%d", g->top_k);
     snprintf(t, sizeof t, g->temperature < 0 ? "absent" : "%g", g->temperature);
@@ -6294,12 +6400,10 @@ static int check_model(const char *dir) {
 
 /* Writes out [rows, cols] float32 to path and says so. */
 static int write_f32(const char *path, const float *out, int rows, int cols, const char *what) {
-    size_t n = (size_t)rows * cols;
-    char tmp[RX_TMP_PATH];
-    FILE *f = rx_output_open(path, tmp);
+    FILE *f = rx_output_open(path);
     if (!f) return -1;
-    fwrite(out, sizeof(float), n, f);
-    if (rx_output_commit(f, tmp, path)) return -1;
+    fwrite(out, sizeof(float), (size_t)rows * cols, f);
+    if (rx_output_close(f)) return -1;
     printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
     return 0;
 }
@@ -6317,22 +6421,19 @@ static int check_finite(const float *out, int rows, int cols, const char *what, 
  * written to out as text, one a line, in the batch's order. %.9g: 9 significant digits give the float back exactly. */
 static int print_scores(const float *logits, int n_seqs, int vocab, const int32_t score[2], const char *out) {
     float *p = (float *)rx_alloc((size_t)n_seqs * sizeof(float), "the scores [n_seqs]");
-    char tmp[RX_TMP_PATH] = "";
     FILE *f = NULL;
     int rc = -1;
     if (!p || rx_rerank_scores(logits, n_seqs, vocab, score[0], score[1], p)) goto done;
-    f = out ? rx_output_open(out, tmp) : stdout;                 /* a temporary file, renamed into place at the end */
-    if (!f) goto done;
+    if (!(f = out ? rx_output_open(out) : stdout)) goto done;
     for (int s = 0; s < n_seqs; s++) {
         if (!out) printf("sequence %d: P(yes) = ", s);
         fprintf(f, "%.9g\n", p[s]);
     }
-    rc = out && rx_output_commit(f, tmp, out) ? -1 : 0;
-    f = NULL;
-    if (!rc && out) printf("wrote %s: %d lines, P(yes) of each sequence in the batch's order (YES %d, NO %d)\n", out,
-                           n_seqs, score[0], score[1]);
+    if (out && rx_output_close(f)) goto done;
+    rc = 0;
+    if (out) printf("wrote %s: %d lines, P(yes) of each sequence in the batch's order (YES %d, NO %d)\n", out, n_seqs,
+                    score[0], score[1]);
 done:
-    if (f && f != stdout) rx_output_discard(f, tmp);
     free(p);
     return rc;
 }
@@ -6410,15 +6511,28 @@ done:
 
 /* --out: request i's generated ids [n_out[i]] on line i, space-separated, in the requests file's order. */
 static int write_generated(const char *path, const RxGenerate *g, int n) {
-    char tmp[RX_TMP_PATH];
-    FILE *f = rx_output_open(path, tmp);
+    FILE *f = rx_output_open(path);
     if (!f) return -1;
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < g->n_out[i]; j++) fprintf(f, "%s%d", j ? " " : "", g->out[(size_t)i * g->max_new + j]);
         fprintf(f, "\n");
     }
-    if (rx_output_commit(f, tmp, path)) return -1;
+    if (rx_output_close(f)) return -1;
     printf("wrote %s: %d lines of generated token ids\n", path, n);
+    return 0;
+}
+
+/* --stats: a CSV row per request, in file order; a refused one (batch_of -1) has empty fields and 0 generated. */
+static int write_stats(const char *path, int n, const int32_t *batch_of, const int *prompt_of, const int32_t *cached_of,
+                       const int *n_out) {
+    FILE *f = rx_output_open(path);
+    if (!f) return -1;
+    fprintf(f, "request,batch,prompt_tokens,cached_tokens,generated_tokens\n");
+    for (int s = 0; s < n; s++)
+        if (batch_of[s] < 0) fprintf(f, "%d,,,,0\n", s);
+        else fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
+    if (rx_output_close(f)) return -1;
+    printf("wrote %s: %d rows\n", path, n);
     return 0;
 }
 
@@ -6464,28 +6578,45 @@ static int resolve_sampling(RxGenerate *g, const RxGenerationConfig *f, const ch
     return 0;
 }
 
-/* The eos ids a run stops at, as transformers' generate() takes them: config.json's and generation_config.json's
- * together (ids [RX_MAX_EOS * 2], each once), every one checked against the vocabulary with its file named. */
-static int run_eos(const Qwen3Model *m, const char *dir, int32_t *ids, int *n) {
+/* The eos ids a run stops at (*ids, n), as transformers' generate() takes them: generation_config.json's when the
+ * folder has one (null or absent there: none), else config.json's (GenerationConfig.from_model_config); checked
+ * against the vocabulary, their file named. */
+static int run_eos(const Qwen3Model *m, const char *dir, const int32_t **ids, int *n) {
+    const int from_gc = m->generation.present;
     char file[4200];
-    const RxGenerationConfig *g = &m->generation;
-    snprintf(file, sizeof file, "%s/config.json", dir);
-    if (rx_eos_check(m->cfg.eos_token_id, m->cfg.n_eos, m->cfg.vocab_size, file)) return -1;
-    snprintf(file, sizeof file, "%s/generation_config.json", dir);
-    if (rx_eos_check(g->eos_token_id, g->n_eos, m->cfg.vocab_size, file)) return -1;
-    *n = 0;
-    for (int e = 0; e < m->cfg.n_eos + g->n_eos; e++) {
-        int32_t id = e < m->cfg.n_eos ? m->cfg.eos_token_id[e] : g->eos_token_id[e - m->cfg.n_eos];
-        int seen = 0;
-        for (int i = 0; i < *n; i++) seen |= ids[i] == id;
-        if (!seen) ids[(*n)++] = id;
+    snprintf(file, sizeof file, "%s/%s", dir, from_gc ? "generation_config.json" : "config.json");
+    *ids = from_gc ? m->generation.eos_token_id : m->cfg.eos_token_id;
+    *n = from_gc ? m->generation.n_eos : m->cfg.n_eos;
+    return rx_eos_check(*ids, *n, m->cfg.vocab_size, file);
+}
+
+/* What --requests refuses before any work: a request whose positions would pass max_position_embeddings (0 to its
+ * prompt + N - 2; an @K turn's prompt is at most K's, N generated tokens and its line: prompt_of [n]), or one that
+ * cannot fit in --cache-pages even alone (a turn's size is known once K has run: rx_serve refuses it then). */
+static int requests_fit(const int *lens, const int32_t *after, int n, const Qwen3Config *c, const RxServeOptions *o,
+                        int N, const char *path, int *prompt_of) {
+    for (int s = 0; s < n && N; s++) {
+        int64_t prompt = (after[s] >= 0 ? (int64_t)prompt_of[after[s]] + N : 0) + lens[s];
+        prompt_of[s] = (int)(prompt < INT32_MAX ? prompt : INT32_MAX);
+        if (prompt + N - 1 > c->max_position_embeddings)
+            return rx_fail("%s:%d: a prompt of %s%lld tokens and %d to generate reach position %lld, beyond "
+                           "max_position_embeddings %d: give a smaller --generate", path, s + 1,
+                           after[s] >= 0 ? "up to " : "", (long long)prompt, N, (long long)(prompt + N - 2),
+                           c->max_position_embeddings);
+    }
+    for (int s = 0; s < n && o->n_pages; s++) {
+        int most = lens[s] + (N ? N - 1 : 0), pages = (most + o->page_size - 1) / o->page_size;
+        if (after[s] < 0 && pages > o->n_pages)
+            return rx_fail("%s:%d: a request of %d tokens%s needs %d pages of %d tokens, but --cache-pages is %d", path,
+                           s + 1, most, N ? " (its prompt and what it generates)" : "", pages, o->page_size,
+                           o->n_pages);
     }
     return 0;
 }
 
 /* --requests: Part II end to end (rx_serve), on the GPU when there is one, else (or with --cpu) the C reference. With
- * o->gen, each request generates after its prefill (greedy or sampled; it stops at the config's eos_token_id unless
- * ignore_eos); a line "@K ..." is a turn after request K. */
+ * o->gen, each request generates after its prefill (greedy or sampled; it stops at run_eos's ids unless ignore_eos);
+ * a line "@K ..." is a turn after request K. */
 static int run_requests(const char *dir, const char *path, RxServeOptions *o, const char *stats, const char *dump,
                         const char *out, int ignore_eos, int force_cpu, const char *sampling_flag) {
     Qwen3Model m;
@@ -6499,15 +6630,12 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     memset(&gen, 0, sizeof gen);
     if (o->gen) gen = *o->gen;
     const int32_t **seqs = (const int32_t **)malloc((size_t)n * sizeof(int32_t *));   /* [n_requests] */
-    int *lens = (int *)malloc((size_t)n * sizeof(int));                              /* [n_requests] */
-    int32_t *batch_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                 /* [n_requests] */
-    int32_t *cached_of = (int32_t *)malloc((size_t)n * sizeof(int32_t));                /* [n_requests] */
-    int *prompt_of = (int *)malloc((size_t)n * sizeof(int));                         /* [n_requests] */
-    int *n_out = (int *)calloc((size_t)n, sizeof(int));                              /* [n_requests] */
+    int *lens = (int *)calloc((size_t)3 * n, sizeof(int)), *prompt_of = lens + n, *n_out = lens + 2 * n;   /* [n] */
+    int32_t *batch_of = (int32_t *)malloc((size_t)2 * n * sizeof(int32_t)), *cached_of = batch_of + n;   /* [n] */
     int32_t *gen_out = (int32_t *)rx_alloc((size_t)n * (N ? N : 1) * sizeof(int32_t), "the generated ids");
     float *logits = dump ? (float *)rx_alloc((size_t)n * V * sizeof(float), "the logits [n_requests, vocab]") : NULL;
     RxServeStats st;
-    if (!seqs || !lens || !batch_of || !cached_of || !prompt_of || !n_out || !gen_out || (dump && !logits)) {
+    if (!seqs || !lens || !batch_of || !gen_out || (dump && !logits)) {
         rx_fail("out of host memory for %d requests", n);
         goto done;
     }
@@ -6519,36 +6647,15 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     o->model_id = 1469598103934665603ull;   /* the cache's namespace: an FNV-1a hash of the checkpoint's path */
     for (const char *c = dir; *c; c++) o->model_id = (o->model_id ^ (uint8_t)*c) * 1099511628211ull;
     o->after = after;
-    int32_t eos[2 * RX_MAX_EOS];            /* a request stops at any eos id of config.json or generation_config.json */
     char used[400];                         /* what resolve_sampling chose, for the summary */
     used[0] = '\0';
     if (N && (rc = resolve_sampling(&gen, &m.generation, sampling_flag, used, sizeof used))) goto done;
     rc = -1;
-    if (N && !ignore_eos && run_eos(&m, dir, eos, &gen.n_eos)) goto done;
-    gen.eos = eos;
+    if (N && !ignore_eos && run_eos(&m, dir, &gen.eos, &gen.n_eos)) goto done;
     gen.out = gen_out;
     gen.n_out = n_out;
     o->gen = N ? &gen : NULL;
-    if (rx_batch_check(&file, &m.cfg, path)) goto done;
-    for (int s = 0; s < n && N; s++) {      /* positions 0 .. prompt + N - 2 must exist: refused before any work */
-        int64_t prompt = (after[s] >= 0 ? (int64_t)prompt_of[after[s]] + N : 0) + lens[s];   /* at most */
-        prompt_of[s] = (int)(prompt < INT32_MAX ? prompt : INT32_MAX);
-        if (prompt + N - 1 > m.cfg.max_position_embeddings) {
-            rx_fail("%s:%d: a prompt of %s%lld tokens and %d to generate reach position %lld, beyond "
-                    "max_position_embeddings %d: give a smaller --generate", path, s + 1,
-                    after[s] >= 0 ? "up to " : "", (long long)prompt, N, (long long)(prompt + N - 2),
-                    m.cfg.max_position_embeddings);
-            goto done;
-        }
-    }
-    for (int s = 0; s < n && o->n_pages; s++) {     /* --cache-pages: every request must fit into the pool */
-        int most = lens[s] + (N ? N - 1 : 0), pages = (most + o->page_size - 1) / o->page_size;
-        if (after[s] < 0 && pages > o->n_pages) {
-            rx_fail("%s:%d: a request of %d tokens%s needs %d pages of %d tokens, but --cache-pages is %d", path, s + 1,
-                    most, N ? " (its prompt and what it generates)" : "", pages, o->page_size, o->n_pages);
-            goto done;
-        }
-    }
+    if (rx_batch_check(&file, &m.cfg, path) || requests_fit(lens, after, n, &m.cfg, o, N, path, prompt_of)) goto done;
     if (!force_cpu && gpu_available() && gpu_model_upload(&g, &m)) goto done;   /* the GPU when there is one */
     o->gpu = g;
     if (o->show_cache)
@@ -6570,24 +6677,15 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
            g ? "the GPU, bf16: " : "the C reference on the CPU", g ? gpu_device_name() : "", rx_mode_name(o->mode),
            st.ms);
     if (N) {
-        printf("generation: up to %d tokens, %s; %s", N, used, ignore_eos ? "eos ids ignored (--ignore-eos)"
-               : gen.n_eos ? "stops at eos ids" : "no eos id in config.json or generation_config.json");
+        printf("generation: up to %d token%s, %s; %s", N, N == 1 ? "" : "s", used,
+               ignore_eos ? "eos ids ignored (--ignore-eos)" : gen.n_eos ? "stops at eos ids" : "no eos id");
         for (int e = 0; e < gen.n_eos; e++) printf(" %d", gen.eos[e]);
-        printf("%s\n", gen.n_eos ? " (config.json's and generation_config.json's)" : "");
+        printf("%s\n", ignore_eos ? "" : m.generation.present ? " in generation_config.json"
+                                                              : " in config.json (no generation_config.json)");
     }
     if (g) printf("bf16 budget against the C reference: %.4g x max|ref| (%d layers)\n", rx_bf16_tolerance(&m.cfg),
                   m.cfg.n_layers);
-    if (stats) {                                        /* a CSV row per request */
-        char tmp[RX_TMP_PATH];
-        FILE *f = rx_output_open(stats, tmp);
-        if (!f) goto done;
-        fprintf(f, "request,batch,prompt_tokens,cached_tokens,generated_tokens\n");
-        for (int s = 0; s < n; s++)                     /* a refused request: empty fields, 0 generated */
-            if (batch_of[s] < 0) fprintf(f, "%d,,,,0\n", s);
-            else fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
-        if (rx_output_commit(f, tmp, stats)) goto done;
-        printf("wrote %s: %d rows\n", stats, n);
-    }
+    if (stats && write_stats(stats, n, batch_of, prompt_of, cached_of, n_out)) goto done;
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     if (out && write_generated(out, &gen, n)) goto done;
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
@@ -6615,7 +6713,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     rc = 0;
 done:
-    free(seqs); free(lens); free(batch_of); free(cached_of); free(prompt_of); free(n_out); free(gen_out);
+    free(seqs); free(lens); free(batch_of); free(gen_out);
     free(logits); free(after);
     rx_batch_free(&file); gpu_model_free(g); qwen3_free(&m);
     return rc;
@@ -6734,13 +6832,35 @@ static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAG
     {"--ignore-eos", 0, ON(SERVE)},
 };
 
+/* --requests' options: the defaults --help gives, then the flags given (val [N_FLAGS]); 2: a value out of range. */
+static int serving_options(const char *const *val, RxMode mode, RxServeOptions *so) {
+    memset(so, 0, sizeof *so);                  /* no pool size (one for the whole file), fcfs, no window, ... */
+    so->cache = RX_CACHE_RADIX;
+    so->page_size = 16;
+    so->batch = 1;
+    so->mode = mode;
+    so->trace = val[F_SHOW_BATCHES] ? stdout : NULL;
+    so->show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
+    if (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so->cache)) return usage_error("%s", radix_error());
+    if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so->page_size)) ||
+        (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so->n_pages)) ||
+        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, 1024, &so->batch)))
+        return 2;
+    if ((int64_t)so->n_pages * so->page_size > INT32_MAX)      /* the pool's token slots are indexed in 32 bits */
+        return usage_error("--cache-pages %d x --page-size %d is %lld token slots; a KV pool holds at most %d",
+                           so->n_pages, so->page_size, (long long)so->n_pages * so->page_size, INT32_MAX);
+    if (val[F_SCHEDULE] && !(so->lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
+        return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *val[N_FLAGS] = {NULL};          /* each flag given: its value, or its own name if it takes none */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
-            if (!rx_close_output(stdout, "<stdout>")) return 0;
+            if (!rx_output_close(stdout)) return 0;
             fprintf(stderr, "radixmlp: %s\n", radix_error());
             return 1;
         }
@@ -6801,37 +6921,9 @@ int main(int argc, char **argv) {
     if (sampling_flag && val[F_TEMPERATURE] && gen.temperature == 0)
         return usage_error("%s applies to sampling: give --temperature T above 0 (without it: greedy)", sampling_flag);
     RxMode mode = action == SERVE ? RX_COMPACT : RX_AUTO;
-    RxServeOptions so = {
-        .cache = RX_CACHE_RADIX,
-        .page_size = 16,
-        .n_pages = 0,
-        .batch = 1,
-        .lpm = 0,
-        .lpm_window = 0,
-        .mode = RX_COMPACT,
-        .model_id = 0,
-        .trace = NULL,
-        .show_cache = NULL,
-        .gpu = NULL,
-        .source = NULL,
-        .gen = NULL,
-        .after = NULL,
-    };
-    if ((val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) ||
-        (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so.cache)))
-        return usage_error("%s", radix_error());
-    if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so.page_size)) ||
-        (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so.n_pages)) ||
-        (val[F_BATCH] && parse_count("--batch", val[F_BATCH], 1, 1024, &so.batch)))
-        return 2;
-    if ((int64_t)so.n_pages * so.page_size > INT32_MAX)        /* the pool's token slots are indexed in 32 bits */
-        return usage_error("--cache-pages %d x --page-size %d is %lld token slots; a KV pool holds at most %d",
-                           so.n_pages, so.page_size, (long long)so.n_pages * so.page_size, INT32_MAX);
-    if (val[F_SCHEDULE] && !(so.lpm = !strcmp(val[F_SCHEDULE], "lpm")) && strcmp(val[F_SCHEDULE], "fcfs"))
-        return usage_error("--schedule takes fcfs or lpm, not '%s'", val[F_SCHEDULE]);
-    so.mode = mode;
-    so.trace = val[F_SHOW_BATCHES] ? stdout : NULL;
-    so.show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
+    RxServeOptions so;
+    if (val[F_MODE] && rx_mode_parse(val[F_MODE], &mode)) return usage_error("%s", radix_error());
+    if (serving_options(val, mode, &so)) return 2;
     const char *outputs[4][2] = {
         {"--dump-logits", dump}, {"--embed", embed}, {"--stats", stats}, {"--out", val[F_OUT]}};
     int rc = 0;
@@ -6852,7 +6944,8 @@ int main(int argc, char **argv) {
                                 val[F_OUT]);
         else rc = demo();
     }
-    if (!rc) rc = rx_close_output(stdout, "<stdout>");
+    if (!rc) rc = rx_output_close(stdout);                    /* the text: an output too */
+    if (rx_outputs_finish(1) && !rc) rc = -1;                   /* each output written whole, or none replaced */
     if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return rc == 2 ? 2 : 1; }   /* 2: resolve_sampling */
     return 0;
 }

@@ -33,19 +33,20 @@ double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_b
  *   folder and name), so that an output never overwrites an input or another output.
  * rx_is_stdout: 1 if path is the file or pipe stdout goes to however spelled (/dev/stdout, /dev/fd/1, its own name),
  *   /dev/null excepted: an output file there would mix with the text the program prints.
- * rx_close_output: flushes and closes an output (stdout included), 0, or -1 with "PATH: cannot write: why".
- * rx_output_open: an output file written whole or not at all: it opens a temporary file beside path (its name in
- *   tmp [RX_TMP_PATH]); rx_output_commit closes it (rx_close_output) and renames it onto path; rx_output_discard
- *   (a failed run) removes it. A run interrupted or failed before the rename leaves path as it was. An output that
- *   is not a regular file (/dev/null, a FIFO), or is stdout, is written in place: tmp "". */
+ * rx_output_open: an output file of a run, which replaces path only when all the run's outputs are written whole:
+ *   it opens a temporary file beside path (path must outlive the run); rx_output_close flushes and closes it, or
+ *   stdout (0, or -1 with "PATH: cannot write: why"); rx_outputs_finish(ok) then renames each output opened since
+ *   onto its path when ok, each was closed and none (stdout included) failed, else removes them all. A run that
+ *   fails, or is stopped by SIGINT, SIGTERM, SIGHUP or SIGPIPE (rx_output_open catches those it finds at their
+ *   default), leaves every path as it was. An output that is not a regular file (/dev/null, a FIFO), or is stdout,
+ *   is written in place. */
 #define RX_TMP_PATH 4200
 int  rx_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
 int  rx_same_file(const char *a, const char *b);
 int  rx_is_stdout(const char *path);
-int  rx_close_output(FILE *f, const char *path);
-FILE *rx_output_open(const char *path, char *tmp);
-int  rx_output_commit(FILE *f, const char *tmp, const char *path);
-void rx_output_discard(FILE *f, const char *tmp);
+FILE *rx_output_open(const char *path);
+int  rx_output_close(FILE *f);
+int  rx_outputs_finish(int ok);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Algorithm 2: the prefix trie and its compaction indices
@@ -121,8 +122,9 @@ typedef struct {
                                                       checked against the vocabulary only where generation stops at
                                                       them (rx_eos_check), so a bad one never blocks a forward   */
 } Qwen3Config;
-/* generation_config.json (transformers' GenerationConfig), when a checkpoint has one: the end-of-sequence ids that
- * join config.json's (generate() stops at any of them) and the sampling defaults that flags override. */
+/* generation_config.json (transformers' GenerationConfig), when a checkpoint has one: the end-of-sequence ids, which
+ * replace config.json's (generate() reads config.json's only without this file), and the sampling defaults that
+ * flags override. */
 typedef struct {
     int present;                                   /* the file exists and was read                               */
     int32_t eos_token_id[RX_MAX_EOS]; int n_eos;   /* its "eos_token_id": an int, a list, null or absent          */
@@ -405,8 +407,8 @@ int  rx_cache_create(RxPrefixCache **c, RxCacheKind kind, RxKvPool *pool);
 void rx_cache_free(RxPrefixCache *c);        /* drops the cache's references (requests must be released first) */
 /* The longest cached page-aligned prefix of tokens[0..n): its length in tokens, its pages in pages_out (room for
  * n / page_size; NULL: the length alone). A pure lookup: no lock, no LRU update (the lpm scheduler asks it of every
- * waiting request).                                                                                               */
-int  rx_cache_lookup(const RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
+ * waiting request); it only counts the pages it compares (RxCacheStats).                                         */
+int  rx_cache_lookup(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out);
 /* Caches the first n / page_size whole pages of tokens, whose K/V are in pages[]. Prefixes already cached keep
  * their pages (a duplicate page is not adopted); the cache takes a reference on each page it adopts, and returns
  * how many it adopted (or -1 out of memory).                                                                       */
@@ -427,6 +429,8 @@ typedef struct {
     int  orphans;          /* hash: entries no lookup can reach (their chain to the root was evicted); radix: 0 */
     int  request_pages;    /* pages some request holds a reference on                                        */
     long evicted_pages;    /* pages whose cache reference eviction has dropped, since creation              */
+    long compared_pages;   /* pages of tokens lookups, inserts and admissions compared with cached ones, since
+                              creation: about one per page walked, however many prompts are cached             */
 } RxCacheStats;
 /* Recounts everything from the structures and checks them against the pool: every page's ref equals the cache's
  * references plus the requests', the free list holds exactly the pages with no reference, once each. Returns 0,
@@ -570,6 +574,7 @@ typedef struct {
     long generated_tokens;
     long rows_computed;                  /* rows the forwards computed: N' of the suffixes in compact mode         */
     long evicted_pages;
+    long compared_pages;                 /* the cache's (RxCacheStats): a page or so per page walked, in any queue */
     int preemptions, refused;
     long recomputed_tokens;              /* tokens prefilled again after a preemption                              */
     int pool_pages, cache_pages;         /* at the end, before the flush                                           */

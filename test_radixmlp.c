@@ -15,8 +15,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -503,6 +505,10 @@ static void test_safetensors_rejections(void) {
         {"truncated file", "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, "truncated"},
         {"trailing bytes", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 9, "trailing bytes"},
         {"metadata not strings", "{\"__metadata__\":{\"k\":1}}", 0, "__metadata__"},
+        {"a name holding \\u0000", "{\"a\\u0000b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "tensor name 'a\\u0000...' holds a NUL character"},
+        {"a dtype holding \\u0000", "{\"a\":{\"dtype\":\"F32\\u0000\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+         "unknown dtype \"F32\\u0000...\""},
         {"nested 1000 deep", deep_json(), 0, "deeper than"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -600,6 +606,8 @@ static void test_config_parsing(void) {
         {"hidden_act gelu", "\"rope_scaling\":null", "\"hidden_act\":\"gelu\"",
          "\"hidden_act\" is \"gelu\"; only \"silu\""},
         {"hidden_act not a string", "\"rope_scaling\":null", "\"hidden_act\":1", "\"hidden_act\" is not a string"},
+        {"hidden_act silu\\u0000x", "\"rope_scaling\":null", "\"hidden_act\":\"silu\\u0000x\"",
+         "\"hidden_act\" is \"silu\\u0000...\"; only \"silu\""},
         {"attention_bias true", "\"rope_scaling\":null", "\"attention_bias\":true", "\"attention_bias\" is true"},
         {"theta zero", "\"rope_theta\":1000000.0", "\"rope_theta\":0", "rope_theta"},
         {"tie not a bool", "\"tie_word_embeddings\":true", "\"tie_word_embeddings\":\"yes\"", "true or false"},
@@ -673,6 +681,24 @@ static void test_config_parsing(void) {
     }
     summary("missing head_dim -> 128, num_key_value_heads -> 32 (null -> heads); sliding configs where no layer "
             "slides accepted");
+}
+
+/* A JSON key holding \u0000 is another key, as in Python's json: "head_dim\u0000" is no known key and no duplicate
+ * of "head_dim", and generation_config.json's "temperature\u0000x" is no temperature (transformers reads none). */
+static void test_json_key_holding_nul_is_another_key(void) {
+    const char *nul_keys = "{\"model_type\":\"qwen3\",\"vocab_size\":8,\"hidden_size\":8,\"intermediate_size\":8,"
+                           "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"num_key_value_heads\":2,"
+                           "\"head_dim\\u0000\":6,\"head_dim\":4,\"head_dim\\u0000x\":5}";
+    Qwen3Config c;
+    int rc = rx_parse_config(&c, nul_keys, strlen(nul_keys), "config.json");
+    expect(rc == 0 && c.head_dim == 4, "\"head_dim\" 4 beside \"head_dim\\u0000\" 6 and \"head_dim\\u0000x\" 5: rc %d "
+           "'%s', head_dim %d", rc, rc ? radix_error() : "", c.head_dim);
+    RxGenerationConfig g;
+    const char *nul_temp = "{\"temperature\\u0000x\": 5, \"do_sample\": true}";
+    rc = rx_parse_generation_config(&g, nul_temp, strlen(nul_temp), "generation_config.json");
+    expect(rc == 0 && g.temperature == -1 && g.do_sample == 1, "%s: rc %d, temperature %g (want -1: absent)", nul_temp,
+           rc, g.temperature);
+    summary("\"head_dim\\u0000\" and \"temperature\\u0000x\" read as unknown keys, as Python's json reads them");
 }
 
 /* A JSON file in another encoding than UTF-8 is named, never "invalid JSON near byte 0": a byte-order mark, the NUL
@@ -3620,7 +3646,7 @@ static void test_cli_checks_output_paths_first(void) {
 }
 
 /* No input may hang the program: a FIFO in place of config.json, model.safetensors or the tokens file is refused at
- * once (open() of a FIFO waits for a writer unless told not to). Each run gets 20 s; a hang exits 124. */
+ * once (open() of a FIFO waits for a writer unless told not to). `timeout 60` ends a hang: exit 124, a failure. */
 static void test_cli_fifo_inputs_are_refused_not_waited_on(void) {
     if (!have_cli()) return;
     const char *names[3] = {"config.json", "model.safetensors", "t.txt"};
@@ -3630,7 +3656,7 @@ static void test_cli_fifo_inputs_are_refused_not_waited_on(void) {
         unlink(p);
         if (mkfifo(p, 0644)) { expect(0, "mkfifo %s: %s", p, strerror(errno)); remove_dir(d); continue; }
         if (i < 2) write_file(d, "t.txt", "1 2 3\n", 6);
-        snprintf(cmd, sizeof cmd, "timeout 20 %s --cpu --model %s --tokens %s/t.txt", cli(), d, d);
+        snprintf(cmd, sizeof cmd, "timeout 60 %s --cpu --model %s --tokens %s/t.txt", cli(), d, d);
         char what[64];
         snprintf(what, sizeof what, "a FIFO as %s", names[i]);
         expect_one_line_error(what, run_cmd(cmd, out, sizeof out), out, "not a regular file");
@@ -4305,7 +4331,8 @@ static void test_bench_rejects_bad_arguments(void) {
 
 /* bench at radixmlp's standard: every input through the same file checks (a device, a FIFO, a folder or a 3 GB sparse
  * file is refused at once, never read or waited on), a flag that does not apply to the run or is given twice is an
- * error, an output never overwrites the input, a write error fails. Each: one line "bench: ...", within 10 s. */
+ * error, an output never overwrites the input, a write error fails. Each: one line "bench: ..." (`timeout 60` only
+ * ends a hang: the runs take under a second, and a busy machine must not fail them). */
 static void test_bench_refuses_bad_inputs_flags_and_writes(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
     char dir[] = "/tmp/radixmlp-bench-XXXXXX", p[600];
@@ -4356,9 +4383,9 @@ static void test_bench_refuses_bad_inputs_flags_and_writes(void) {
             else args[at++] = *c;
         }
         args[at] = 0;
-        snprintf(cmd, sizeof cmd, "{ timeout 10 ./bench %s; } 2>&1 >/dev/null | grep -v '^bench: table 5, '", args);
+        snprintf(cmd, sizeof cmd, "{ timeout 60 ./bench %s; } 2>&1 >/dev/null | grep -v '^bench: table 5, '", args);
         int rc = run_cmd(cmd, out, sizeof out);
-        snprintf(cmd, sizeof cmd, "{ timeout 10 ./bench %s; } >/dev/null 2>&1", args);
+        snprintf(cmd, sizeof cmd, "{ timeout 60 ./bench %s; } >/dev/null 2>&1", args);
         rc = run_cmd(cmd, p, sizeof p);                                  /* the exit status, not grep's */
         const char *nl = strchr(out, '\n');
         expect(rc == cases[i].rc && !strncmp(out, "bench: ", 7) && nl && !nl[1] && strstr(out, cases[i].msg),
@@ -4392,6 +4419,8 @@ static void test_cli_rejects_bad_tokens(void) {
         {"empty line", "1 2\n\n3\n", 0, "t.txt:2: empty line"},
         {"empty file", "", 0, "no sequences"},
         {"129 tokens, max 128", long_line, 0, "t.txt:1: 129 tokens, more than max_position_embeddings 128"},
+        {"lines that end in \\r alone", "1 2 3\r4 5 6\r", 0, "t.txt:1: a carriage return (byte 5) inside the line: "
+         "lines end with \\n or \\r\\n, not \\r alone"},
     };
     char dir[] = "/tmp/radixmlp-cli-XXXXXX";
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
@@ -4815,7 +4844,7 @@ static int find_prefix(const Prefixes *ps, uint64_t model, const int32_t *tokens
 
 /* The prefixes in ever that the cache holds, each with the page that ends it: a prefix is cached when a lookup of
  * exactly its tokens matches all of them. */
-static Prefixes cached_prefixes(const RxPrefixCache *c, const Prefixes *ever, int P) {
+static Prefixes cached_prefixes(RxPrefixCache *c, const Prefixes *ever, int P) {
     Prefixes now = {NULL, 0, 0};
     int32_t pages[TRACE_MAX_LEN];
     for (int i = 0; i < ever->n; i++) {
@@ -4837,7 +4866,7 @@ static float fingerprint(uint64_t model, const int32_t *tokens, int n) {   /* of
 
 typedef struct { RxRequest r; int32_t tok[TRACE_MAX_LEN]; } TraceReq;
 
-static void trace_step_checks(const RxPrefixCache *c, const RxKvPool *pool, const TraceReq *req, int n_req,
+static void trace_step_checks(RxPrefixCache *c, const RxKvPool *pool, const TraceReq *req, int n_req,
                               Prefixes *ever, int step, int *bad) {
     RxCacheStats s;
     if (rx_cache_audit(c, &s)) { expect(0, "step %d: audit: %s", step, radix_error()); *bad = 1; }
@@ -5804,6 +5833,63 @@ static uint64_t sched_digest(const Qwen3Model *m, SchedTrace *t, RxServeOptions 
     return h;
 }
 
+/* A random Qwen3 so small (hidden 16, 1 layer) that a serving run's time is its scheduling's; -1 after a failure. */
+static int sched_model(Qwen3Model *m, Qwen3Config *cfg, int vocab, uint64_t seed) {
+    *cfg = tiny_config();
+    cfg->vocab_size = vocab;
+    cfg->hidden_size = 16;
+    cfg->intermediate_size = 32;
+    cfg->n_layers = 1;
+    cfg->head_dim = 8;
+    if (!qwen3_random(m, cfg, seed)) return 0;
+    expect(0, "qwen3_random: %s", radix_error());
+    return -1;
+}
+
+/* A walk of the radix cache finds each child by hashing its first page: the root gets a child for every prompt whose
+ * first page no earlier one had, and lpm looks its window of waiting requests up every step, so a walk that scanned
+ * the children made a run's work grow with the square of its requests. Counted, not timed: n random 16-token
+ * requests (no page shared; a pool for them all, so nothing is evicted) at n = 300 and 1200 (4x: the buckets double
+ * twice, to the same load), both caches, fcfs and lpm, page sizes 4 and 16, batch 1; the pages compared per request
+ * at 1200 must be within 1.5x of those at 300 (the scan: 4x, the queue's quadrupling). */
+static void test_cache_compared_pages_grow_linearly_with_requests(void) {
+    enum { FEW = 300, MANY = 1200, LEN = 16 };
+    Qwen3Config cfg;
+    Qwen3Model m;
+    if (sched_model(&m, &cfg, 512, 78)) return;
+    int32_t *tok = (int32_t *)malloc((size_t)MANY * LEN * sizeof(int32_t));
+    const int32_t **ptr = (const int32_t **)malloc(MANY * sizeof *ptr);
+    int *lens = (int *)malloc(MANY * sizeof(int));
+    uint64_t rng = 79;
+    for (int s = 0; s < MANY; s++) {
+        for (int i = 0; i < LEN; i++) tok[s * LEN + i] = rng_int(&rng, cfg.vocab_size);
+        ptr[s] = tok + s * LEN;
+        lens[s] = LEN;
+    }
+    double worst = 0;
+    for (int k = 0; k < 8 && !test_failed; k++) {
+        RxServeOptions o = {.cache = k & 1 ? RX_CACHE_HASH : RX_CACHE_RADIX, .page_size = k & 2 ? 16 : 4,
+                            .batch = 1, .lpm = k >= 4, .mode = RX_COMPACT, .model_id = 1};
+        double per[2];
+        for (int r = 0; r < 2; r++) {
+            RxServeStats st;
+            int n = r ? MANY : FEW;
+            expect(rx_serve(&m, ptr, lens, n, &o, NULL, NULL, NULL, &st) == 0, "rx_serve: %s", radix_error());
+            per[r] = (double)st.compared_pages / n;
+        }
+        worst = fmax(worst, per[1] / per[0]);
+        expect(per[1] <= 1.5 * per[0], "%s, %s, page size %d: %.1f pages compared per request of %d, %.1f of %d",
+               rx_cache_kind_name(o.cache), o.lpm ? "lpm" : "fcfs", o.page_size, per[0], FEW, per[1], MANY);
+        note("%-5s %-4s page size %2d: pages compared per request %7.1f of %d, %7.1f of %d",
+             rx_cache_kind_name(o.cache), o.lpm ? "lpm" : "fcfs", o.page_size, per[0], FEW, per[1], MANY);
+    }
+    summary("pages compared per request at %d requests / at %d: at most %.2fx (tolerance 1.5x)", MANY, FEW, worst);
+    free(tok);
+    free(ptr);
+    free(lens);
+    qwen3_free(&m);
+}
+
 /* --schedule lpm orders only the queue's first 128 waiting requests (RX_LPM_WINDOW in radixmlp.cu: a step costs a
  * window, not the queue). Its decisions where the old code sorted the whole queue every step: DIGEST holds the
  * digests that code (commit 1219fc9) gave on these traces, fcfs and lpm; radix and hash caches; batches 1 to 4; pools
@@ -5812,14 +5898,9 @@ static uint64_t sched_digest(const Qwen3Model *m, SchedTrace *t, RxServeOptions 
  * ones it differs, as it should: a request past the window waits in arrival order, where the whole sort took the
  * longest cached prefix in the queue (the last check: request 200 repeats request 0, whose prompt is cached). */
 static void test_lpm_window_keeps_decisions(void) {
-    Qwen3Config cfg = tiny_config();
-    cfg.vocab_size = 64;
-    cfg.hidden_size = 16;
-    cfg.intermediate_size = 32;
-    cfg.n_layers = 1;
-    cfg.head_dim = 8;
+    Qwen3Config cfg;
     Qwen3Model m;
-    if (qwen3_random(&m, &cfg, 77)) { expect(0, "qwen3_random: %s", radix_error()); return; }
+    if (sched_model(&m, &cfg, 64, 77)) return;
     static const struct {
         int n, turns, lpm, batch, page, pool, max_new;
         RxCacheKind cache;
@@ -6993,16 +7074,12 @@ static void at_dir(char *out, size_t n, const char *fmt, const char *dir) {
     out[k] = 0;
 }
 
-static double wall_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* --replot checks every number against what the plot can show, so that any CSV plots in bounded time and size: a
  * speedup above 0 and at most 1000 (1e6 wrote a 124 MB SVG, 1e308 1.7 GB: a grid line per 1.0), P and S whole
  * token counts up to 2^20; anything else is one line naming the row, the column and the value, exit 1. A plot up to
- * 1000x draws about ten y grid lines (a step of 100), and a UTF-8 byte order mark before the header is skipped. */
+ * 1000x draws about ten y grid lines (a step of 100), and a UTF-8 byte order mark before the header is skipped. The
+ * SVG's size is the bound checked, not the time taken (which a busy machine stretches); `timeout 60` only ends a
+ * hang, whose exit status 124 fails the case. */
 static void test_bench_replot_bounds_values_and_reads_a_bom(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
     char dir[] = "/tmp/radixmlp-replot-XXXXXX";
@@ -7027,20 +7104,16 @@ static void test_bench_replot_bounds_values_and_reads_a_bom(void) {
         char cmd[1024], out[4096], svg[300];
         size_t len = 0;
         write_file(dir, "x.csv", cases[i].csv, strlen(cases[i].csv));
-        at_dir(cmd, sizeof cmd, "timeout 20 ./bench --replot @/x.csv --svg @/x.svg", dir);
+        at_dir(cmd, sizeof cmd, "timeout 60 ./bench --replot @/x.csv --svg @/x.svg", dir);
         at_dir(svg, sizeof svg, "@/x.svg", dir);
-        double t0 = wall_s();
         int rc = run_cmd(cmd, out, sizeof out);
-        double s = wall_s() - t0;
         uint8_t *b = (uint8_t *)read_file(svg, &len);
         const char *nl = strchr(out, '\n');
         expect(rc == cases[i].rc && !strncmp(out, "bench: ", 7) && nl && !nl[1] && strstr(out, cases[i].msg) &&
-               s < 5 && (rc ? !b : b && len < 16384),
-               "%s: exit %d in %.1f s, want %d within 5 s, one line with '%s', %s (here %zu bytes):\n%s",
-               cases[i].what, rc, s, cases[i].rc, cases[i].msg, cases[i].rc ? "no SVG" : "an SVG under 16 KB",
+               (rc ? !b : b && len < 16384), "%s: exit %d, want %d, one line with '%s', %s (here %zu bytes):\n%s",
+               cases[i].what, rc, cases[i].rc, cases[i].msg, cases[i].rc ? "no SVG" : "an SVG under 16 KB",
                b ? len : 0, out);
-        note("%-24s exit %d, %.2f s wall (this CPU), SVG %6zu bytes: %.*s", cases[i].what, rc, s, b ? len : 0,
-             (int)strcspn(out, "\n"), out);
+        note("%-24s exit %d, SVG %6zu bytes: %.*s", cases[i].what, rc, b ? len : 0, (int)strcspn(out, "\n"), out);
         free(b);
         unlink(svg);
     }
@@ -7139,7 +7212,7 @@ static void test_bench_outputs_are_never_stdout(void) {
         char args[1024], msg[512], cmd[1600], out[4096], path[300];
         at_dir(args, sizeof args, cases[i].args, dir);
         at_dir(msg, sizeof msg, cases[i].msg, dir);
-        snprintf(cmd, sizeof cmd, "{ timeout 20 ./bench %s >%s/out; }", args, dir);
+        snprintf(cmd, sizeof cmd, "{ timeout 60 ./bench %s >%s/out; }", args, dir);
         int rc = run_cmd(cmd, out, sizeof out);
         snprintf(path, sizeof path, "%s/out", dir);
         size_t len = 0;
@@ -7158,7 +7231,7 @@ static void test_bench_outputs_are_never_stdout(void) {
 
 /* One rule for the exit status of both programs: 2 for a wrong command line, found before any file is read (an output
  * that is an input, sizes out of range, a flag that does not apply); 1 for bad data or a failed run (a tokens file's
- * contents, a request longer than the pool the flags made, an output that cannot be written). */
+ * contents, a request longer than the pool the flags made, an output that cannot be written, a folder among them). */
 static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
     if (!have_cli()) return;
     char dir[] = "/tmp/radixmlp-cli-XXXXXX";
@@ -7169,6 +7242,8 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
     write_file(dir, "turn2.txt", "1 2 3\n@1 4 5 6\n", 15);
     write_file(dir, "bare.txt", "1 2 3\n#1\n", 9);                 /* '#' for '@': at_dir would replace an at */
     write_file(dir, "bare_crlf.txt", "1 2 3\r\n#1 \r\n", 12);
+    write_file(dir, "first.txt", "#1 2 3\n", 7);
+    edit_file(dir, "first.txt", "#", "@");
     edit_file(dir, "bare.txt", "#", "@");
     edit_file(dir, "bare_crlf.txt", "#", "@");
     const struct { const char *args; int rc; const char *msg; } cases[] = {
@@ -7178,6 +7253,7 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
         {"--requests @/t.txt --generate 2 --temperature -1", 2,
          "--temperature takes a number from 0 and at most 100, not '-1'"},
         {"--requests @/turn.txt", 1, "K, K an earlier line's number (1 to 1)"},     /* at_dir would replace an at */
+        {"--requests @/first.txt", 1, "K continues an earlier line K, and line 1 has none before it"},
         {"--tokens @/turn2.txt", 1, "' is not part of a token id"},                 /* sign in the message        */
         {"--requests @/t.txt --generate 3 --cache-pages 1 --page-size 4", 1, "t.txt:1: a request of 5 tokens (its "
          "prompt and what it generates) needs 2 pages of 4 tokens, but --cache-pages is 1"},
@@ -7205,6 +7281,7 @@ static void test_cli_exit_status_2_for_arguments_1_for_data(void) {
         {"--requests @/t.txt --cache-pages 1 --page-size 2", 1,
          "t.txt:1: a request of 3 tokens needs 2 pages of 2 tokens, but --cache-pages is 1"},
         {"--tokens @/t.txt --dump-logits @/none/l.f32", 1, "@/none/l.f32: cannot write: No such file"},
+        {"--tokens @/t.txt --dump-logits @", 1, "--dump-logits @: cannot write: Is a directory"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1024], msg[600], cmd[1600], out[8192];
@@ -7232,37 +7309,119 @@ static int run_in(const char *dir, const char *args, char *out, size_t n, char *
     return rc;
 }
 
-/* generation_config.json is read as transformers reads it: its eos ids join config.json's (generate() stops at any of
- * them: null in config.json and a list there stops), its sampling defaults apply unless a flag overrides them
- * (do_sample false is greedy whatever the temperature), and a malformed one is an error naming the file, never
- * skipped. An eos id outside the vocabulary is refused by --generate only: --tokens and --check never use it.
- * Greedy on tiny-tied, 8 tokens: request 1 generates 479 479 479 198 2 ..., request 2 100 203 479 273 ... */
+/* Copies fixtures/NAME (a file, or every file of a folder) into dir. */
+static void copy_into(const char *dir, const char *name) {
+    char src[512], p[800];
+    size_t len = 0;
+    snprintf(src, sizeof src, "%s/%s", fixtures(), name);
+    DIR *d = opendir(src);
+    if (!d) {
+        uint8_t *b = read_file(src, &len);
+        if (b) write_file(dir, strrchr(src, '/') + 1, b, len);
+        else expect(0, "cannot read %s", src);
+        free(b);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        snprintf(p, sizeof p, "%s/%s", src, e->d_name);
+        uint8_t *b = e->d_name[0] != '.' ? read_file(p, &len) : NULL;
+        if (b) write_file(dir, e->d_name, b, len);
+        free(b);
+    }
+    closedir(d);
+}
+
+/* tiny-tied copied into a temporary folder, fixtures/eos/prompts.txt beside it: the generation tests' checkpoint. */
+static char *generation_folder(void) {
+    char *d = copy_fixture("tiny-tied");
+    copy_into(d, "eos/prompts.txt");
+    return d;
+}
+
+/* Where generation stops, as transformers' generate() takes the eos ids: from generation_config.json alone when the
+ * folder has one (null or absent there: it runs on, whatever config.json says), from config.json only when it has
+ * none. Each folder of fixtures/eos holds a config.json and a generation_config.json or none, and what generate()
+ * wrote for its prompts on tiny-tied's weights (make_fixtures.py --eos): --out must equal it, and the summary name
+ * the file. An eos id outside the vocabulary is refused by --generate only, in the file it reads: --tokens and
+ * --check never use them. */
+static void test_cli_eos_ids_as_transformers_generate_takes_them(void) {
+    if (!have_cli()) return;
+    char *d = generation_folder(), out[8192], gen[4096], src[512], file[600];
+    size_t len = 0;
+    const char *run = "--cpu --requests @/prompts.txt --generate 8 --out @/gen.out";
+    const struct { const char *name, *stops; } eos[] = {
+        {"config-only", "stops at eos ids 198 in config.json (no generation_config.json)"},
+        {"both", "stops at eos ids 273 in generation_config.json"},
+        {"generation-config-without-eos", "no eos id in generation_config.json"},
+        {"generation-config-null", "no eos id in generation_config.json"},
+        {"generation-config-list", "stops at eos ids 198 203 in generation_config.json"},
+    };
+    for (int i = 0; i < 5; i++) {
+        snprintf(file, sizeof file, "%s/generation_config.json", d);
+        unlink(file);
+        snprintf(src, sizeof src, "eos/%s", eos[i].name);
+        copy_into(d, src);
+        snprintf(file, sizeof file, "%s/eos/%s/generate.txt", fixtures(), eos[i].name);
+        char *want = (char *)read_file(file, &len);
+        int rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+        expect(rc == 0 && want && !strcmp(gen, want) && strstr(out, eos[i].stops),
+               "eos/%s: exit %d, want '%s' in the text, --out:\n%s(transformers' generate():\n%s)\n%s", eos[i].name,
+               rc, eos[i].stops, gen, want ? want : "(none)", out);
+        note("eos/%-30s --out as transformers' (%.*s), '%s'", eos[i].name, (int)strcspn(gen, "\n"), gen, eos[i].stops);
+        free(want);
+    }
+    /* eos ids outside the vocabulary [0, 512): refused by --generate alone, in the file it reads, named */
+    write_file(d, "generation_config.json", "{\"eos_token_id\": [203, 512]}", 28);
+    edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": -1");
+    int rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (not used: --generate takes "
+                             "generation_config.json's, as transformers does); in generation_config.json: 203 512 "
+                             "(outside the vocabulary: --generate refuses it)"),
+           "--check with eos ids -1 and 512 (vocab 512): exit %d\n%s", rc, out);
+    rc = run_in(d, "--cpu --tokens @/prompts.txt", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "sequence 1: next token"), "--tokens with eos ids -1 and 512: exit %d\n%s", rc, out);
+    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+    snprintf(file, sizeof file, "%s/generation_config.json: eos_token_id 512 is outside the vocabulary [0, 512): "
+             "generation would never stop at it; fix the file, or give --ignore-eos", d);
+    expect_one_line("--generate, eos 512 in generation_config.json", 1, rc, out, file);
+    snprintf(file, sizeof file, "%s --ignore-eos", run);
+    rc = run_in(d, file, out, sizeof out, gen, sizeof gen);
+    expect(rc == 0, "--generate --ignore-eos with eos id 512: exit %d\n%s", rc, out);
+    snprintf(file, sizeof file, "%s/generation_config.json", d);
+    unlink(file);
+    rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
+    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (outside the vocabulary: --generate refuses "
+                             "it); no generation_config.json"), "--check with eos id -1 alone: exit %d\n%s", rc, out);
+    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
+    snprintf(file, sizeof file, "%s/config.json: eos_token_id -1 is outside the vocabulary [0, 512)", d);
+    expect_one_line("--generate, eos -1 in config.json, no generation_config.json", 1, rc, out, file);
+    summary("11 runs: generation stops at the eos ids of generation_config.json alone, else of config.json, --out as "
+            "transformers' generate(); eos ids outside the vocabulary refused by --generate alone, in its file");
+    remove_dir(d);
+}
+
+/* generation_config.json's sampling defaults apply unless a flag overrides them (do_sample false is greedy whatever
+ * the temperature), and a malformed one is an error naming the file, never skipped. Greedy on tiny-tied, 8 tokens:
+ * transformers' (fixtures/eos/generation-config-without-eos), 479 479 479 198 2 ... and 100 203 479 273 ... */
 static void test_cli_generation_config_as_transformers(void) {
     if (!have_cli()) return;
-    char *d = copy_fixture("tiny-tied"), out[8192], gen[4096], src[512], file[600];
+    char *d = generation_folder(), out[8192], gen[4096], src[512], file[600];
     size_t len = 0;
-    write_file(d, "t.txt", "5 6 7 8 9 9 1\n5 6 7 8 4 4 2\n", 28);
-    const char *run = "--cpu --requests @/t.txt --generate 8 --out @/gen.out";
-    int rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && !strcmp(gen, "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n") &&
-           strstr(out, "no eos id in config.json or generation_config.json"),
-           "no generation_config.json, null eos in config.json: exit %d, --out:\n%s%s", rc, gen, out);
-    const struct { const char *what, *json, *config_eos, *args, *want_out, *want_text; } cases[] = {
-        {"null in config.json, a list in generation_config.json", "eos_list.json", NULL, "",
-         "479 479 479 198\n100 203\n", "stops at eos ids 198 203 (config.json's and generation_config.json's)"},
-        {"an int in config.json joins the list", "eos_list.json", "479", "",
-         "479\n100 203\n", "stops at eos ids 479 198 203"},
-        {"--ignore-eos", "eos_list.json", "479", "--ignore-eos",
-         "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n", "eos ids ignored (--ignore-eos)"},
-        {"do_sample false: greedy, whatever its temperature", "greedy_with_temperature.json", NULL, "",
-         "479 479 479 198 2 283 479 198\n100 203 479 273 170 169 168 273\n",
+    const char *run = "--cpu --requests @/prompts.txt --generate 8 --out @/gen.out";
+    snprintf(file, sizeof file, "%s/eos/generation-config-without-eos/generate.txt", fixtures());
+    char *greedy = (char *)read_file(file, &len);
+    int rc = run_in(d, "--cpu --requests @/prompts.txt --generate 1 --out @/gen.out", out, sizeof out, gen, 4096);
+    expect(greedy && rc == 0 && strstr(out, "generation: up to 1 token, greedy"), "--generate 1: exit %d\n%s", rc, out);
+    const struct { const char *what, *json, *args, *want_out, *want_text; } cases[] = {
+        {"--ignore-eos", "eos_list.json", "--ignore-eos", greedy, "eos ids ignored (--ignore-eos)"},
+        {"do_sample false: greedy, whatever its temperature", "greedy_with_temperature.json", "", greedy,
          "greedy (do_sample false in generation_config.json)"},
-        {"its sampling defaults", "sampling.json", NULL, "", NULL,
+        {"its sampling defaults", "sampling.json", "", NULL,
          "sampled (do_sample true in generation_config.json): temperature 0.6 (generation_config.json), top-k 20 "
          "(generation_config.json), top-p 0.95 (generation_config.json), seed 0"},
-        {"the flags override them", "sampling.json", NULL, "--temperature 2 --top-k 0 --top-p 0.5 --seed 3", NULL,
+        {"the flags override them", "sampling.json", "--temperature 2 --top-k 0 --top-p 0.5 --seed 3", NULL,
          "sampled: temperature 2 (--temperature), top-k off (--top-k), top-p 0.5 (--top-p), seed 3"},
-        {"--temperature 0 overrides do_sample true", "sampling.json", NULL, "--temperature 0",
+        {"--temperature 0 overrides do_sample true", "sampling.json", "--temperature 0",
          "479 479 479 198\n100 203\n", "greedy (--temperature 0)"},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
@@ -7274,14 +7433,12 @@ static void test_cli_generation_config_as_transformers(void) {
         write_file(d, "generation_config.json", b, len);
         free(b);
         char a[512];
-        if (cases[i].config_eos) edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": 479");
         snprintf(a, sizeof a, "%s %s", run, cases[i].args);
         rc = run_in(d, a, out, sizeof out, gen, sizeof gen);
-        if (cases[i].config_eos) edit_file(d, "config.json", "\"eos_token_id\": 479", "\"eos_token_id\": null");
         expect(rc == 0 && (!cases[i].want_out || !strcmp(gen, cases[i].want_out)) && strstr(out, cases[i].want_text),
                "%s: exit %d, want '%s' in the text, --out:\n%s(want:\n%s)\n%s", cases[i].what, rc, cases[i].want_text,
                gen, cases[i].want_out ? cases[i].want_out : "any", out);
-        if (i == 4) snprintf(sampled_file, sizeof sampled_file, "%s", gen);
+        if (i == 2) snprintf(sampled_file, sizeof sampled_file, "%s", gen);
         note("%-55.55s --out %.*s", cases[i].what, (int)strcspn(gen, "\n"), gen);
     }
     /* the file's defaults are used: the same tokens as those values given as flags, other than greedy's */
@@ -7291,13 +7448,13 @@ static void test_cli_generation_config_as_transformers(void) {
            strcmp(sampled_file, "479 479 479 198\n100 203\n"),
            "sampling.json's defaults drew\n%sthe same values as flags drew\n%s", sampled_file, sampled_flags);
     /* a sampling flag on a greedy run is a command-line mistake, the file's do_sample false or not */
-    rc = run_in(d, "--cpu --requests @/t.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
+    rc = run_in(d, "--cpu --requests @/prompts.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
     expect(rc == 0 && strstr(out, "top-k 5 (--top-k)"), "--top-k 5 with sampling.json: exit %d\n%s", rc, out);
     snprintf(src, sizeof src, "%s/generation_config/greedy_with_temperature.json", fixtures());
     uint8_t *b = read_file(src, &len);
     if (b) write_file(d, "generation_config.json", b, len);
     free(b);
-    rc = run_in(d, "--cpu --requests @/t.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
+    rc = run_in(d, "--cpu --requests @/prompts.txt --generate 8 --top-k 5", out, sizeof out, gen, sizeof gen);
     expect_one_line("--top-k, do_sample false", 2, rc, out, "--top-k applies to sampling: give --temperature T above 0 "
                     "(without it: greedy, by do_sample false in generation_config.json)");
     /* malformed: an error naming the file and the line, for every action that loads the model */
@@ -7305,34 +7462,15 @@ static void test_cli_generation_config_as_transformers(void) {
     b = read_file(src, &len);
     if (b) write_file(d, "generation_config.json", b, len);
     free(b);
-    const char *actions[] = {"--check", "--cpu --tokens @/t.txt", run};
+    const char *actions[] = {"--check", "--cpu --tokens @/prompts.txt", run};
     for (int a = 0; a < 3; a++) {
         rc = run_in(d, actions[a], out, sizeof out, gen, sizeof gen);
         snprintf(file, sizeof file, "%s/generation_config.json: invalid JSON near byte 54 (line 4)", d);
         expect_one_line(actions[a], 1, rc, out, file);
     }
-    /* eos ids outside the vocabulary [0, 512): refused by --generate alone, named with their file */
-    write_file(d, "generation_config.json", "{\"eos_token_id\": [203, 512]}", 28);
-    edit_file(d, "config.json", "\"eos_token_id\": null", "\"eos_token_id\": -1");
-    rc = run_in(d, "--check", out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && strstr(out, "generation: eos ids in config.json: -1 (outside the vocabulary: --generate refuses "
-                             "it); in generation_config.json: 203 512 (outside the vocabulary"),
-           "--check with eos ids -1 and 512 (vocab 512): exit %d\n%s", rc, out);
-    rc = run_in(d, "--cpu --tokens @/t.txt", out, sizeof out, gen, sizeof gen);
-    expect(rc == 0 && strstr(out, "sequence 1: next token"), "--tokens with eos ids -1 and 512: exit %d\n%s", rc, out);
-    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
-    snprintf(file, sizeof file, "%s/config.json: eos_token_id -1 is outside the vocabulary [0, 512): generation would "
-             "never stop at it; fix the file, or give --ignore-eos", d);
-    expect_one_line("--generate, eos -1 in config.json", 1, rc, out, file);
-    edit_file(d, "config.json", "\"eos_token_id\": -1", "\"eos_token_id\": 2");
-    rc = run_in(d, run, out, sizeof out, gen, sizeof gen);
-    snprintf(file, sizeof file, "%s/generation_config.json: eos_token_id 512 is outside the vocabulary [0, 512)", d);
-    expect_one_line("--generate, eos 512 in generation_config.json", 1, rc, out, file);
-    snprintf(file, sizeof file, "%s --ignore-eos", run);
-    rc = run_in(d, file, out, sizeof out, gen, sizeof gen);
-    expect(rc == 0, "--generate --ignore-eos with eos id 512: exit %d\n%s", rc, out);
-    summary("%d runs: eos ids of both files joined, sampling defaults taken and overridden, a malformed file named "
-            "with its line, eos ids outside the vocabulary refused by --generate alone", n + 13);
+    summary("%d runs: sampling defaults taken and overridden, a malformed file named with its line, 'up to 1 token'",
+            n + 7);
+    free(greedy);
     remove_dir(d);
 }
 
@@ -7420,26 +7558,97 @@ static void test_cli_refused_turn_keeps_the_others_outputs(void) {
     remove_dir(dir);
 }
 
+/* The outputs of a run are all written or none is: when one cannot be written (/dev/full), or the text cannot
+ * (stdout on /dev/full; stdout a pipe whose reader is gone: SIGPIPE at the first write), every file that was there
+ * before stays as it was, and no temporary file is left; a run that succeeds replaces them all. */
+static void test_cli_outputs_all_or_nothing(void) {
+    if (!have_cli()) return;
+    char dir[] = "/tmp/radixmlp-cli-XXXXXX";
+    if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
+    write_file(dir, "r.txt", "1 2 3\n4 5 6\n", 12);
+    const char *serve = "--requests @/r.txt --generate 3", *outs[3] = {"s.csv", "o.txt", "l.f32"};
+    const struct { const char *what, *args; int rc; } cases[] = {
+        {"--out /dev/full", "%s --stats @/s.csv --out /dev/full --dump-logits @/l.f32", 1},
+        {"--dump-logits /dev/full", "%s --stats @/s.csv --out @/o.txt --dump-logits /dev/full", 1},
+        {"--score's --out beside --dump-logits /dev/full", "--tokens @/r.txt --score 1,2 --last-only --out @/o.txt "
+         "--dump-logits /dev/full", 1},
+        {"stdout /dev/full", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 > /dev/full", 1},
+        {"SIGPIPE", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 >&5", 141},
+        {"a run that succeeds", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 > /dev/null", 0},
+    };
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        char args[600], at[1200], cmd[2048], out[4096], path[700];
+        for (int k = 0; k < 3; k++) write_file(dir, outs[k], "keep\n", 5);
+        snprintf(args, sizeof args, cases[i].args, serve);
+        at_dir(at, sizeof at, args, dir);
+        snprintf(cmd, sizeof cmd, "mkfifo %1$s/.p; exec 4<>%1$s/.p 5>%1$s/.p 4<&-; rm %1$s/.p; %2$s --cpu --model "
+                 "%3$s/tiny-tied %4$s", dir, cli(), fixtures(), at);     /* fd 5: a pipe with no reader left */
+        int rc = run_cmd(cmd, out, sizeof out), kept = 0, files = 0;
+        for (int k = 0; k < 3; k++) {
+            size_t len = 0;
+            snprintf(path, sizeof path, "%s/%s", dir, outs[k]);
+            char *b = (char *)read_file(path, &len);
+            kept += b && len == 5 && !memcmp(b, "keep\n", 5);
+            free(b);
+        }
+        DIR *d = opendir(dir);
+        for (struct dirent *e; d && (e = readdir(d));) files += e->d_name[0] != '.';
+        if (d) closedir(d);
+        expect(rc == cases[i].rc && files == 4 && kept == (i < n - 1 ? 3 : 0),
+               "%s: exit %d (want %d), %d files (want r.txt and 3 outputs), %d outputs as they were (want %d)\n%s",
+               cases[i].what, rc, cases[i].rc, files, kept, i < n - 1 ? 3 : 0, out);
+        note("%-48s exit %3d, %d of 3 outputs as they were, %d files", cases[i].what, rc, kept, files);
+    }
+    remove_dir(dir);
+}
+
+/* Runs `sh -c cmd` with SIGINT and SIGHUP at their defaults (`cmd &` in a script would start it with SIGINT
+ * ignored, as POSIX has it, and a program keeps a signal it finds ignored), and sends it sig once the file progress
+ * is not empty. The exit status as a shell gives it: 128 + the signal that ended it. */
+static int run_and_signal(const char *cmd, const char *progress, int sig) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGINT, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0, sent = 0;
+    struct stat st;
+    while (pid > 0 && waitpid(pid, &status, sent ? 0 : WNOHANG) == 0) {
+        if (!stat(progress, &st) && st.st_size > 0) sent = !kill(pid, sig);
+        else usleep(10000);
+    }
+    return pid < 0 ? -1 : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
 /* An output is written whole or not at all (rx_output_open): bench --csv FILE is renamed onto FILE when the run
- * succeeds, so that a run that fails (its tables cannot be written: stdout is /dev/full) or is interrupted (SIGINT,
- * once --generate has printed its first progress line: 17 more steps are left, on any machine's speed) leaves a FILE
- * there before as it was, and no temporary file beside it. */
+ * succeeds, so that a run that fails (its tables cannot be written: stdout is /dev/full) or is stopped leaves a FILE
+ * there before as it was, and no temporary file beside it. Each stop at a known point, whatever the machine's speed:
+ * SIGINT and SIGHUP once --generate has printed its first progress line (17 more steps are left), SIGPIPE at the
+ * first write to stdout, a pipe whose reader is gone before bench starts (`bench | head -c 10` in the worst case). */
 static void test_bench_csv_untouched_by_failed_runs(void) {
     if (access("./bench", X_OK) != 0) { skip_test("./bench is not built (run `make`)"); return; }
-    char dir[] = "/tmp/radixmlp-bench-XXXXXX", cmd[1024], out[8192], path[600];
+    char dir[] = "/tmp/radixmlp-bench-XXXXXX", cmd[1024], out[8192], path[600], err[600];
     if (!mkdtemp(dir)) { expect(0, "mkdtemp"); return; }
-    const struct { const char *what, *cmd; int rc; } cases[] = {
-        {"stdout /dev/full", "./bench --table 5 --quick --csv %s/t.csv > /dev/full", 1},
-        {"SIGINT after line 1", "./bench --generate --csv %1$s/t.csv 2> %1$s/.err > /dev/null & b=$!; "
-                                "until [ -s %1$s/.err ]; do sleep 0.01; done; kill -INT $b; wait $b", 130},
-        {"a run that succeeds", "./bench --table 5 --quick --csv %s/t.csv > /dev/null", 0},
+    const struct { const char *what, *cmd; int sig, rc; } cases[] = {
+        {"stdout /dev/full", "./bench --table 5 --quick --csv %s/t.csv > /dev/full", 0, 1},
+        {"SIGINT after line 1", "exec ./bench --generate --csv %1$s/t.csv 2> %1$s/.err > /dev/null", SIGINT, 130},
+        {"SIGHUP after line 1", "exec ./bench --generate --csv %1$s/t.csv 2> %1$s/.err > /dev/null", SIGHUP, 129},
+        {"SIGPIPE", "mkfifo %1$s/.p; exec 4<>%1$s/.p 5>%1$s/.p 4<&-; rm %1$s/.p; "        /* no reader left */
+                    "./bench --table 5 --quick --csv %1$s/t.csv >&5 2>/dev/null", 0, 141},
+        {"a run that succeeds", "./bench --table 5 --quick --csv %s/t.csv > /dev/null", 0, 0},
     };
-    for (int i = 0; i < 3; i++) {
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
         write_file(dir, "t.csv", "keep\n", 5);
         snprintf(path, sizeof path, "%s/t.csv", dir);
         chmod(path, 0640);
         snprintf(cmd, sizeof cmd, cases[i].cmd, dir);
-        int rc = run_cmd(cmd, out, sizeof out), files = 0;
+        snprintf(err, sizeof err, "%s/.err", dir);
+        unlink(err);
+        int rc = cases[i].sig ? run_and_signal(cmd, err, cases[i].sig) : run_cmd(cmd, out, sizeof out), files = 0;
         size_t len = 0;
         char *b = (char *)read_file(path, &len);
         struct stat st;
@@ -7447,7 +7656,7 @@ static void test_bench_csv_untouched_by_failed_runs(void) {
         for (struct dirent *e; d && (e = readdir(d));) files += e->d_name[0] != '.';
         if (d) closedir(d);
         int kept = b && !strcmp(b, "keep\n"), mode = !stat(path, &st) ? (int)(st.st_mode & 0777) : -1;
-        expect(rc == cases[i].rc && files == 1 && (i < 2 ? kept : b && !strncmp(b, "cpu,configuration", 17)) &&
+        expect(rc == cases[i].rc && files == 1 && (i < n - 1 ? kept : b && !strncmp(b, "cpu,configuration", 17)) &&
                mode == 0640, "%s: exit %d (want %d), %d files in the folder (want t.csv alone), mode %o, t.csv %s",
                cases[i].what, rc, cases[i].rc, files, mode, b ? b : "(none)");
         note("%-20s exit %3d, t.csv %s, mode %o, %d file%s in its folder", cases[i].what, rc,
@@ -7477,6 +7686,7 @@ static const Test tests[] = {
     {"loader", "half_formats_decode_exactly", test_half_formats_decode_exactly},
     {"loader", "misaligned_tensor_data_loads_as_aligned", test_misaligned_tensor_data_loads_as_aligned},
     {"loader", "config_parsing", test_config_parsing},
+    {"loader", "json_key_holding_nul_is_another_key", test_json_key_holding_nul_is_another_key},
     {"loader", "json_encodings_named", test_json_encodings_named},
     {"loader", "shard_index_names", test_shard_index_names},
     {"loader", "fixture_checkpoints_load", test_fixture_checkpoints_load},
@@ -7553,6 +7763,7 @@ static const Test tests[] = {
     {"cli", "nonfinite_weights_and_outputs_fail", test_cli_nonfinite_weights_and_outputs_fail},
     {"cli", "outputs_never_clobber_inputs", test_cli_outputs_never_clobber_inputs},
     {"cli", "write_errors_fail", test_cli_write_errors_fail},
+    {"cli", "outputs_all_or_nothing", test_cli_outputs_all_or_nothing},
     {"cli", "config_and_value_messages", test_cli_config_and_value_messages},
     {"cache", "radix_insert_match_split_at_page_boundaries", test_cache_radix_insert_match_split_at_page_boundaries},
     {"cache", "match_capped_at_len_minus_one", test_cache_match_capped_at_len_minus_one},
@@ -7572,6 +7783,7 @@ static const Test tests[] = {
     {"cache", "generation_same_tokens_across_batches_schedules_threads_paths",
      test_generation_same_tokens_across_batches_schedules_threads_paths},
     {"cache", "lpm_window_keeps_decisions", test_lpm_window_keeps_decisions},
+    {"cache", "compared_pages_grow_linearly_with_requests", test_cache_compared_pages_grow_linearly_with_requests},
     {"cache", "generation_turn_two_hits_turn_one_generated_tokens",
      test_generation_turn_two_hits_turn_one_generated_tokens},
     {"cache", "cli_generate_matches_transformers_greedy", test_cli_generate_matches_transformers_greedy},
@@ -7589,6 +7801,7 @@ static const Test tests[] = {
     {"cli", "outputs_are_never_stdout", test_cli_outputs_are_never_stdout},
     {"bench", "outputs_are_never_stdout", test_bench_outputs_are_never_stdout},
     {"cli", "exit_status_2_for_arguments_1_for_data", test_cli_exit_status_2_for_arguments_1_for_data},
+    {"cli", "eos_ids_as_transformers_generate_takes_them", test_cli_eos_ids_as_transformers_generate_takes_them},
     {"cli", "generation_config_as_transformers_reads_it", test_cli_generation_config_as_transformers},
     {"cli", "refused_turn_keeps_the_others_outputs", test_cli_refused_turn_keeps_the_others_outputs},
     {"bench", "failed_or_interrupted_run_leaves_csv_untouched", test_bench_csv_untouched_by_failed_runs},
