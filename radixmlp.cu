@@ -1530,6 +1530,26 @@ int gpu_model_random(GpuModel **g, const Qwen3Config *cfg, uint64_t seed) {
     return rc;
 }
 
+/* --------------------------------------------------------------------------------------------------------- cublas */
+/* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
+ * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once, on g's cuBLAS handle.
+ *
+ * cuBLAS is column-major. A row-major [r, c] matrix is, byte for byte, the column-major [c, r] matrix, its
+ * transpose, with leading dimension c. So cuBLAS sees x as x^T [in, rows], W as W^T [in, out] and the buffer y as
+ * y^T [out, rows], and we ask it for y^T = W x^T, i.e. C = op(A) op(B) with, argument by argument:
+ *   transa = T, A = W, lda = in     A is seen as W^T [in, out]; op(A) = W [out, in]
+ *   transb = N, B = x, ldb = in     B is seen as x^T [in, rows]; op(B) = x^T
+ *   m = out, n = rows, k = in       C = op(A) op(B) is [out, rows]
+ *   C = y, ldc = out                y^T [out, rows] column-major is exactly y [rows, out] row-major
+ * No copy and no explicit transpose anywhere. */
+int gpu_gemm(GpuModel *g, void *y, const void *x, const void *W, int rows, int in, int out) {
+    const float one = 1.0f, zero = 0.0f;
+    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
+    CUBLAS_CHECK(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, W, CUDA_R_16BF, in, x,
+                              CUDA_R_16BF, in, &zero, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
 /* ---------------------------------------------------------------------------------- the gpu forward (algorithm 1) */
 /* The C forward, step for step, on the device: the same Layout (built on the host, then uploaded), the activations
  * in one struct (GpuWork, as RefActs), each layer in two steps around the K/V store (gpu_layer_qkv,
@@ -4580,26 +4600,6 @@ int gpu_set_attention(GpuModel *g, RxAttention attention) {
         return rx_fail("the flash attention kernel is built for head_dim %d; this model has head_dim %d (use "
                        "RX_ATTN_AUTO or RX_ATTN_NAIVE)", FLASH_D, g->cfg.head_dim);
     g->attention = attention;
-    return 0;
-}
-
-/* --------------------------------------------------------------------------------------------------------- cublas */
-/* y = x @ W^T, PyTorch's nn.Linear without bias: x [rows, in], W [out, in] (as nn.Linear stores it), y [rows, out],
- * all row-major bf16; products accumulated in fp32 (CUBLAS_COMPUTE_32F), y rounded to bf16 once, on g's cuBLAS handle.
- *
- * cuBLAS is column-major. A row-major [r, c] matrix is, byte for byte, the column-major [c, r] matrix, its
- * transpose, with leading dimension c. So cuBLAS sees x as x^T [in, rows], W as W^T [in, out] and the buffer y as
- * y^T [out, rows], and we ask it for y^T = W x^T, i.e. C = op(A) op(B) with, argument by argument:
- *   transa = T, A = W, lda = in     A is seen as W^T [in, out]; op(A) = W [out, in]
- *   transb = N, B = x, ldb = in     B is seen as x^T [in, rows]; op(B) = x^T
- *   m = out, n = rows, k = in       C = op(A) op(B) is [out, rows]
- *   C = y, ldc = out                y^T [out, rows] column-major is exactly y [rows, out] row-major
- * No copy and no explicit transpose anywhere. */
-int gpu_gemm(GpuModel *g, void *y, const void *x, const void *W, int rows, int in, int out) {
-    const float one = 1.0f, zero = 0.0f;
-    if (!g) return rx_fail("gpu_gemm needs a GPU model: it runs on the model's cuBLAS handle");
-    CUBLAS_CHECK(cublasGemmEx(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, &one, W, CUDA_R_16BF, in, x,
-                              CUDA_R_16BF, in, &zero, y, CUDA_R_16BF, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 
