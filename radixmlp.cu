@@ -91,6 +91,8 @@ static int64_t rx_numel(const RxTensor *t);
 static float rx_tensor_at(const RxTensor *t, int64_t i);            /* element i as fp32, exactly */
 static int rx_batch_check(const RxBatch *b, const Qwen3Config *c, const char *path);  /* ids, positions, cu_seqlens */
 static uint64_t rx_rand(uint64_t *s);                               /* splitmix64 */
+static void free_each(void *const *p, size_t n) { for (size_t i = 0; i < n; i++) free(p[i]); }
+#define FREE_ALL(...) do { void *all_[] = {__VA_ARGS__}; free_each(all_, sizeof all_ / sizeof all_[0]); } while (0)
 static float **model_panels(const Qwen3Model *m);    /* [n_tensors] the reference's packed weights (NULL: none yet) */
 static int rx_fast(void);        /* 0 on the definition path (RADIXMLP_CPU=definition), else 1: the speed sections */
 
@@ -474,14 +476,8 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
         first[parent[c]] = c;
     }
     fprintf(out, "root\n");
-    TrieDrawing t = {
-        .ix = ix,
-        .input_ids = input_ids,
-        .position_ids = position_ids,
-        .first = first,
-        .next = next,
-        .mult = mult,
-    };
+    TrieDrawing t = {.ix = ix, .input_ids = input_ids, .position_ids = position_ids, .first = first, .next = next,
+                     .mult = mult};
     draw_tree(out, first, next, nc, nc + 1, trie_line, &t);
     free(first);
 }
@@ -778,13 +774,7 @@ typedef struct {
 
 static void layout_free(Layout *L) {
     radix_index_free(&L->ix);
-    free(L->tok);
-    free(L->pos);
-    free(L->last);
-    free(L->cu_q);
-    free(L->seq_start);
-    free(L->kv_row);
-    free(L->q_tok);
+    FREE_ALL(L->tok, L->pos, L->last, L->cu_q, L->seq_start, L->kv_row, L->q_tok);
     memset(L, 0, sizeof *L);
 }
 
@@ -873,24 +863,8 @@ typedef struct {
 } RefActs;
 
 static void acts_free(RefActs *a) {
-    free(a->h);
-    free(a->xn);
-    free(a->q);
-    free(a->k);
-    free(a->v);
-    free(a->att);
-    free(a->gate);
-    free(a->up);
-    free(a->qN);
-    free(a->attN);
-    free(a->kN);
-    free(a->vN);
-    free(a->x_last);
-    free(a->logits_R);
-    free(a->norm_w);
-    free(a->rope_cos);
-    free(a->rope_sin);
-    free(a->xp);
+    FREE_ALL(a->h, a->xn, a->q, a->k, a->v, a->att, a->gate, a->up, a->qN, a->attN, a->kN, a->vN, a->x_last,
+             a->logits_R, a->norm_w, a->rope_cos, a->rope_sin, a->xp);
     memset(a, 0, sizeof *a);
 }
 
@@ -1842,10 +1816,7 @@ int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int k
 }
 
 void rx_kv_pool_free(RxKvPool *p) {
-    free(p->k);
-    free(p->v);
-    free(p->ref);
-    free(p->free_list);
+    FREE_ALL(p->k, p->v, p->ref, p->free_list);
     memset(p, 0, sizeof *p);
 }
 
@@ -2264,11 +2235,7 @@ void rx_cache_free(RxPrefixCache *c) {
         if (c->node[i].used) radix_drop(c, i);                  /* its pages back to the pool */
     for (int32_t p = 0; c->entry && p < c->pool->n_pages; p++)
         if (c->entry[p].used) rx_kv_page_release(c->pool, p);
-    free(c->node);
-    free(c->entry);
-    free(c->entry_tokens);
-    free(c->bucket);
-    free(c);
+    FREE_ALL(c->node, c->entry, c->entry_tokens, c->bucket, c);
 }
 
 int rx_cache_lookup(RxPrefixCache *c, uint64_t model_id, const int32_t *tokens, int n, int32_t *pages_out) {
@@ -3234,16 +3201,7 @@ done:
     rx_cache_free(S.c);
     rx_kv_pool_free(&pool);
     gpu_kv_pool_free(gpu_kv);
-    free(S.req);
-    free(S.turn);
-    free(S.queue);
-    free(S.run);
-    free(w.cached_len);
-    free(w.prefix_key);
-    free(w.tables);
-    free(w.seqs);
-    free(w.sfx_lens);
-    free(w.logits);
+    FREE_ALL(S.req, S.turn, S.queue, S.run, w.cached_len, w.prefix_key, w.tables, w.seqs, w.sfx_lens, w.logits);
     return rc;
 }
 
@@ -3573,13 +3531,10 @@ int gpu_prefill(GpuModel *, GpuKvPool *, const RxBatch *, const RxPrefill *, RxM
  * the compiler vectorizes them without reordering any sum (no -ffast-math). Without -fopenmp (the emulator's build)
  * the pragmas vanish and one thread runs the same code.
  *
- * Threads must never slow a forward. A parallel loop costs a wake-up and a join, and the join waits for the slowest
- * thread: on a busy machine, one that is not running, while the others spin on their cores (libgomp spins about
- * 300000 rounds before it sleeps), so a join can cost a scheduler time slice, milliseconds. A loop therefore runs in
- * parallel only when its work pays for that: if(work >= RX_GRAIN), as PyTorch's parallel_for grain, with work in
- * multiply-adds (or elements); 2^20 of them take about 0.3 ms on one core. Below it no thread waits at all.
- * (The spinning itself can only be shortened from outside, OMP_WAIT_POLICY=passive: libgomp reads it in its own
- * constructor, before any setenv of this program, even one from a .preinit_array function.) */
+ * Threads must never slow a forward: a join waits for the slowest thread, which on a busy machine may not be running
+ * (a scheduler time slice, milliseconds). A loop runs in parallel only when its work pays for that, if(work >=
+ * RX_GRAIN) as PyTorch's parallel_for grain, work in multiply-adds or elements (docs/results.md, 2026-11-25:
+ * threads on a busy machine; OMP_WAIT_POLICY=passive shortens libgomp's spinning, from outside only). */
 
 enum { RX_GRAIN = 1 << 20 };
 #ifdef _OPENMP
@@ -4004,14 +3959,7 @@ typedef struct {
 } AttnWork;
 
 static int attention_free(AttnWork *w, int n_t) {
-    free(w->seq_blk);
-    free(w->blk);
-    free(w->src);
-    free(w->owner);
-    free(w->chunk);
-    free(w->kp);
-    free(w->vp);
-    free(w->s);
+    FREE_ALL(w->seq_blk, w->blk, w->src, w->owner, w->chunk, w->kp, w->vp, w->s);
     return n_t ? rx_fail("out of host memory for attention (%d keys)", n_t) : 0;
 }
 
@@ -6207,21 +6155,9 @@ static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_t
 }
 
 static int demo(void) {
-    Qwen3Config cfg = {
-        .vocab_size = 2048,
-        .hidden_size = 256,
-        .intermediate_size = 768,
-        .n_layers = 4,
-        .n_heads = 8,
-        .n_kv_heads = 4,
-        .head_dim = 64,
-        .max_position_embeddings = 4096,
-        .rope_theta = 1e6,
-        .rms_norm_eps = 1e-6,
-        .tie_word_embeddings = 1,
-        .eos_token_id = {0},
-        .n_eos = 0,
-    };
+    Qwen3Config cfg = {.vocab_size = 2048, .hidden_size = 256, .intermediate_size = 768, .n_layers = 4,
+                       .n_heads = 8, .n_kv_heads = 4, .head_dim = 64, .max_position_embeddings = 4096,
+                       .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1, .n_eos = 0};
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 42)) return -1;
     printf("radixmlp demo: a random Qwen3 held in memory (vocab %d, hidden %d, %d layers, %d heads / %d kv heads,\n"
