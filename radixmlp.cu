@@ -3625,10 +3625,14 @@ int rx_threads(int n) {
  * the last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
  * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is picked
  * at run time (rx_cpu_path): the widest the CPU has; RADIXMLP_CPU=portable|avx2|avx512, or rx_cpu_path(), forces one,
- * and every one gives the same bits. A panel comes from memory once per call, to its first tile, which would wait on it
- * row by row (measured on an Intel Xeon: docs/results.md); so each SIMD tile fetches 8 * in floats more into L2 as it
- * runs (next, a cache line every second step; NULL: none), and a panel's tiles take the next panel's in turn. */
-enum { MM_ROWS = 6, MM_COLS = 64 };
+ * and every one gives the same bits. The tiles run over MM_KC inputs at a time, all the tiles of a block of inputs
+ * before the next block, so that a panel's block (at most 256 KiB) stays in L2 while every row tile reads it, however
+ * long the rows: a chain goes on from block to block through y (stored, then read back: the same float). A panel's
+ * block comes from memory to its first tile, which would wait on it row by row; so the AVX-512 tile also fetches 8 * kn
+ * floats into L2 as it runs (next, a cache line every second step; NULL: none), and a panel's tiles take the next
+ * panel's block in turn, in 8 shares (measured on an Intel Xeon: docs/results.md). The AVX2 tile fetches nothing: the
+ * fetch was never measured on the AMD cores that run it. */
+enum { MM_ROWS = 6, MM_COLS = 64, MM_KC = 1024 };
 
 size_t rx_packed_floats(int out, int in) {
     return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
@@ -3666,7 +3670,7 @@ void rx_pack_weight(float *wp, const RxTensor *W) {
 }
 
 /* One tile, portable C: acc[j][c] = fmaf(xp[i][j], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
- * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]; next is the SIMD tiles'. */
+ * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]; next is the AVX-512 tile's. */
 static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in,
                              const float *next) {
     (void)next;
@@ -3683,22 +3687,19 @@ static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const
 __attribute__((target("avx2,fma")))
 static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in, const float *next) {
     enum { ROWS = 3, COLS = 32, NV = COLS / 8 };
+    (void)next;
     for (int j0 = 0; j0 < MM_ROWS; j0 += ROWS)
         for (int c0 = 0; c0 < MM_COLS; c0 += COLS) {
             __m256 a[ROWS * NV];                                    /* a[j * NV + v]: row j0 + j, c0 + 8v.. */
 #pragma GCC unroll 12
             for (int k = 0; k < ROWS * NV; k++) a[k] = _mm256_loadu_ps(acc[j0 + k / NV] + c0 + 8 * (k % NV));
             for (int i = 0; i < in; i++) {
-                if (next && j0 + c0 == 0 && i % 2 == 0) _mm_prefetch((const char *)(next + 8 * (size_t)i), _MM_HINT_T1);
                 __m256 w[NV];                                       /* W[o0 + c0+8v .. o0 + c0+8v+7][i] */
 #pragma GCC unroll 4
                 for (int v = 0; v < NV; v++) w[v] = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + c0 + 8 * v);
-#pragma GCC unroll 3
-                for (int j = 0; j < ROWS; j++) {
-                    __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j0 + j);
-#pragma GCC unroll 4
-                    for (int v = 0; v < NV; v++) a[j * NV + v] = _mm256_fmadd_ps(xv, w[v], a[j * NV + v]);
-                }
+#pragma GCC unroll 12
+                for (int k = 0; k < ROWS * NV; k++)                    /* x of row j0 + k / NV, broadcast */
+                    a[k] = _mm256_fmadd_ps(_mm256_set1_ps(xp[(size_t)i * MM_ROWS + j0 + k / NV]), w[k % NV], a[k]);
             }
 #pragma GCC unroll 12
             for (int k = 0; k < ROWS * NV; k++) _mm256_storeu_ps(acc[j0 + k / NV] + c0 + 8 * (k % NV), a[k]);
@@ -3720,12 +3721,9 @@ static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const f
         __m512 w[NV];                                               /* W[o0 + 16v .. o0 + 16v+15][i] */
 #pragma GCC unroll 4
         for (int v = 0; v < NV; v++) w[v] = _mm512_loadu_ps(panel + (size_t)i * MM_COLS + 16 * v);
-#pragma GCC unroll 6
-        for (int j = 0; j < MM_ROWS; j++) {
-            __m512 xv = _mm512_set1_ps(xp[(size_t)i * MM_ROWS + j]);
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) a[j * NV + v] = _mm512_fmadd_ps(xv, w[v], a[j * NV + v]);
-        }
+#pragma GCC unroll 24
+        for (int k = 0; k < MM_ROWS * NV; k++)                         /* x of row k / NV, broadcast */
+            a[k] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(size_t)i * MM_ROWS + k / NV]), w[k % NV], a[k]);
     }
 #pragma GCC unroll 24
     for (int k = 0; k < MM_ROWS * NV; k++) _mm512_storeu_ps(acc[k / NV] + 16 * (k % NV), a[k]);
@@ -3854,23 +3852,26 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
     RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
     for (int t = 0; t < n_pack; t++) {                               /* x -> xp, a tile of MM_ROWS rows at a time */
         const float *xr[MM_ROWS];
-        for (int j = 0; j < MM_ROWS; j++) {
-            int r = t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1;        /* past the last row: repeat it */
-            xr[j] = x + (size_t)r * in;
-        }
+        for (int j = 0; j < MM_ROWS; j++)                                      /* past the last row: repeat it */
+            xr[j] = x + (size_t)(t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1) * in;
         pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
     }
-    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
-    for (long t = 0; t < (long)n_rt * n_panels; t++) {
-        int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
-        int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
-        int share = (int)(t % n_rt) % (MM_COLS / 8);        /* of the next panel's MM_COLS / 8, 8 * in floats each */
-        const float *next = o0 + MM_COLS < out ? wp + ((size_t)o0 + MM_COLS + 8 * share) * in : NULL;
-        float acc[MM_ROWS][MM_COLS];
-        memset(acc, 0, sizeof acc);
-        mm_tile(acc, xp + (size_t)r0 * in, wp + (size_t)o0 * in, in, next);
-        for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
-            memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
+    for (int k0 = 0; k0 < in; k0 += MM_KC) {                          /* inputs k0 .. k0+kn-1 of every chain */
+        int kn = in - k0 < MM_KC ? in - k0 : MM_KC;
+        RX_OMP(omp parallel for schedule(static) if((double)rows * kn * out >= RX_GRAIN))
+        for (long t = 0; t < (long)n_rt * n_panels; t++) {
+            int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;      /* panel major */
+            int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                    /* < MM_COLS: the last panel */
+            const float *panel = wp + (size_t)o0 * in + (size_t)k0 * MM_COLS;         /* its block, [kn][MM_COLS] */
+            const float *next = o0 + MM_COLS < out ? panel + (size_t)in * MM_COLS : NULL;    /* the next panel's, */
+            if (next) next += 8 * (t % n_rt % (MM_COLS / 8)) * kn;     /* this tile's share (of MM_COLS / 8) of it */
+            float acc[MM_ROWS][MM_COLS] = {{0.0f}};
+            for (int j = 0; j < MM_ROWS && k0 > 0; j++)         /* the chains so far, where the last block left them */
+                memcpy(acc[j], y + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * out + o0, sizeof(float) * width);
+            mm_tile(acc, xp + (size_t)r0 * in + (size_t)k0 * MM_ROWS, panel, kn, next);
+            for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
+                memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
+        }
     }
 }
 

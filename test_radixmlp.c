@@ -1329,13 +1329,14 @@ static void test_reference_radix_equals_baseline_table7a(void) {
  * rx_matmul_ref, bit for bit: every output the same chain of fmaf over i in increasing order. On every instruction
  * set path the CPU has (cpu_paths), at edge shapes (one row, rows below, at and past a 6-row
  * tile, outputs below, at and past a 64-wide panel, a last panel of 1 to 63, a panel's tiles past the 8 shares of
- * the next panel they fetch), each row also alone (rows = 1): a row's result must not depend on the rows around it,
- * on its place in a tile, or on the path; 1 and 2 threads. */
+ * the next panel they fetch, inputs past one and two blocks of 1024), each row also alone (rows = 1): a row's result
+ * must not depend on the rows around it, on its place in a tile, or on the path; 1 and 2 threads. */
 static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     static const int shapes[][3] = {{1, 64, 16}, {3, 7, 17}, {4, 33, 5}, {5, 64, 48}, {9, 100, 33}, {13, 1, 100},
                                     {2, 50, 31}, {6, 257, 16}, {7, 129, 47}, {64, 300, 200},
                                     {8, 600, 40}, {4, 20, 32}, {5, 40, 64}, {3, 10, 65}, {11, 9, 95},
-                                    {2, 70, 63}, {7, 33, 127}, {4, 12, 128}, {50, 17, 129}};
+                                    {2, 70, 63}, {7, 33, 127}, {4, 12, 128}, {50, 17, 129}, {7, 1100, 70},
+                                    {50, 2100, 40}};
                                                                                      /* rows, in, out */
     const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
     char list[RX_LIST];
