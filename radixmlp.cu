@@ -3577,19 +3577,25 @@ int rx_threads(int n) {
  * A tile of MM_ROWS rows x MM_COLS outputs keeps its sums in registers, one SIMD lane per output, and reads each
  * weight once for MM_ROWS rows and each x once for MM_COLS outputs:
  *
- *            o0 ... o0+31              every lane of every row of the tile does the same thing:
+ *            o0 ... o0+63              every lane of every row of the tile does the same thing:
  *     r0   [ acc acc ... acc ]            acc = fma(x[r][i], W[o][i], acc)   (one rounding, i = 0, 1, ...)
- *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+31][i] ]  (row i of the panel)
+ *     ..   [  MM_ROWS rows   ]  += x[r][i] * [ W[o0][i] ... W[o0+63][i] ]  (row i of the panel)
  *     r5   [ acc acc ... acc ]
  *
- * With AVX-512 that is 12 accumulators of 16 lanes; AVX2 runs it as two halves of 3 rows, 12 accumulators of 8
- * lanes each. One panel layout serves both (and the portable C), so every path reads the same packed weights.
- * Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats the
- * last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
- * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is
- * picked at run time (rx_cpu_path): the widest the CPU has; RADIXMLP_CPU=portable|avx2|avx512, or rx_cpu_path(),
- * forces one, and every one gives the same bits. */
-enum { MM_ROWS = 6, MM_COLS = 32 };
+ * With AVX-512 that is 24 accumulators of 16 lanes; AVX2 runs it as four quarters of 3 rows x 32 outputs, 12
+ * accumulators of 8 lanes each. One panel layout serves both (and the portable C), so every path reads the same packed
+ * weights. Edges take the same path, so no row's arithmetic depends on where it falls: a tile past the last row repeats
+ * the last row (and stores nothing for it); the padded lanes of the last panel store nothing. Threads share out the
+ * tiles, panel by panel, once the matmul is big enough to pay for waking them (RX_GRAIN). The instruction set is picked
+ * at run time (rx_cpu_path): the widest the CPU has; RADIXMLP_CPU=portable|avx2|avx512, or rx_cpu_path(), forces one,
+ * and every one gives the same bits. The tiles run over MM_KC inputs at a time, all the tiles of a block of inputs
+ * before the next block, so that a panel's block (at most 256 KiB) stays in L2 while every row tile reads it, however
+ * long the rows: a chain goes on from block to block through y (stored, then read back: the same float). A panel's
+ * block comes from memory to its first tile, which would wait on it row by row; so the AVX-512 tile also fetches 8 * kn
+ * floats into L2 as it runs (next, a cache line every second step; NULL: none), and a panel's tiles take the next
+ * panel's block in turn, in 8 shares (measured on an Intel Xeon: docs/results.md). The AVX2 tile fetches nothing: the
+ * fetch was never measured on the AMD cores that run it. */
+enum { MM_ROWS = 6, MM_COLS = 64, MM_KC = 1024 };
 
 size_t rx_packed_floats(int out, int in) {
     return (size_t)(out + MM_COLS - 1) / MM_COLS * MM_COLS * (size_t)in;
@@ -3627,8 +3633,10 @@ void rx_pack_weight(float *wp, const RxTensor *W) {
 }
 
 /* One tile, portable C: acc[j][c] = fmaf(xp[i][j], panel[i][c], acc[j][c]) for i = 0 .. in-1, continuing the chains
- * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]. */
-static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
+ * already in acc (zeros for a fresh start); xp [in][MM_ROWS], panel [in][MM_COLS]; next is the AVX-512 tile's. */
+static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in,
+                             const float *next) {
+    (void)next;
     for (int i = 0; i < in; i++)
         for (int j = 0; j < MM_ROWS; j++)
             for (int c = 0; c < MM_COLS; c++)
@@ -3636,65 +3644,52 @@ static void mm_tile_portable(float acc[MM_ROWS][MM_COLS], const float *xp, const
 }
 
 /* The same tile with AVX2 + FMA, compiled for them whatever the build's flags, called only where the CPU has them:
- * 16 registers of 8 lanes hold half the tile, 3 rows x 32 outputs (12 accumulators, four weight vectors, one
- * broadcast x, all 16), so it runs twice, on rows 0-2 and 3-5 of the same panel. A step is 4 weight loads,
- * 3 broadcasts and 12 FMAs, 12 independent chains: two 8-lane FMA units with a 4-cycle latency need 8. */
+ * a quarter at a time, 3 rows x 32 outputs in 16 registers of 8 lanes (12 accumulators, 4 weight vectors and a
+ * broadcast x); a step is 4 weight loads, 3 broadcasts and 12 FMAs, 12 chains where two FMA units need 8. */
 #ifdef RX_X86
 __attribute__((target("avx2,fma")))
-static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
-    enum { HALF = MM_ROWS / 2, NV = MM_COLS / 8 };
-    for (int j0 = 0; j0 < MM_ROWS; j0 += HALF) {
-        __m256 a[HALF][NV];
-#pragma GCC unroll 3
-        for (int j = 0; j < HALF; j++)
+static void mm_tile_avx2(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in, const float *next) {
+    enum { ROWS = 3, COLS = 32, NV = COLS / 8 };
+    (void)next;
+    for (int j0 = 0; j0 < MM_ROWS; j0 += ROWS)
+        for (int c0 = 0; c0 < MM_COLS; c0 += COLS) {
+            __m256 a[ROWS * NV];                                    /* a[j * NV + v]: row j0 + j, c0 + 8v.. */
+#pragma GCC unroll 12
+            for (int k = 0; k < ROWS * NV; k++) a[k] = _mm256_loadu_ps(acc[j0 + k / NV] + c0 + 8 * (k % NV));
+            for (int i = 0; i < in; i++) {
+                __m256 w[NV];                                       /* W[o0 + c0+8v .. o0 + c0+8v+7][i] */
 #pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) a[j][v] = _mm256_loadu_ps(acc[j0 + j] + 8 * v);
-        for (int i = 0; i < in; i++) {
-            __m256 w[NV];                                           /* W[o0 + 8v .. o0 + 8v+7][i] */
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) w[v] = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + 8 * v);
-#pragma GCC unroll 3
-            for (int j = 0; j < HALF; j++) {
-                __m256 xv = _mm256_broadcast_ss(xp + (size_t)i * MM_ROWS + j0 + j);
-#pragma GCC unroll 4
-                for (int v = 0; v < NV; v++) a[j][v] = _mm256_fmadd_ps(xv, w[v], a[j][v]);
+                for (int v = 0; v < NV; v++) w[v] = _mm256_loadu_ps(panel + (size_t)i * MM_COLS + c0 + 8 * v);
+#pragma GCC unroll 12
+                for (int k = 0; k < ROWS * NV; k++)                    /* x of row j0 + k / NV, broadcast */
+                    a[k] = _mm256_fmadd_ps(_mm256_set1_ps(xp[(size_t)i * MM_ROWS + j0 + k / NV]), w[k % NV], a[k]);
             }
+#pragma GCC unroll 12
+            for (int k = 0; k < ROWS * NV; k++) _mm256_storeu_ps(acc[j0 + k / NV] + c0 + 8 * (k % NV), a[k]);
         }
-#pragma GCC unroll 3
-        for (int j = 0; j < HALF; j++)
-#pragma GCC unroll 4
-            for (int v = 0; v < NV; v++) _mm256_storeu_ps(acc[j0 + j] + 8 * v, a[j][v]);
-    }
 }
 
-/* And with AVX-512, the whole tile at once: 12 accumulators of 16 lanes (6 rows x 2 registers), a step 2 weight
- * loads, 6 broadcasts and 12 FMAs. The shape is chosen for a core with two 512-bit FMA units (Intel Xeon): with a
- * 4-cycle latency it needs 8 independent chains to issue two FMAs a cycle, and 12 leave room to hide the loads; 8
- * loads a step (two ports) take 4 cycles against the FMAs' 6, where 12 rows x 16 would need 13 loads, more cycles
- * than its FMAs. A core with one (AMD Zen 4) needs only 4. Measured on Zen 4: docs/results.md. */
+/* And with AVX-512, the whole tile at once: 24 accumulators of 16 lanes (6 rows x 4 registers), a step 4 weight
+ * loads, 6 broadcasts and 24 FMAs: as few loads per FMA as 32 registers allow (a 6 x 32 tile has 8 for 12), because
+ * on an Intel Xeon each load in the loop slows the FMAs (docs/results.md). */
 __attribute__((target("avx512f")))
-static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in) {
+static void mm_tile_avx512(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in,
+                           const float *next) {
     enum { NV = MM_COLS / 16 };
-    __m512 a[MM_ROWS][NV];
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++)
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) a[j][v] = _mm512_loadu_ps(acc[j] + 16 * v);
+    __m512 a[MM_ROWS * NV];                                     /* a[j * NV + v]: row j, outputs 16v .. 16v+15 */
+#pragma GCC unroll 24
+    for (int k = 0; k < MM_ROWS * NV; k++) a[k] = _mm512_loadu_ps(acc[k / NV] + 16 * (k % NV));
     for (int i = 0; i < in; i++) {
+        if (next && i % 2 == 0) _mm_prefetch((const char *)(next + 8 * (size_t)i), _MM_HINT_T1);
         __m512 w[NV];                                               /* W[o0 + 16v .. o0 + 16v+15][i] */
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int v = 0; v < NV; v++) w[v] = _mm512_loadu_ps(panel + (size_t)i * MM_COLS + 16 * v);
-#pragma GCC unroll 6
-        for (int j = 0; j < MM_ROWS; j++) {
-            __m512 xv = _mm512_set1_ps(xp[(size_t)i * MM_ROWS + j]);
-#pragma GCC unroll 2
-            for (int v = 0; v < NV; v++) a[j][v] = _mm512_fmadd_ps(xv, w[v], a[j][v]);
-        }
+#pragma GCC unroll 24
+        for (int k = 0; k < MM_ROWS * NV; k++)                         /* x of row k / NV, broadcast */
+            a[k] = _mm512_fmadd_ps(_mm512_set1_ps(xp[(size_t)i * MM_ROWS + k / NV]), w[k % NV], a[k]);
     }
-#pragma GCC unroll 6
-    for (int j = 0; j < MM_ROWS; j++)
-#pragma GCC unroll 2
-        for (int v = 0; v < NV; v++) _mm512_storeu_ps(acc[j] + 16 * v, a[j][v]);
+#pragma GCC unroll 24
+    for (int k = 0; k < MM_ROWS * NV; k++) _mm512_storeu_ps(acc[k / NV] + 16 * (k % NV), a[k]);
 }
 #endif
 
@@ -3729,7 +3724,7 @@ static void exp_row_avx2(float *y, const float *x, float a, float b, size_t n) {
 #endif
 
 /* ----------------------------------------------------------- part iii: the cpu paths (RADIXMLP_CPU), the fast ops */
-typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in);
+typedef void (*MmTile)(float acc[MM_ROWS][MM_COLS], const float *xp, const float *panel, int in, const float *next);
 typedef void (*ExpRow)(float *y, const float *x, float a, float b, size_t n);
 /* The paths, narrowest first: "definition" runs Part I's definitions on one thread (its tables' entries serve only
  * the public packed matmul and exp, called on their own); the exponential (1% of a forward) stays on AVX2 in the
@@ -3820,21 +3815,26 @@ void rx_matmul_packed_ref(float *y, const float *x, const float *wp, int rows, i
     RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
     for (int t = 0; t < n_pack; t++) {                               /* x -> xp, a tile of MM_ROWS rows at a time */
         const float *xr[MM_ROWS];
-        for (int j = 0; j < MM_ROWS; j++) {
-            int r = t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1;        /* past the last row: repeat it */
-            xr[j] = x + (size_t)r * in;
-        }
+        for (int j = 0; j < MM_ROWS; j++)                                      /* past the last row: repeat it */
+            xr[j] = x + (size_t)(t * MM_ROWS + j < rows ? t * MM_ROWS + j : rows - 1) * in;
         pack_tile(xp + (size_t)t * in * MM_ROWS, xr, in);
     }
-    RX_OMP(omp parallel for schedule(static) if((double)rows * in * out >= RX_GRAIN))
-    for (long t = 0; t < (long)n_rt * n_panels; t++) {
-        int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;          /* panel major */
-        int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                        /* < MM_COLS: the last panel */
-        float acc[MM_ROWS][MM_COLS];
-        memset(acc, 0, sizeof acc);
-        mm_tile(acc, xp + (size_t)r0 * in, wp + (size_t)o0 * in, in);
-        for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
-            memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
+    for (int k0 = 0; k0 < in; k0 += MM_KC) {                          /* inputs k0 .. k0+kn-1 of every chain */
+        int kn = in - k0 < MM_KC ? in - k0 : MM_KC;
+        RX_OMP(omp parallel for schedule(static) if((double)rows * kn * out >= RX_GRAIN))
+        for (long t = 0; t < (long)n_rt * n_panels; t++) {
+            int r0 = (int)(t % n_rt) * MM_ROWS, o0 = (int)(t / n_rt) * MM_COLS;      /* panel major */
+            int width = out - o0 < MM_COLS ? out - o0 : MM_COLS;                    /* < MM_COLS: the last panel */
+            const float *panel = wp + (size_t)o0 * in + (size_t)k0 * MM_COLS;         /* its block, [kn][MM_COLS] */
+            const float *next = o0 + MM_COLS < out ? panel + (size_t)in * MM_COLS : NULL;    /* the next panel's, */
+            if (next) next += 8 * (t % n_rt % (MM_COLS / 8)) * kn;     /* this tile's share (of MM_COLS / 8) of it */
+            float acc[MM_ROWS][MM_COLS] = {{0.0f}};
+            for (int j = 0; j < MM_ROWS && k0 > 0; j++)         /* the chains so far, where the last block left them */
+                memcpy(acc[j], y + (size_t)(r0 + j < rows ? r0 + j : rows - 1) * out + o0, sizeof(float) * width);
+            mm_tile(acc, xp + (size_t)r0 * in + (size_t)k0 * MM_ROWS, panel, kn, next);
+            for (int j = 0; j < MM_ROWS && r0 + j < rows; j++)
+                memcpy(y + (size_t)(r0 + j) * out + o0, acc[j], sizeof(float) * (size_t)width);
+        }
     }
 }
 
@@ -4073,7 +4073,7 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
         pack_tile(xp, xr, head_dim);                                       /* [head_dim][MM_ROWS] */
         for (int j0 = 0; j0 < width; j0 += MM_COLS) {                      /* S = Q K^T, a block of keys at a time */
             memset(acc, 0, sizeof acc);
-            mm_tile(acc, xp, kh + blk[j0 / MM_COLS] * k_blk, head_dim);
+            mm_tile(acc, xp, kh + blk[j0 / MM_COLS] * k_blk, head_dim, NULL);
             for (int j = 0; j < MM_ROWS; j++) memcpy(s + (size_t)j * long_pad + j0, acc[j], sizeof acc[j]);
         }
         for (int j = 0; j < n; j++) {                                      /* P = softmax(S * scale), row by row */
@@ -4098,7 +4098,7 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
                     if (len[j] > done && len[j] < next) next = len[j];
                 if (next > done / MM_COLS * MM_COLS + MM_COLS) next = done / MM_COLS * MM_COLS + MM_COLS;
                 const float *vb = vh + blk[done / MM_COLS] * v_blk + (size_t)i0 * MM_COLS;   /* [MM_COLS keys][..] */
-                mm_tile(acc, xp + (size_t)done * MM_ROWS, vb + (size_t)(done % MM_COLS) * MM_COLS, next - done);
+                mm_tile(acc, xp + (size_t)done * MM_ROWS, vb + (size_t)(done % MM_COLS) * MM_COLS, next - done, NULL);
                 for (int j = 0; j < n; j++)
                     if (len[j] == next)
                         memcpy(out + (size_t)r_of[j] * qd + (size_t)h_of[j] * head_dim + i0, acc[j],

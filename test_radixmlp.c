@@ -1354,12 +1354,15 @@ static void test_reference_radix_equals_baseline_table7a(void) {
 /* The forward's matmul (packed weight, tiled, vectorized across outputs, threaded) against the definition
  * rx_matmul_ref, bit for bit: every output the same chain of fmaf over i in increasing order. On every instruction
  * set path the CPU has (cpu_paths), at edge shapes (one row, rows below, at and past a 6-row
- * tile, outputs below, at and past a 32-wide panel, a last panel of 1 to 31), each row also alone (rows = 1): a
- * row's result must not depend on the rows around it, on its place in a tile, or on the path; 1 and 2 threads. */
+ * tile, outputs below, at and past a 64-wide panel, a last panel of 1 to 63, a panel's tiles past the 8 shares of
+ * the next panel they fetch, inputs past one and two blocks of 1024), each row also alone (rows = 1): a row's result
+ * must not depend on the rows around it, on its place in a tile, or on the path; 1 and 2 threads. */
 static void test_matmul_packed_equals_definition_bit_for_bit(void) {
     static const int shapes[][3] = {{1, 64, 16}, {3, 7, 17}, {4, 33, 5}, {5, 64, 48}, {9, 100, 33}, {13, 1, 100},
                                     {2, 50, 31}, {6, 257, 16}, {7, 129, 47}, {64, 300, 200},
-                                    {8, 600, 40}, {4, 20, 32}, {5, 40, 64}, {3, 10, 65}, {11, 9, 95}};
+                                    {8, 600, 40}, {4, 20, 32}, {5, 40, 64}, {3, 10, 65}, {11, 9, 95},
+                                    {2, 70, 63}, {7, 33, 127}, {4, 12, 128}, {50, 17, 129}, {7, 1100, 70},
+                                    {50, 2100, 40}};
                                                                                      /* rows, in, out */
     const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
     char list[RX_LIST];
@@ -1519,17 +1522,17 @@ static void attention_double(const float *q, const float *k, const float *v, dou
 }
 
 /* rx_attention_ref (the C reference's attention, its tiles of MM_ROWS queries sharing keys) against the definition
- * in double, on sequences of lengths 40, 1, 17, 16, 33, 5, 1, 45, 40, 35 (off and on a block of 32 keys) sharing
- * prefixes of the first (in compact mode a whole block of 32 shared, a last block shared whole, a block that parts
- * after its first key); GQA 3:1 at head_dim 24 (not a multiple of 32), MHA, MQA 8:1 (a row's heads span two
- * tiles). Then:
+ * in double, on sequences of lengths 40, 1, 17, 16, 33, 5, 1, 45, 40, 35, 80, 64, 66 (off and on a block of 64
+ * keys) sharing prefixes of the first (in compact mode a whole block of 64 shared, a last block shared whole, a
+ * block that parts after its first key); GQA 3:1 at head_dim 24 (not a multiple of 64), MHA, MQA 8:1 (a row's
+ * heads span two tiles). Then:
  *   - compact layout (q_orig = I_gather, kv_row = I_scatter) row j == baseline row I_gather[j] on the scattered
  *     rows, bit for bit;
  *   - every CPU path x 1 and 2 threads: the same bits;
  *   - a NaN planted in position t's key and value reaches rows t.. of its sequence and no other row. */
 static void test_attention_ref_matches_double_every_layout(void) {
     static const int spec[][2] = {{40, 0}, {1, 0}, {17, 1}, {16, 16}, {33, 17}, {5, 5}, {1, 1}, {45, 40}, {40, 40},
-                                  {35, 33}};                                                 /* {length, p} */
+                                  {35, 33}, {80, 70}, {64, 64}, {66, 65}};                   /* {length, p} */
     static const int heads[][3] = {{6, 2, 24}, {4, 4, 16}, {8, 1, 40}};                      /* nh, nkv, hd */
     const int n_seqs = (int)(sizeof spec / sizeof spec[0]);
     const char *paths[RX_PATHS], *path0 = rx_cpu_path(NULL);
