@@ -6157,7 +6157,8 @@ static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_t
 static int demo(void) {
     Qwen3Config cfg = {.vocab_size = 2048, .hidden_size = 256, .intermediate_size = 768, .n_layers = 4,
                        .n_heads = 8, .n_kv_heads = 4, .head_dim = 64, .max_position_embeddings = 4096,
-                       .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1, .n_eos = 0};
+                       .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1, .eos_token_id = {0},
+                       .n_eos = 0};
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 42)) return -1;
     printf("radixmlp demo: a random Qwen3 held in memory (vocab %d, hidden %d, %d layers, %d heads / %d kv heads,\n"
