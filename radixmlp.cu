@@ -279,6 +279,8 @@ static void trie_identity(RadixIndex *ix) {
     ix->n_compact = ix->n_tokens;
 }
 
+static void trie_close(Trie *tr) { FREE_ALL(tr->first_child, tr->next_sibling, tr->table); }
+
 /* A trie over N original rows whose first_child has n_ids entries: the N nodes', then the root's (n_ids = N + 1),
  * set to -1. hashed: with refinement 1. Returns 0, or -1 (out of memory; nothing is left allocated). */
 static int trie_open(Trie *tr, const int32_t *ids, const int32_t *pos, int32_t *gather, int n, int n_ids,
@@ -293,19 +295,11 @@ static int trie_open(Trie *tr, const int32_t *ids, const int32_t *pos, int32_t *
     else
         tr->next_sibling = (int32_t *)malloc((size_t)n * sizeof(int32_t));
     if (!tr->first_child || !(tr->table || tr->next_sibling)) {
-        free(tr->first_child);
-        free(tr->next_sibling);
-        free(tr->table);
+        trie_close(tr);
         return -1;
     }
     for (int r = n; r < n_ids; r++) tr->first_child[r] = -1;
     return 0;
-}
-
-static void trie_close(Trie *tr) {
-    free(tr->first_child);
-    free(tr->next_sibling);
-    free(tr->table);
 }
 
 /* ix's I_gather [N'] and I_scatter [N] for N original rows. Returns 0, or -1 (out of memory; ix freed). */
@@ -375,8 +369,7 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
 }
 
 void radix_index_free(RadixIndex *ix) {
-    free(ix->gather);
-    free(ix->scatter);
+    FREE_ALL(ix->gather, ix->scatter);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -632,8 +625,7 @@ void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows,
         rope_angles(cos_t, sin_t, pos, rows, head_dim, rope_theta);
         qk_norm_rope_ref(x, w, cos_t, sin_t, rows, n_heads, head_dim, eps);
     }
-    free(cos_t);
-    free(sin_t);
+    FREE_ALL(cos_t, sin_t);
 }
 
 /* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)), with the exponential every path shares (exp_one). */
@@ -1014,8 +1006,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     const int QD = c->n_heads * c->head_dim;
     const int KVD = c->n_kv_heads * c->head_dim;
     Layout L;                                           /* lines 1-8: the trie, I_gather [N'], I_scatter [N] */
-    RefActs a;
-    memset(&a, 0, sizeof a);
+    RefActs a = {};
     int rc = -1;
     if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, m, &L, last_only, logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
@@ -1983,8 +1974,7 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
     int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1);   /* [n * page_size] */
     int32_t *pg = (int32_t *)malloc((size_t)n * sizeof(int32_t) + 1);            /* [n]             */
     if (!tok || !pg) {
-        free(tok);
-        free(pg);
+        FREE_ALL(tok, pg);
         return rx_fail("out of host memory for a radix tree edge");
     }
     c->free_node = x->sibling;
@@ -2085,8 +2075,7 @@ static void radix_drop(RxPrefixCache *c, int32_t id) {          /* an unlinked n
     RadixNode *x = &c->node[id];
     for (int j = 0; j < x->n_pages; j++) rx_kv_page_release(c->pool, x->pages[j]);
     c->evicted_pages += x->n_pages;
-    free(x->tokens);
-    free(x->pages);
+    FREE_ALL(x->tokens, x->pages);
     x->used = 0;
     x->sibling = c->free_node;
     c->free_node = id;
@@ -2354,8 +2343,7 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     }
     rc = 0;
 done:
-    free(cache_ref);
-    free(on_free_list);
+    FREE_ALL(cache_ref, on_free_list);
     return rc;
 }
 
@@ -2528,8 +2516,7 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
     uint64_t mask;
     TrieEntry *roots = trie_table(n_seqs, &mask);                                   /* key -> its root + 1 */
     if (!root || !roots) {
-        free(root);
-        free(roots);
+        FREE_ALL(root, roots);
         return rx_fail("radix_index_build: out of host memory");
     }
     int n_roots = 0;
@@ -2558,8 +2545,7 @@ typedef struct {
 } PrefillKeys;
 
 static void prefill_keys_free(PrefillKeys *k) {
-    free(k->cu_k);
-    free(k->kv_dst);
+    FREE_ALL(k->cu_k, k->kv_dst);
     memset(k, 0, sizeof *k);
 }
 
@@ -2686,8 +2672,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
     Layout L;                                            /* seq_start, kv_row [T]: every cached and new position */
     PrefillKeys K;                                       /* T, and the new tokens' slots */
-    RefActs a;
-    memset(&a, 0, sizeof a);
+    RefActs a = {};
     int rc = -1;
     if (layout_build_prefill(&L, &K, b, pf, mode) || acts_alloc(&a, m, &L, 1, last_logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
@@ -3126,10 +3111,9 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     memset(st, 0, sizeof *st);
     if (P < 1 || B < 1 || o->n_pages < 0) return rx_fail("rx_serve: page size %d and batch %d must be >= 1", P, B);
     if (gen_check(o->gen)) return -1;
-    RxKvPool pool;
+    RxKvPool pool = {};
     GpuKvPool *gpu_kv = NULL;                              /* o->gpu: the K/V on the device, the bookkeeping here */
-    Sched S;
-    memset(&S, 0, sizeof S);
+    Sched S = {};
     S.o = o;
     S.tokens = tokens;
     S.lens = lens;
@@ -3140,15 +3124,13 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     S.queue = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
     S.wait = S.queue;
     S.run = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));                         /* [batch] running */
-    Step w;
-    memset(&w, 0, sizeof w);
+    Step w = {};
     w.cached_len = (int32_t *)calloc((size_t)B, sizeof(int32_t));
     w.prefix_key = (int32_t *)calloc((size_t)B, sizeof(int32_t));
     w.tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));
     w.seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));
     w.sfx_lens = (int *)calloc((size_t)B, sizeof(int));
     w.logits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a step's logits [batch, vocab]");
-    memset(&pool, 0, sizeof pool);
     if (!S.req || !S.turn || !S.queue || !S.run || !w.cached_len || !w.prefix_key || !w.tables || !w.seqs ||
         !w.sfx_lens || !w.logits) {
         rx_fail("out of host memory for serving %d requests", n_req);
@@ -3194,10 +3176,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
 done:
     rx_batch_free(&w.sfx);
     for (int s = 0; S.req && s < n_req; s++) rx_request_abort(S.c, &S.req[s]);
-    for (int s = 0; S.turn && s < n_req; s++) {
-        free(S.turn[s].hist);
-        free(S.turn[s].generated);
-    }
+    for (int s = 0; S.turn && s < n_req; s++) FREE_ALL(S.turn[s].hist, S.turn[s].generated);
     rx_cache_free(S.c);
     rx_kv_pool_free(&pool);
     gpu_kv_pool_free(gpu_kv);
@@ -4015,8 +3994,7 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
                           const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
     int hd_pad = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
-    AttnWork w;
-    memset(&w, 0, sizeof w);
+    AttnWork w = {};
     if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
     for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
         int g = q_orig ? q_orig[r] : r;
@@ -6562,8 +6540,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     if (qwen3_load(&m, dir)) return -1;
     if (rx_requests_read(&file, &after, path)) { qwen3_free(&m); return -1; }
     int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1, N = o->gen ? o->gen->max_new : 0, refused = 0;
-    RxGenerate gen;                         /* the options' settings, with this model's eos and the outputs */
-    memset(&gen, 0, sizeof gen);
+    RxGenerate gen = {};                    /* the options' settings, with this model's eos and the outputs */
     if (o->gen) gen = *o->gen;
     const int32_t **seqs = (const int32_t **)malloc((size_t)n * sizeof(int32_t *));   /* [n_requests] */
     int *lens = (int *)calloc((size_t)3 * n, sizeof(int)), *prompt_of = lens + n, *n_out = lens + 2 * n;   /* [n] */
@@ -6649,8 +6626,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     rc = 0;
 done:
-    free(seqs); free(lens); free(batch_of); free(gen_out);
-    free(logits); free(after);
+    FREE_ALL(seqs, lens, batch_of, gen_out, logits, after);
     rx_batch_free(&file); gpu_model_free(g); qwen3_free(&m);
     return rc;
 }
@@ -6839,10 +6815,8 @@ int main(int argc, char **argv) {
     if (action == RUN && val[F_OUT] && !val[F_SCORE]) return usage_error("--out goes with --score YES,NO");
     for (int f = F_OUT + (action == RUN); f < N_FLAGS; f++)  /* the generation flags go with --generate N */
         if (val[f] && !val[F_GENERATE]) return usage_error("%s goes with --generate N", FLAGS[f].name);
-    RxGenerate gen;                         /* run_requests adds the checkpoint's defaults, the eos ids, the outputs */
-    memset(&gen, 0, sizeof gen);
-    gen.temperature = gen.top_p = -1;       /* -1: not given (resolve_sampling) */
-    gen.top_k = -1;
+    RxGenerate gen = {};                    /* run_requests adds the checkpoint's defaults, the eos ids, the outputs */
+    gen.temperature = gen.top_p = gen.top_k = -1;       /* -1: not given (resolve_sampling) */
     int seed = 0;
     if ((val[F_GENERATE] && parse_count("--generate", val[F_GENERATE], 1, 1 << 20, &gen.max_new)) ||
         (val[F_TEMPERATURE] && parse_real("--temperature", val[F_TEMPERATURE], 0, 0, 100, &gen.temperature)) ||
