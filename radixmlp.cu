@@ -239,9 +239,7 @@ static void trie_add_hashed(Trie *tr, int32_t parent, int i, int32_t c) {
     }
     uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
     TrieEntry *s = table_entry(tr->table, tr->mask, parent, key);
-    s->key = key;
-    s->parent = parent;
-    s->node_plus_1 = c + 1;
+    *s = (TrieEntry){.key = key, .parent = parent, .node_plus_1 = c + 1};
 }
 
 /* Refinement 2: a batch that shares nothing. Histories can only be shared if two sequences begin with the same
@@ -252,9 +250,7 @@ static int trie_seen_start(TrieEntry *t, uint64_t mask, int32_t parent, const in
                            int i, int s) {
     TrieEntry *e = table_entry(t, mask, parent, trie_key(ids[i], pos[i]));
     int seen = e->node_plus_1 != 0;
-    e->key = trie_key(ids[i], pos[i]);
-    e->parent = parent;
-    e->node_plus_1 = s + 1;
+    *e = (TrieEntry){.key = trie_key(ids[i], pos[i]), .parent = parent, .node_plus_1 = s + 1};
     return seen;
 }
 
@@ -285,15 +281,11 @@ static void trie_close(Trie *tr) { FREE_ALL(tr->first_child, tr->next_sibling, t
  * set to -1. hashed: with refinement 1. Returns 0, or -1 (out of memory; nothing is left allocated). */
 static int trie_open(Trie *tr, const int32_t *ids, const int32_t *pos, int32_t *gather, int n, int n_ids,
                      int hashed) {
-    memset(tr, 0, sizeof *tr);
-    tr->ids = ids;
-    tr->pos = pos;
-    tr->gather = gather;
-    tr->first_child = (int32_t *)malloc((size_t)n_ids * sizeof(int32_t));
-    if (hashed)
-        tr->table = trie_table(n, &tr->mask);
-    else
-        tr->next_sibling = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    *tr = (Trie){.ids = ids, .pos = pos, .gather = gather,
+                 .first_child = (int32_t *)malloc((size_t)n_ids * sizeof(int32_t)),
+                 .next_sibling = hashed ? NULL : (int32_t *)malloc((size_t)n * sizeof(int32_t)),
+                 .table = NULL, .mask = 0};
+    if (hashed) tr->table = trie_table(n, &tr->mask);
     if (!tr->first_child || !(tr->table || tr->next_sibling)) {
         trie_close(tr);
         return -1;
@@ -867,28 +859,19 @@ static int acts_alloc(RefActs *a, const Qwen3Model *m, const Layout *L, int last
     const Qwen3Config *c = &m->cfg;
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
-    a->h = floats(R * H);
-    a->xn = floats(R * H);
-    a->q = floats(R * QD);
-    a->att = floats(R * QD);
-    a->k = floats(R * KVD);
-    a->v = floats(R * KVD);
-    a->gate = floats(R * I);
-    a->up = floats(R * I);
-    a->qN = floats(Nr * QD);
-    a->attN = floats(Nr * QD);
-    a->kN = floats(Nr * KVD);
-    a->vN = floats(Nr * KVD);
-    a->x_last = floats(last_only ? (size_t)L->S * H : 0);
-    a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
-    a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
-    a->rope_cos = floats(R * (c->head_dim / 2));
-    a->rope_sin = floats(R * (c->head_dim / 2));
-    if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->rope_cos || !a->rope_sin) {
-        acts_free(a);
-        return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
-    }
+    const struct { float **p; size_t n; } bufs[] = {     /* each buffer and its size, as RefActs gives them */
+        {&a->h, R * H}, {&a->xn, R * H}, {&a->q, R * QD}, {&a->att, R * QD}, {&a->k, R * KVD}, {&a->v, R * KVD},
+        {&a->gate, R * I}, {&a->up, R * I}, {&a->qN, Nr * QD}, {&a->attN, Nr * QD}, {&a->kN, Nr * KVD},
+        {&a->vN, Nr * KVD}, {&a->x_last, last_only ? (size_t)L->S * H : 0},
+        {&a->logits_R, logits && !last_only && L->mode != RX_BASELINE ? R * V : 0},
+        {&a->norm_w, H > (size_t)c->head_dim ? H : (size_t)c->head_dim},
+        {&a->rope_cos, R * (c->head_dim / 2)}, {&a->rope_sin, R * (c->head_dim / 2)},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = floats(bufs[i].n))) {
+            acts_free(a);
+            return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
+        }
     if (rx_fast()) return acts_alloc_fast(a, m, last_only && L->S > L->R ? L->S : L->R);     /* Part III */
     return 0;
 }
@@ -1793,10 +1776,8 @@ int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int k
     p->kv_dim = kv_dim;
     p->ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t));
     p->free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list");
-    if (floats) {
-        p->k = (float *)rx_alloc(floats * sizeof(float), "the KV pool's K");
-        p->v = (float *)rx_alloc(floats * sizeof(float), "the KV pool's V");
-    }
+    p->k = floats ? (float *)rx_alloc(floats * sizeof(float), "the KV pool's K") : NULL;
+    p->v = floats ? (float *)rx_alloc(floats * sizeof(float), "the KV pool's V") : NULL;
     if (!p->ref || !p->free_list || (floats && (!p->k || !p->v))) {
         rx_kv_pool_free(p);
         return rx_fail("out of host memory for a KV pool of %d pages x %d tokens", n_pages, page_size);
@@ -2348,13 +2329,8 @@ done:
 }
 
 void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t model_id) {
-    memset(r, 0, sizeof *r);
-    r->tokens = tokens;
-    r->len = len;
-    r->model_id = model_id;
-    r->state = RX_REQ_WAITING;
-    r->prefix_key = -1;
-    r->lock_node = -1;
+    *r = (RxRequest){.tokens = tokens, .len = len, .model_id = model_id, .state = RX_REQ_WAITING, .cached_len = 0,
+                     .kv_len = 0, .pages = NULL, .n_pages = 0, .prefix_key = -1, .lock_node = -1};
 }
 
 /* Undoes an admission: the lock and every page reference the request holds. */
@@ -2523,10 +2499,7 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
     for (int s = 0; s < n_seqs; s++) {                  /* roots numbered in order of first appearance */
         uint64_t key = (uint32_t)root_key[s];           /* -1 -> 0xffffffff, no key >= 0's */
         TrieEntry *slot = table_entry(roots, mask, 0, key);
-        if (!slot->node_plus_1) {
-            slot->key = key;
-            slot->node_plus_1 = ++n_roots;
-        }
+        if (!slot->node_plus_1) *slot = (TrieEntry){.key = key, .parent = 0, .node_plus_1 = ++n_roots};
         root[s] = slot->node_plus_1 - 1;
     }
     free(roots);
@@ -2680,12 +2653,8 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
         layer_qkv_ref(m, l, &L, &a);
         scatter_q_ref(&L, &a, QD);                       /* radix mode's q; its keys are read from the pool instead */
-        KvView kv = {
-            .k = pf->pool->k + (size_t)l * KVD,          /* layer l's slice of every slot */
-            .v = pf->pool->v + (size_t)l * KVD,
-            .row_stride = stride,
-            .kv_row = L.kv_row,
-        };
+        KvView kv = {.k = pf->pool->k + (size_t)l * KVD, .v = pf->pool->v + (size_t)l * KVD,
+                     .row_stride = stride, .kv_row = L.kv_row};      /* k, v: layer l's slice of every slot */
         kv_store_ref(&kv, &L, K.kv_dst, &a, KVD);        /* the new K/V into their slots */
         if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
@@ -5850,13 +5819,9 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *c, uint64_t seed) {
     int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
             in = c->intermediate_size, v = c->vocab_size;
     struct { const char *name; int64_t d0, d1; } per_layer[] = {
-        {"input_layernorm.weight", h, 0},
-        {"self_attn.q_proj.weight", q, h},
-        {"self_attn.k_proj.weight", kv, h},
-        {"self_attn.v_proj.weight", kv, h},
-        {"self_attn.o_proj.weight", h, q},
-        {"self_attn.q_norm.weight", c->head_dim, 0},
-        {"self_attn.k_norm.weight", c->head_dim, 0},
+        {"input_layernorm.weight", h, 0}, {"self_attn.q_proj.weight", q, h}, {"self_attn.k_proj.weight", kv, h},
+        {"self_attn.v_proj.weight", kv, h}, {"self_attn.o_proj.weight", h, q},
+        {"self_attn.q_norm.weight", c->head_dim, 0}, {"self_attn.k_norm.weight", c->head_dim, 0},
         {"post_attention_layernorm.weight", h, 0},
         {"mlp.gate_proj.weight", in, h}, {"mlp.up_proj.weight", in, h}, {"mlp.down_proj.weight", h, in},
     };
@@ -6133,9 +6098,9 @@ static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_t
 }
 
 static int demo(void) {
-    Qwen3Config cfg = {.vocab_size = 2048, .hidden_size = 256, .intermediate_size = 768, .n_layers = 4,
-                       .n_heads = 8, .n_kv_heads = 4, .head_dim = 64, .max_position_embeddings = 4096,
-                       .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1, .n_eos = 0};
+    Qwen3Config cfg = {.vocab_size = 2048, .hidden_size = 256, .intermediate_size = 768, .n_layers = 4, .n_heads = 8,
+                       .n_kv_heads = 4, .head_dim = 64, .max_position_embeddings = 4096, .rope_theta = 1e6,
+                       .rms_norm_eps = 1e-6, .tie_word_embeddings = 1, .eos_token_id = {0}, .n_eos = 0};
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 42)) return -1;
     printf("radixmlp demo: a random Qwen3 held in memory (vocab %d, hidden %d, %d layers, %d heads / %d kv heads,\n"
@@ -6746,13 +6711,10 @@ static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAG
 
 /* --requests' options: the defaults --help gives, then the flags given (val [N_FLAGS]); 2: a value out of range. */
 static int serving_options(const char *const *val, RxMode mode, RxServeOptions *so) {
-    memset(so, 0, sizeof *so);                  /* no pool size (one for the whole file), fcfs, no window, ... */
-    so->cache = RX_CACHE_RADIX;
-    so->page_size = 16;
-    so->batch = 1;
-    so->mode = mode;
-    so->trace = val[F_SHOW_BATCHES] ? stdout : NULL;
-    so->show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
+    *so = (RxServeOptions){.cache = RX_CACHE_RADIX, .page_size = 16, .n_pages = 0, .batch = 1, .lpm = 0,
+                           .lpm_window = 0, .mode = mode, .model_id = 0, .trace = val[F_SHOW_BATCHES] ? stdout : NULL,
+                           .show_cache = val[F_SHOW_CACHE] ? stdout : NULL, .gpu = NULL, .source = NULL, .gen = NULL,
+                           .after = NULL};                          /* n_pages 0: a pool for the whole file */
     if (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so->cache)) return usage_error("%s", radix_error());
     if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so->page_size)) ||
         (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so->n_pages)) ||
