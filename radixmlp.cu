@@ -439,7 +439,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
         fprintf(out, "(a trie of %d nodes: too large to draw)\n", nc);
         return;
     }
-    int32_t *first = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4);   /* [nc+1] by node, the root nc last */
+    int32_t *first = (int32_t *)calloc((size_t)(nc + 1) * 4, 4);    /* [nc+1] by node, the root nc last */
     if (!first) {
         fprintf(out, "(out of memory drawing the trie)\n");
         return;
@@ -447,11 +447,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
     int32_t *next = first + nc + 1;                        /* [nc+1] */
     int32_t *parent = next + nc + 1;                       /* [nc+1] */
     int32_t *mult = parent + nc + 1;                       /* [nc+1] how many sequences pass through node c */
-    for (int c = 0; c <= nc; c++) {
-        first[c] = -1;
-        next[c] = -1;
-        mult[c] = 0;
-    }
+    for (int c = 0; c <= nc; c++) first[c] = next[c] = -1;      /* no child, no sibling yet (mult: 0, calloc) */
     for (int i = 0; i < ix->n_tokens; i++) mult[ix->scatter[i]]++;
     for (int c = 0; c < nc; c++) parent[c] = ix->gather[c] > 0 ? ix->scatter[ix->gather[c] - 1] : nc;  /* nc: root */
     for (int s = 0; s < n_seqs; s++)                      /* a node that starts a sequence hangs below the root */
@@ -479,11 +475,10 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  * (fmaf, one rounding each) in a fixed order (matmul_ref states it); everywhere else a mul and an add round
  * separately, and -ffp-contract=off (Makefile) keeps any compiler from fusing them in one place and not in another.
  * The speed sections' fast code (threads, packed weights, SIMD tiles, the tiled attention) keeps that order, so it
- * computes these very bits; RADIXMLP_CPU=definition runs this section's code instead, and the tests compare the two. */
+ * computes these very bits, and the tests compare the two. */
 
-/* The fast versions of the ops below (OpenMP, packed weights, SIMD tiles), in the speed sections after the caches,
- * each equal to its definition here bit for bit. A definition reaches its fast version in one line,
- * `if (rx_fast()) return ..._fast(...)`: skip those lines and the rest is the definition, which
+/* The fast versions of the ops below, in the speed sections after the caches. A definition reaches its fast version
+ * in one line, `if (rx_fast()) return ..._fast(...)`: skip those lines and the rest is the definition, which
  * RADIXMLP_CPU=definition runs, on one thread. */
 static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps);
 static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp);
@@ -513,8 +508,7 @@ void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int di
  * machine (the x86 instruction, libm's fmaf, a GPU's fma), so every path computes these very bits. Slow (one output
  * at a time, a serial chain): the default path runs its fast version, linear_fast. */
 static void matmul_ref(float *y, const float *x, const RxTensor *W, int rows) {
-    const int in = (int)W->shape[1];
-    const int out = (int)W->shape[0];
+    const int in = (int)W->shape[1], out = (int)W->shape[0];
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
             const float *xr = x + (size_t)r * in;
@@ -588,8 +582,7 @@ static void qk_norm_rope_row(float *xr, const float *w, const float *c, const fl
         float *v = xr + (size_t)h * head_dim;
         rmsnorm_row(v, v, w, head_dim, eps);
         for (int i = 0; i < half; i++) {
-            float a = v[i];
-            float b = v[i + half];
+            float a = v[i], b = v[i + half];
             v[i] = a * c[i] - b * s[i];
             v[i + half] = b * c[i] + a * s[i];
         }
@@ -765,8 +758,7 @@ static void layout_free(Layout *L) {
 /* The rows' half of the layout, once L->ix holds the trie (or nothing, for baseline): resolves RX_AUTO by N'/N,
  * then lines 6-8, each row's token and position, and each sequence's last row and query rows. */
 static int layout_rows(Layout *L, const RxBatch *b, RxMode mode, double auto_threshold) {
-    const int N = b->n_tokens;
-    const int S = b->n_seqs;
+    const int N = b->n_tokens, S = b->n_seqs;
     const int32_t *cu = b->cu_seqlens;
     if (mode == RX_AUTO) mode = rx_auto_mode(L->ix.n_compact, N, auto_threshold);
     const int rows_are_nodes = mode != RX_BASELINE;
@@ -795,10 +787,8 @@ static int layout_rows(Layout *L, const RxBatch *b, RxMode mode, double auto_thr
  * mode's rows are the scattered [N, .] ones); compact mode reads it from the R rows through I_scatter, and its
  * queries are the R rows themselves (q_tok = I_gather). */
 static int layout_attention(Layout *L, const RxBatch *b) {
-    const int N = L->N;
-    const int S = L->S;
-    const int compact = L->mode == RX_COMPACT;
-    const int n_q = compact ? L->R : N;
+    const int N = L->N, S = L->S;
+    const int compact = L->mode == RX_COMPACT, n_q = compact ? L->R : N;
     const int32_t *cu = b->cu_seqlens;
     L->seq_start = ints(N);
     L->kv_row = ints(N);
@@ -986,8 +976,7 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c, NULL)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
-    const int QD = c->n_heads * c->head_dim;
-    const int KVD = c->n_kv_heads * c->head_dim;
+    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     Layout L;                                           /* lines 1-8: the trie, I_gather [N'], I_scatter [N] */
     RefActs a = {};
     int rc = -1;
@@ -2525,8 +2514,7 @@ static void prefill_keys_free(PrefillKeys *k) {
 /* Part II's layout: Part I's rows (layout_rows) on the keyed trie, and attention's half over T (PrefillKeys). pf
  * is checked (prefill_check). The caller frees L and K, whatever this returns. */
 static int layout_build_prefill(Layout *L, PrefillKeys *K, const RxBatch *b, const RxPrefill *pf, RxMode mode) {
-    const int N = b->n_tokens;
-    const int S = b->n_seqs;
+    const int N = b->n_tokens, S = b->n_seqs;
     const int P = pf->pool->page_size;
     const int32_t *cu = b->cu_seqlens;
     memset(L, 0, sizeof *L);
@@ -2540,8 +2528,7 @@ static int layout_build_prefill(Layout *L, PrefillKeys *K, const RxBatch *b, con
         L->index_ms = rx_now_ms() - t0;
     }
     if (layout_rows(L, b, mode, RX_AUTO_THRESHOLD)) return -1;
-    const int compact = L->mode == RX_COMPACT;
-    const int n_q = compact ? L->R : N;
+    const int compact = L->mode == RX_COMPACT, n_q = compact ? L->R : N;
     K->T = (int)T;
     L->seq_start = ints(T);
     L->kv_row = ints(T);
@@ -2640,8 +2627,7 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c, NULL) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
-    const int QD = c->n_heads * c->head_dim;
-    const int KVD = c->n_kv_heads * c->head_dim;
+    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
     Layout L;                                            /* seq_start, kv_row [T]: every cached and new position */
     PrefillKeys K;                                       /* T, and the new tokens' slots */
@@ -2946,8 +2932,7 @@ static int nonfinite_logits(const float *row, int V, int i, const RxServeOptions
     rx_max_abs_diff(row, NULL, (size_t)V, &bad);
     if (bad == (size_t)V) return 0;
     return rx_fail("%s: the logits [vocab] of its last token hold %g at column %zu (radixmlp --check looks for "
-                   "non-finite weights)",
-                   request_name(o, i, who, sizeof who), row[bad], bad);
+                   "non-finite weights)", request_name(o, i, who, sizeof who), row[bad], bad);
 }
 
 /* The refusal rx_serve ends with: the first request that could never fit. */
@@ -3495,10 +3480,7 @@ int rx_threads(int n) {
 #else
 #define RX_OMP(directive)
 static int rx_thread(void) { return 0; }
-int rx_threads(int n) {
-    (void)n;
-    return 1;
-}
+int rx_threads(int) { return 1; }
 #endif
 /* Loops whose lanes are independent (or a max, the same in any order): gcc at -O2 vectorizes them only when told;
  * clang does at -O2 on its own, and at -O1 (the sanitizer builds) would warn that it cannot. */
@@ -4650,14 +4632,13 @@ static int json_new(Json *j, JType t) {
     return j->n++;
 }
 
-static void utf8_put(Json *j, uint32_t c) {
+static void utf8_put(Json *j, uint32_t c) {       /* code point c as 1 to 4 bytes: a lead byte, then 6 bits each */
+    static const uint8_t lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
+    const int n = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
     char *o = j->strs + j->strs_len;
-    if (c < 0x80) { o[0] = (char)c; j->strs_len += 1; }
-    else if (c < 0x800) { o[0] = (char)(0xC0 | c >> 6); o[1] = (char)(0x80 | (c & 63)); j->strs_len += 2; }
-    else if (c < 0x10000) { o[0] = (char)(0xE0 | c >> 12); o[1] = (char)(0x80 | ((c >> 6) & 63));
-                            o[2] = (char)(0x80 | (c & 63)); j->strs_len += 3; }
-    else { o[0] = (char)(0xF0 | c >> 18); o[1] = (char)(0x80 | ((c >> 12) & 63));
-           o[2] = (char)(0x80 | ((c >> 6) & 63)); o[3] = (char)(0x80 | (c & 63)); j->strs_len += 4; }
+    o[0] = (char)(lead[n] | (c >> 6 * (n - 1)));
+    for (int k = 1; k < n; k++) o[k] = (char)(0x80 | ((c >> 6 * (n - 1 - k)) & 63));
+    j->strs_len += n;
 }
 
 static int json_hex4(Json *j, uint32_t *c) {         /* the XXXX of \uXXXX */
@@ -5166,8 +5147,7 @@ static int config_model(const Json *j, const char *file) {
     if (j->v[ar].type != J_ARR) return rx_fail("%s: \"architectures\" must be an array of class names", file);
     for (int e = j->v[ar].child; e >= 0; e = j->v[e].next) {
         int known = 0;
-        for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
-            known |= jstr_is(j, e, archs[a]);
+        for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) known |= jstr_is(j, e, archs[a]);
         if (!known)
             return rx_fail("%s: \"architectures\" names %s; this code computes \"Qwen3ForCausalLM\" and \"Qwen3Model\" "
                            "only", file, jshow(j, e, shown, sizeof shown));
@@ -5969,13 +5949,11 @@ int rx_requests_read(RxBatch *b, int32_t **after, const char *path) {
                 if (pass) { b->input_ids[at] = (int32_t)v; b->position_ids[at] = count; at++; }
                 count++;
             }
-            if (!count && k >= 0) {
-                rx_fail("%s:%d: @%d has no tokens after it: a turn adds at least one token to request %d's "
-                        "conversation", path, line, k + 1, k + 1);
-                goto done;
-            }
             if (!count) {
-                rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line);
+                if (k >= 0)
+                    rx_fail("%s:%d: @%d has no tokens after it: a turn adds at least one token to request %d's "
+                            "conversation", path, line, k + 1, k + 1);
+                else rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line);
                 goto done;
             }
             if (pass) b->cu_seqlens[++s] = at;
@@ -6117,8 +6095,8 @@ static int demo(void) {
     const int32_t *ptrs[4] = {seqs[0], seqs[1], seqs[2], seqs[3]};
     RxBatch b;
     RadixIndex ix;
-    if (rx_batch_make(&b, ptrs, lens, 4)) { qwen3_free(&m); return -1; }
-    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
+    if (rx_batch_make(&b, ptrs, lens, 4) ||          /* a failed make leaves b empty */
+        radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b);
         qwen3_free(&m);
         return -1;
@@ -6336,17 +6314,15 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
             return -1;
         }
     last_only |= score != NULL;                          /* a score reads the last token's logits only */
-    if (rx_batch_read(&b, tokens)) { qwen3_free(&m); return -1; }
     int rc = -1;
     float *logits = NULL;
     GpuModel *g = NULL;
-    if (rx_batch_check(&b, &m.cfg, tokens) ||
+    if (rx_batch_read(&b, tokens) || rx_batch_check(&b, &m.cfg, tokens) ||  /* a failed read leaves b empty */
         radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
     print_batch_stats(&b, &ix, 0);
-    const int rows = last_only || embed ? b.n_seqs : b.n_tokens;
-    const int cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
+    const int rows = last_only || embed ? b.n_seqs : b.n_tokens, cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
     const char *what = embed     ? "embeddings [n_seqs, hidden]"
                      : last_only ? "logits [n_seqs, vocab]"
                                  : "logits [N, vocab]";
@@ -6543,7 +6519,6 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     refused = rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st);
     if (refused < 0) goto done;
     char refusal[sizeof rx_err_buf];                    /* said last, after what the others' outputs give */
-    refusal[0] = '\0';
     snprintf(refusal, sizeof refusal, "%s", radix_error());
     for (int s = 0; s < n; s++)                         /* an @K turn's prompt: K's prompt and output, then its line */
         prompt_of[s] = (after[s] >= 0 ? prompt_of[after[s]] + n_out[after[s]] : 0) + lens[s];
@@ -6567,8 +6542,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     if (out && write_generated(out, &gen, n)) goto done;
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
-           "tokens)\n",
-           n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
+           "tokens)\n", n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
            st.prompt_tokens ? 100.0 * st.cached_tokens / st.prompt_tokens : 0.0);
     if (N)
         printf("generated tokens %ld; of the cached tokens %ld were generated by earlier turns; preemptions %d (%ld "
