@@ -239,7 +239,9 @@ static void trie_add_hashed(Trie *tr, int32_t parent, int i, int32_t c) {
     }
     uint64_t key = trie_key(tr->ids[i], tr->pos[i]);
     TrieEntry *s = table_entry(tr->table, tr->mask, parent, key);
-    *s = (TrieEntry){.key = key, .parent = parent, .node_plus_1 = c + 1};
+    s->key = key;
+    s->parent = parent;
+    s->node_plus_1 = c + 1;
 }
 
 /* Refinement 2: a batch that shares nothing. Histories can only be shared if two sequences begin with the same
@@ -1759,20 +1761,17 @@ int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int k
         return rx_fail("KV pool of %d pages x %d tokens: both must be >= 1 and their product fit in 32 bits",
                        n_pages, page_size);
     size_t floats = (size_t)n_pages * page_size * n_layers * kv_dim;     /* [slots, n_layers, kv_dim] */
-    p->n_pages = n_pages;
-    p->page_size = page_size;
-    p->n_layers = n_layers;
-    p->kv_dim = kv_dim;
-    p->ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t));
-    p->free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list");
-    p->k = floats ? (float *)rx_alloc(floats * sizeof(float), "the KV pool's K") : NULL;
-    p->v = floats ? (float *)rx_alloc(floats * sizeof(float), "the KV pool's V") : NULL;
+    *p = (RxKvPool){.n_pages = n_pages, .page_size = page_size, .n_layers = n_layers, .kv_dim = kv_dim,
+                    .k = floats ? (float *)rx_alloc(floats * sizeof(float), "the KV pool's K") : NULL,
+                    .v = floats ? (float *)rx_alloc(floats * sizeof(float), "the KV pool's V") : NULL,
+                    .ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t)),
+                    .free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list"),
+                    .n_free = n_pages};                                  /* every page free, once the list is filled */
     if (!p->ref || !p->free_list || (floats && (!p->k || !p->v))) {
         rx_kv_pool_free(p);
         return rx_fail("out of host memory for a KV pool of %d pages x %d tokens", n_pages, page_size);
     }
     for (int i = 0; i < n_pages; i++) p->free_list[i] = n_pages - 1 - i;    /* a stack: page 0 is handed out first */
-    p->n_free = n_pages;
     return 0;
 }
 
@@ -2488,7 +2487,10 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
     for (int s = 0; s < n_seqs; s++) {                  /* roots numbered in order of first appearance */
         uint64_t key = (uint32_t)root_key[s];           /* -1 -> 0xffffffff, no key >= 0's */
         TrieEntry *slot = table_entry(roots, mask, 0, key);
-        if (!slot->node_plus_1) *slot = (TrieEntry){.key = key, .parent = 0, .node_plus_1 = ++n_roots};
+        if (!slot->node_plus_1) {
+            slot->key = key;
+            slot->node_plus_1 = ++n_roots;
+        }
         root[s] = slot->node_plus_1 - 1;
     }
     free(roots);
@@ -3447,8 +3449,7 @@ int gpu_prefill(GpuModel *, GpuKvPool *, const RxBatch *, const RxPrefill *, RxM
 #endif /* RADIXMLP_HOST_ONLY */
 
 /* ----------------------------------------------------------------------------- part iii: speed, threads and paths */
-/* Everything here exists only to be fast, and each piece equals a definition of Part I bit for bit; a definition
- * reaches it in one line, `if (rx_fast()) return ..._fast(...)`, and RADIXMLP_CPU=definition never does:
+/* Everything here exists only to be fast, each piece equal bit for bit to the Part I definition that calls it:
  *   rmsnorm_fast, qk_norm_rope_fast, silu_mul_fast   Part I's row loops on threads
  *   linear_fast (rx_matmul_packed_ref)               linear_ref, on weights packed into panels and SIMD tiles
  *   exp_fast (exp_row_avx2)                          rx_exp_ref's exp_one, 8 lanes at a time
