@@ -252,9 +252,7 @@ static int trie_seen_start(TrieEntry *t, uint64_t mask, int32_t parent, const in
                            int i, int s) {
     TrieEntry *e = table_entry(t, mask, parent, trie_key(ids[i], pos[i]));
     int seen = e->node_plus_1 != 0;
-    e->key = trie_key(ids[i], pos[i]);
-    e->parent = parent;
-    e->node_plus_1 = s + 1;
+    *e = (TrieEntry){.key = trie_key(ids[i], pos[i]), .parent = parent, .node_plus_1 = s + 1};
     return seen;
 }
 
@@ -279,33 +277,23 @@ static void trie_identity(RadixIndex *ix) {
     ix->n_compact = ix->n_tokens;
 }
 
+static void trie_close(Trie *tr) { FREE_ALL(tr->first_child, tr->next_sibling, tr->table); }
+
 /* A trie over N original rows whose first_child has n_ids entries: the N nodes', then the root's (n_ids = N + 1),
  * set to -1. hashed: with refinement 1. Returns 0, or -1 (out of memory; nothing is left allocated). */
 static int trie_open(Trie *tr, const int32_t *ids, const int32_t *pos, int32_t *gather, int n, int n_ids,
                      int hashed) {
-    memset(tr, 0, sizeof *tr);
-    tr->ids = ids;
-    tr->pos = pos;
-    tr->gather = gather;
-    tr->first_child = (int32_t *)malloc((size_t)n_ids * sizeof(int32_t));
-    if (hashed)
-        tr->table = trie_table(n, &tr->mask);
-    else
-        tr->next_sibling = (int32_t *)malloc((size_t)n * sizeof(int32_t));
+    *tr = (Trie){.ids = ids, .pos = pos, .gather = gather,
+                 .first_child = (int32_t *)malloc((size_t)n_ids * sizeof(int32_t)),
+                 .next_sibling = hashed ? NULL : (int32_t *)malloc((size_t)n * sizeof(int32_t)),
+                 .table = NULL, .mask = 0};
+    if (hashed) tr->table = trie_table(n, &tr->mask);
     if (!tr->first_child || !(tr->table || tr->next_sibling)) {
-        free(tr->first_child);
-        free(tr->next_sibling);
-        free(tr->table);
+        trie_close(tr);
         return -1;
     }
     for (int r = n; r < n_ids; r++) tr->first_child[r] = -1;
     return 0;
-}
-
-static void trie_close(Trie *tr) {
-    free(tr->first_child);
-    free(tr->next_sibling);
-    free(tr->table);
 }
 
 /* ix's I_gather [N'] and I_scatter [N] for N original rows. Returns 0, or -1 (out of memory; ix freed). */
@@ -375,8 +363,7 @@ int radix_index_build(RadixIndex *ix, const int32_t *input_ids, const int32_t *p
 }
 
 void radix_index_free(RadixIndex *ix) {
-    free(ix->gather);
-    free(ix->scatter);
+    FREE_ALL(ix->gather, ix->scatter);
     memset(ix, 0, sizeof *ix);
 }
 
@@ -454,7 +441,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
         fprintf(out, "(a trie of %d nodes: too large to draw)\n", nc);
         return;
     }
-    int32_t *first = (int32_t *)malloc((size_t)(nc + 1) * 4 * 4);   /* [nc+1] by node, the root nc last */
+    int32_t *first = (int32_t *)calloc((size_t)(nc + 1) * 4, 4);    /* [nc+1] by node, the root nc last */
     if (!first) {
         fprintf(out, "(out of memory drawing the trie)\n");
         return;
@@ -462,11 +449,7 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
     int32_t *next = first + nc + 1;                        /* [nc+1] */
     int32_t *parent = next + nc + 1;                       /* [nc+1] */
     int32_t *mult = parent + nc + 1;                       /* [nc+1] how many sequences pass through node c */
-    for (int c = 0; c <= nc; c++) {
-        first[c] = -1;
-        next[c] = -1;
-        mult[c] = 0;
-    }
+    for (int c = 0; c <= nc; c++) first[c] = next[c] = -1;      /* no child, no sibling yet (mult: 0, calloc) */
     for (int i = 0; i < ix->n_tokens; i++) mult[ix->scatter[i]]++;
     for (int c = 0; c < nc; c++) parent[c] = ix->gather[c] > 0 ? ix->scatter[ix->gather[c] - 1] : nc;  /* nc: root */
     for (int s = 0; s < n_seqs; s++)                      /* a node that starts a sequence hangs below the root */
@@ -494,11 +477,10 @@ void radix_draw_trie(FILE *out, const RadixIndex *ix, const int32_t *input_ids, 
  * (fmaf, one rounding each) in a fixed order (matmul_ref states it); everywhere else a mul and an add round
  * separately, and -ffp-contract=off (Makefile) keeps any compiler from fusing them in one place and not in another.
  * The speed sections' fast code (threads, packed weights, SIMD tiles, the tiled attention) keeps that order, so it
- * computes these very bits; RADIXMLP_CPU=definition runs this section's code instead, and the tests compare the two. */
+ * computes these very bits, and the tests compare the two. */
 
-/* The fast versions of the ops below (OpenMP, packed weights, SIMD tiles), in the speed sections after the caches,
- * each equal to its definition here bit for bit. A definition reaches its fast version in one line,
- * `if (rx_fast()) return ..._fast(...)`: skip those lines and the rest is the definition, which
+/* The fast versions of the ops below, in the speed sections after the caches. A definition reaches its fast version
+ * in one line, `if (rx_fast()) return ..._fast(...)`: skip those lines and the rest is the definition, which
  * RADIXMLP_CPU=definition runs, on one thread. */
 static void rmsnorm_fast(float *out, const float *x, const float *w, int rows, int dim, float eps);
 static void linear_fast(float *y, const float *x, const Qwen3Model *m, const RxTensor *W, int rows, float *xp);
@@ -528,8 +510,7 @@ void rx_rmsnorm_ref(float *out, const float *x, const float *w, int rows, int di
  * machine (the x86 instruction, libm's fmaf, a GPU's fma), so every path computes these very bits. Slow (one output
  * at a time, a serial chain): the default path runs its fast version, linear_fast. */
 static void matmul_ref(float *y, const float *x, const RxTensor *W, int rows) {
-    const int in = (int)W->shape[1];
-    const int out = (int)W->shape[0];
+    const int in = (int)W->shape[1], out = (int)W->shape[0];
     for (int r = 0; r < rows; r++)
         for (int o = 0; o < out; o++) {
             const float *xr = x + (size_t)r * in;
@@ -603,8 +584,7 @@ static void qk_norm_rope_row(float *xr, const float *w, const float *c, const fl
         float *v = xr + (size_t)h * head_dim;
         rmsnorm_row(v, v, w, head_dim, eps);
         for (int i = 0; i < half; i++) {
-            float a = v[i];
-            float b = v[i + half];
+            float a = v[i], b = v[i + half];
             v[i] = a * c[i] - b * s[i];
             v[i + half] = b * c[i] + a * s[i];
         }
@@ -632,8 +612,7 @@ void rx_qk_norm_rope_ref(float *x, const float *w, const int32_t *pos, int rows,
         rope_angles(cos_t, sin_t, pos, rows, head_dim, rope_theta);
         qk_norm_rope_ref(x, w, cos_t, sin_t, rows, n_heads, head_dim, eps);
     }
-    free(cos_t);
-    free(sin_t);
+    FREE_ALL(cos_t, sin_t);
 }
 
 /* out = silu(gate) * up, silu(g) = g / (1 + exp(-g)), with the exponential every path shares (exp_one). */
@@ -781,8 +760,7 @@ static void layout_free(Layout *L) {
 /* The rows' half of the layout, once L->ix holds the trie (or nothing, for baseline): resolves RX_AUTO by N'/N,
  * then lines 6-8, each row's token and position, and each sequence's last row and query rows. */
 static int layout_rows(Layout *L, const RxBatch *b, RxMode mode, double auto_threshold) {
-    const int N = b->n_tokens;
-    const int S = b->n_seqs;
+    const int N = b->n_tokens, S = b->n_seqs;
     const int32_t *cu = b->cu_seqlens;
     if (mode == RX_AUTO) mode = rx_auto_mode(L->ix.n_compact, N, auto_threshold);
     const int rows_are_nodes = mode != RX_BASELINE;
@@ -811,10 +789,8 @@ static int layout_rows(Layout *L, const RxBatch *b, RxMode mode, double auto_thr
  * mode's rows are the scattered [N, .] ones); compact mode reads it from the R rows through I_scatter, and its
  * queries are the R rows themselves (q_tok = I_gather). */
 static int layout_attention(Layout *L, const RxBatch *b) {
-    const int N = L->N;
-    const int S = L->S;
-    const int compact = L->mode == RX_COMPACT;
-    const int n_q = compact ? L->R : N;
+    const int N = L->N, S = L->S;
+    const int compact = L->mode == RX_COMPACT, n_q = compact ? L->R : N;
     const int32_t *cu = b->cu_seqlens;
     L->seq_start = ints(N);
     L->kv_row = ints(N);
@@ -875,28 +851,19 @@ static int acts_alloc(RefActs *a, const Qwen3Model *m, const Layout *L, int last
     const Qwen3Config *c = &m->cfg;
     size_t H = c->hidden_size, QD = (size_t)c->n_heads * c->head_dim, KVD = (size_t)c->n_kv_heads * c->head_dim;
     size_t I = c->intermediate_size, V = c->vocab_size, R = L->R, Nr = L->mode == RX_RADIX ? (size_t)L->N : 0;
-    a->h = floats(R * H);
-    a->xn = floats(R * H);
-    a->q = floats(R * QD);
-    a->att = floats(R * QD);
-    a->k = floats(R * KVD);
-    a->v = floats(R * KVD);
-    a->gate = floats(R * I);
-    a->up = floats(R * I);
-    a->qN = floats(Nr * QD);
-    a->attN = floats(Nr * QD);
-    a->kN = floats(Nr * KVD);
-    a->vN = floats(Nr * KVD);
-    a->x_last = floats(last_only ? (size_t)L->S * H : 0);
-    a->logits_R = floats(logits && !last_only && L->mode != RX_BASELINE ? R * V : 0);
-    a->norm_w = floats(H > (size_t)c->head_dim ? H : (size_t)c->head_dim);
-    a->rope_cos = floats(R * (c->head_dim / 2));
-    a->rope_sin = floats(R * (c->head_dim / 2));
-    if (!a->h || !a->xn || !a->q || !a->k || !a->v || !a->att || !a->gate || !a->up || !a->qN || !a->attN || !a->kN ||
-        !a->vN || !a->x_last || !a->logits_R || !a->norm_w || !a->rope_cos || !a->rope_sin) {
-        acts_free(a);
-        return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
-    }
+    const struct { float **p; size_t n; } bufs[] = {     /* each buffer and its size, as RefActs gives them */
+        {&a->h, R * H}, {&a->xn, R * H}, {&a->q, R * QD}, {&a->att, R * QD}, {&a->k, R * KVD}, {&a->v, R * KVD},
+        {&a->gate, R * I}, {&a->up, R * I}, {&a->qN, Nr * QD}, {&a->attN, Nr * QD}, {&a->kN, Nr * KVD},
+        {&a->vN, Nr * KVD}, {&a->x_last, last_only ? (size_t)L->S * H : 0},
+        {&a->logits_R, logits && !last_only && L->mode != RX_BASELINE ? R * V : 0},
+        {&a->norm_w, H > (size_t)c->head_dim ? H : (size_t)c->head_dim},
+        {&a->rope_cos, R * (c->head_dim / 2)}, {&a->rope_sin, R * (c->head_dim / 2)},
+    };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (!(*bufs[i].p = floats(bufs[i].n))) {
+            acts_free(a);
+            return rx_fail("out of host memory for the reference forward (N=%d, R=%d rows)", L->N, L->R);
+        }
     if (rx_fast()) return acts_alloc_fast(a, m, last_only && L->S > L->R ? L->S : L->R);     /* Part III */
     return 0;
 }
@@ -1011,11 +978,9 @@ static int forward_ref(const Qwen3Model *m, const RxBatch *b, RxMode mode, int l
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c, NULL)) return -1;
     if (logits && !m->lm_head) return no_lm_head();
-    const int QD = c->n_heads * c->head_dim;
-    const int KVD = c->n_kv_heads * c->head_dim;
+    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     Layout L;                                           /* lines 1-8: the trie, I_gather [N'], I_scatter [N] */
-    RefActs a;
-    memset(&a, 0, sizeof a);
+    RefActs a = {};
     int rc = -1;
     if (layout_build(&L, b, mode, RX_AUTO_THRESHOLD) || acts_alloc(&a, m, &L, last_only, logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                                /* line 9: h0 = Embed(x~)  [R, hidden] */
@@ -1796,22 +1761,17 @@ int rx_kv_pool_init(RxKvPool *p, int n_pages, int page_size, int n_layers, int k
         return rx_fail("KV pool of %d pages x %d tokens: both must be >= 1 and their product fit in 32 bits",
                        n_pages, page_size);
     size_t floats = (size_t)n_pages * page_size * n_layers * kv_dim;     /* [slots, n_layers, kv_dim] */
-    p->n_pages = n_pages;
-    p->page_size = page_size;
-    p->n_layers = n_layers;
-    p->kv_dim = kv_dim;
-    p->ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t));
-    p->free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list");
-    if (floats) {
-        p->k = (float *)rx_alloc(floats * sizeof(float), "the KV pool's K");
-        p->v = (float *)rx_alloc(floats * sizeof(float), "the KV pool's V");
-    }
+    *p = (RxKvPool){.n_pages = n_pages, .page_size = page_size, .n_layers = n_layers, .kv_dim = kv_dim,
+                    .k = floats ? (float *)rx_alloc(floats * sizeof(float), "the KV pool's K") : NULL,
+                    .v = floats ? (float *)rx_alloc(floats * sizeof(float), "the KV pool's V") : NULL,
+                    .ref = (int32_t *)calloc((size_t)n_pages, sizeof(int32_t)),
+                    .free_list = (int32_t *)rx_alloc((size_t)n_pages * sizeof(int32_t), "the KV pool's free list"),
+                    .n_free = n_pages};                                  /* every page free, once the list is filled */
     if (!p->ref || !p->free_list || (floats && (!p->k || !p->v))) {
         rx_kv_pool_free(p);
         return rx_fail("out of host memory for a KV pool of %d pages x %d tokens", n_pages, page_size);
     }
     for (int i = 0; i < n_pages; i++) p->free_list[i] = n_pages - 1 - i;    /* a stack: page 0 is handed out first */
-    p->n_free = n_pages;
     return 0;
 }
 
@@ -1983,8 +1943,7 @@ static int32_t radix_new_node(RxPrefixCache *c, int32_t parent, const int32_t *t
     int32_t *tok = (int32_t *)malloc((size_t)n * c->P * sizeof(int32_t) + 1);   /* [n * page_size] */
     int32_t *pg = (int32_t *)malloc((size_t)n * sizeof(int32_t) + 1);            /* [n]             */
     if (!tok || !pg) {
-        free(tok);
-        free(pg);
+        FREE_ALL(tok, pg);
         return rx_fail("out of host memory for a radix tree edge");
     }
     c->free_node = x->sibling;
@@ -2085,8 +2044,7 @@ static void radix_drop(RxPrefixCache *c, int32_t id) {          /* an unlinked n
     RadixNode *x = &c->node[id];
     for (int j = 0; j < x->n_pages; j++) rx_kv_page_release(c->pool, x->pages[j]);
     c->evicted_pages += x->n_pages;
-    free(x->tokens);
-    free(x->pages);
+    FREE_ALL(x->tokens, x->pages);
     x->used = 0;
     x->sibling = c->free_node;
     c->free_node = id;
@@ -2354,19 +2312,13 @@ int rx_cache_audit(const RxPrefixCache *c, RxCacheStats *s) {
     }
     rc = 0;
 done:
-    free(cache_ref);
-    free(on_free_list);
+    FREE_ALL(cache_ref, on_free_list);
     return rc;
 }
 
 void rx_request_init(RxRequest *r, const int32_t *tokens, int len, uint64_t model_id) {
-    memset(r, 0, sizeof *r);
-    r->tokens = tokens;
-    r->len = len;
-    r->model_id = model_id;
-    r->state = RX_REQ_WAITING;
-    r->prefix_key = -1;
-    r->lock_node = -1;
+    *r = (RxRequest){.tokens = tokens, .len = len, .model_id = model_id, .state = RX_REQ_WAITING, .cached_len = 0,
+                     .kv_len = 0, .pages = NULL, .n_pages = 0, .prefix_key = -1, .lock_node = -1};
 }
 
 /* Undoes an admission: the lock and every page reference the request holds. */
@@ -2528,8 +2480,7 @@ int radix_index_build_keyed(RadixIndex *ix, const int32_t *input_ids, const int3
     uint64_t mask;
     TrieEntry *roots = trie_table(n_seqs, &mask);                                   /* key -> its root + 1 */
     if (!root || !roots) {
-        free(root);
-        free(roots);
+        FREE_ALL(root, roots);
         return rx_fail("radix_index_build: out of host memory");
     }
     int n_roots = 0;
@@ -2558,16 +2509,14 @@ typedef struct {
 } PrefillKeys;
 
 static void prefill_keys_free(PrefillKeys *k) {
-    free(k->cu_k);
-    free(k->kv_dst);
+    FREE_ALL(k->cu_k, k->kv_dst);
     memset(k, 0, sizeof *k);
 }
 
 /* Part II's layout: Part I's rows (layout_rows) on the keyed trie, and attention's half over T (PrefillKeys). pf
  * is checked (prefill_check). The caller frees L and K, whatever this returns. */
 static int layout_build_prefill(Layout *L, PrefillKeys *K, const RxBatch *b, const RxPrefill *pf, RxMode mode) {
-    const int N = b->n_tokens;
-    const int S = b->n_seqs;
+    const int N = b->n_tokens, S = b->n_seqs;
     const int P = pf->pool->page_size;
     const int32_t *cu = b->cu_seqlens;
     memset(L, 0, sizeof *L);
@@ -2581,8 +2530,7 @@ static int layout_build_prefill(Layout *L, PrefillKeys *K, const RxBatch *b, con
         L->index_ms = rx_now_ms() - t0;
     }
     if (layout_rows(L, b, mode, RX_AUTO_THRESHOLD)) return -1;
-    const int compact = L->mode == RX_COMPACT;
-    const int n_q = compact ? L->R : N;
+    const int compact = L->mode == RX_COMPACT, n_q = compact ? L->R : N;
     K->T = (int)T;
     L->seq_start = ints(T);
     L->kv_row = ints(T);
@@ -2681,13 +2629,11 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     const Qwen3Config *c = &m->cfg;
     if (rx_batch_check(b, c, NULL) || prefill_check(c, b, pf, 1)) return -1;
     if (last_logits && !m->lm_head) return no_lm_head();
-    const int QD = c->n_heads * c->head_dim;
-    const int KVD = c->n_kv_heads * c->head_dim;
+    const int QD = c->n_heads * c->head_dim, KVD = c->n_kv_heads * c->head_dim;
     const size_t stride = (size_t)c->n_layers * KVD;     /* a slot holds every layer: the pool is [slot, layer, kv] */
     Layout L;                                            /* seq_start, kv_row [T]: every cached and new position */
     PrefillKeys K;                                       /* T, and the new tokens' slots */
-    RefActs a;
-    memset(&a, 0, sizeof a);
+    RefActs a = {};
     int rc = -1;
     if (layout_build_prefill(&L, &K, b, pf, mode) || acts_alloc(&a, m, &L, 1, last_logits != NULL)) goto done;
     embed_ref(m, &L, &a);                                /* from here on as Part I's forward_ref, */
@@ -2695,12 +2641,8 @@ int qwen3_prefill_ref(const Qwen3Model *m, const RxBatch *b, const RxPrefill *pf
     for (int l = 0; l < c->n_layers; l++) {              /* except where the keys live            */
         layer_qkv_ref(m, l, &L, &a);
         scatter_q_ref(&L, &a, QD);                       /* radix mode's q; its keys are read from the pool instead */
-        KvView kv = {
-            .k = pf->pool->k + (size_t)l * KVD,          /* layer l's slice of every slot */
-            .v = pf->pool->v + (size_t)l * KVD,
-            .row_stride = stride,
-            .kv_row = L.kv_row,
-        };
+        KvView kv = {.k = pf->pool->k + (size_t)l * KVD, .v = pf->pool->v + (size_t)l * KVD,
+                     .row_stride = stride, .kv_row = L.kv_row};      /* k, v: layer l's slice of every slot */
         kv_store_ref(&kv, &L, K.kv_dst, &a, KVD);        /* the new K/V into their slots */
         if (layer_attn_mlp_ref(m, l, &L, &a, &kv)) goto done;
     }
@@ -2992,8 +2934,7 @@ static int nonfinite_logits(const float *row, int V, int i, const RxServeOptions
     rx_max_abs_diff(row, NULL, (size_t)V, &bad);
     if (bad == (size_t)V) return 0;
     return rx_fail("%s: the logits [vocab] of its last token hold %g at column %zu (radixmlp --check looks for "
-                   "non-finite weights)",
-                   request_name(o, i, who, sizeof who), row[bad], bad);
+                   "non-finite weights)", request_name(o, i, who, sizeof who), row[bad], bad);
 }
 
 /* The refusal rx_serve ends with: the first request that could never fit. */
@@ -3126,10 +3067,9 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     memset(st, 0, sizeof *st);
     if (P < 1 || B < 1 || o->n_pages < 0) return rx_fail("rx_serve: page size %d and batch %d must be >= 1", P, B);
     if (gen_check(o->gen)) return -1;
-    RxKvPool pool;
+    RxKvPool pool = {};
     GpuKvPool *gpu_kv = NULL;                              /* o->gpu: the K/V on the device, the bookkeeping here */
-    Sched S;
-    memset(&S, 0, sizeof S);
+    Sched S = {};
     S.o = o;
     S.tokens = tokens;
     S.lens = lens;
@@ -3140,15 +3080,13 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
     S.queue = (Waiting *)calloc((size_t)n_req + 1, sizeof(Waiting));
     S.wait = S.queue;
     S.run = (RxRequest **)calloc((size_t)B, sizeof(RxRequest *));                         /* [batch] running */
-    Step w;
-    memset(&w, 0, sizeof w);
+    Step w = {};
     w.cached_len = (int32_t *)calloc((size_t)B, sizeof(int32_t));
     w.prefix_key = (int32_t *)calloc((size_t)B, sizeof(int32_t));
     w.tables = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));
     w.seqs = (const int32_t **)calloc((size_t)B, sizeof(int32_t *));
     w.sfx_lens = (int *)calloc((size_t)B, sizeof(int));
     w.logits = (float *)rx_alloc((size_t)B * V * sizeof(float), "a step's logits [batch, vocab]");
-    memset(&pool, 0, sizeof pool);
     if (!S.req || !S.turn || !S.queue || !S.run || !w.cached_len || !w.prefix_key || !w.tables || !w.seqs ||
         !w.sfx_lens || !w.logits) {
         rx_fail("out of host memory for serving %d requests", n_req);
@@ -3194,10 +3132,7 @@ int rx_serve(const Qwen3Model *m, const int32_t *const *tokens, const int *lens,
 done:
     rx_batch_free(&w.sfx);
     for (int s = 0; S.req && s < n_req; s++) rx_request_abort(S.c, &S.req[s]);
-    for (int s = 0; S.turn && s < n_req; s++) {
-        free(S.turn[s].hist);
-        free(S.turn[s].generated);
-    }
+    for (int s = 0; S.turn && s < n_req; s++) FREE_ALL(S.turn[s].hist, S.turn[s].generated);
     rx_cache_free(S.c);
     rx_kv_pool_free(&pool);
     gpu_kv_pool_free(gpu_kv);
@@ -3514,8 +3449,7 @@ int gpu_prefill(GpuModel *, GpuKvPool *, const RxBatch *, const RxPrefill *, RxM
 #endif /* RADIXMLP_HOST_ONLY */
 
 /* ----------------------------------------------------------------------------- part iii: speed, threads and paths */
-/* Everything here exists only to be fast, and each piece equals a definition of Part I bit for bit; a definition
- * reaches it in one line, `if (rx_fast()) return ..._fast(...)`, and RADIXMLP_CPU=definition never does:
+/* Everything here exists only to be fast, each piece equal bit for bit to the Part I definition that calls it:
  *   rmsnorm_fast, qk_norm_rope_fast, silu_mul_fast   Part I's row loops on threads
  *   linear_fast (rx_matmul_packed_ref)               linear_ref, on weights packed into panels and SIMD tiles
  *   exp_fast (exp_row_avx2)                          rx_exp_ref's exp_one, 8 lanes at a time
@@ -3547,10 +3481,7 @@ int rx_threads(int n) {
 #else
 #define RX_OMP(directive)
 static int rx_thread(void) { return 0; }
-int rx_threads(int n) {
-    (void)n;
-    return 1;
-}
+int rx_threads(int) { return 1; }
 #endif
 /* Loops whose lanes are independent (or a max, the same in any order): gcc at -O2 vectorizes them only when told;
  * clang does at -O2 on its own, and at -O1 (the sanitizer builds) would warn that it cannot. */
@@ -4015,8 +3946,7 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
                           const int32_t *seq_start, int n_heads, int n_kv_heads, int head_dim) {
     int n_t = 0, longest = 1, group = n_heads / n_kv_heads, qd = n_heads * head_dim, n_chunks = 0;
     int hd_pad = (head_dim + MM_COLS - 1) / MM_COLS * MM_COLS;
-    AttnWork w;
-    memset(&w, 0, sizeof w);
+    AttnWork w = {};
     if (n_q == 0) return 0;                      /* no query: nothing to read, nothing to allocate */
     for (int r = 0; r < n_q; r++) {              /* n_t: the keys anyone reads are positions 0 .. n_t-1 */
         int g = q_orig ? q_orig[r] : r;
@@ -4703,14 +4633,13 @@ static int json_new(Json *j, JType t) {
     return j->n++;
 }
 
-static void utf8_put(Json *j, uint32_t c) {
+static void utf8_put(Json *j, uint32_t c) {       /* code point c as 1 to 4 bytes: a lead byte, then 6 bits each */
+    static const uint8_t lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
+    const int n = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
     char *o = j->strs + j->strs_len;
-    if (c < 0x80) { o[0] = (char)c; j->strs_len += 1; }
-    else if (c < 0x800) { o[0] = (char)(0xC0 | c >> 6); o[1] = (char)(0x80 | (c & 63)); j->strs_len += 2; }
-    else if (c < 0x10000) { o[0] = (char)(0xE0 | c >> 12); o[1] = (char)(0x80 | ((c >> 6) & 63));
-                            o[2] = (char)(0x80 | (c & 63)); j->strs_len += 3; }
-    else { o[0] = (char)(0xF0 | c >> 18); o[1] = (char)(0x80 | ((c >> 12) & 63));
-           o[2] = (char)(0x80 | ((c >> 6) & 63)); o[3] = (char)(0x80 | (c & 63)); j->strs_len += 4; }
+    o[0] = (char)(lead[n] | (c >> 6 * (n - 1)));
+    for (int k = 1; k < n; k++) o[k] = (char)(0x80 | ((c >> 6 * (n - 1 - k)) & 63));
+    j->strs_len += n;
 }
 
 static int json_hex4(Json *j, uint32_t *c) {         /* the XXXX of \uXXXX */
@@ -5219,8 +5148,7 @@ static int config_model(const Json *j, const char *file) {
     if (j->v[ar].type != J_ARR) return rx_fail("%s: \"architectures\" must be an array of class names", file);
     for (int e = j->v[ar].child; e >= 0; e = j->v[e].next) {
         int known = 0;
-        for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
-            known |= jstr_is(j, e, archs[a]);
+        for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) known |= jstr_is(j, e, archs[a]);
         if (!known)
             return rx_fail("%s: \"architectures\" names %s; this code computes \"Qwen3ForCausalLM\" and \"Qwen3Model\" "
                            "only", file, jshow(j, e, shown, sizeof shown));
@@ -5872,13 +5800,9 @@ int qwen3_random(Qwen3Model *m, const Qwen3Config *c, uint64_t seed) {
     int64_t h = c->hidden_size, q = (int64_t)c->n_heads * c->head_dim, kv = (int64_t)c->n_kv_heads * c->head_dim,
             in = c->intermediate_size, v = c->vocab_size;
     struct { const char *name; int64_t d0, d1; } per_layer[] = {
-        {"input_layernorm.weight", h, 0},
-        {"self_attn.q_proj.weight", q, h},
-        {"self_attn.k_proj.weight", kv, h},
-        {"self_attn.v_proj.weight", kv, h},
-        {"self_attn.o_proj.weight", h, q},
-        {"self_attn.q_norm.weight", c->head_dim, 0},
-        {"self_attn.k_norm.weight", c->head_dim, 0},
+        {"input_layernorm.weight", h, 0}, {"self_attn.q_proj.weight", q, h}, {"self_attn.k_proj.weight", kv, h},
+        {"self_attn.v_proj.weight", kv, h}, {"self_attn.o_proj.weight", h, q},
+        {"self_attn.q_norm.weight", c->head_dim, 0}, {"self_attn.k_norm.weight", c->head_dim, 0},
         {"post_attention_layernorm.weight", h, 0},
         {"mlp.gate_proj.weight", in, h}, {"mlp.up_proj.weight", in, h}, {"mlp.down_proj.weight", h, in},
     };
@@ -6026,13 +5950,11 @@ int rx_requests_read(RxBatch *b, int32_t **after, const char *path) {
                 if (pass) { b->input_ids[at] = (int32_t)v; b->position_ids[at] = count; at++; }
                 count++;
             }
-            if (!count && k >= 0) {
-                rx_fail("%s:%d: @%d has no tokens after it: a turn adds at least one token to request %d's "
-                        "conversation", path, line, k + 1, k + 1);
-                goto done;
-            }
             if (!count) {
-                rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line);
+                if (k >= 0)
+                    rx_fail("%s:%d: @%d has no tokens after it: a turn adds at least one token to request %d's "
+                            "conversation", path, line, k + 1, k + 1);
+                else rx_fail("%s:%d: empty line (every line must hold one non-empty sequence)", path, line);
                 goto done;
             }
             if (pass) b->cu_seqlens[++s] = at;
@@ -6155,10 +6077,9 @@ static void print_batch_stats(const RxBatch *b, const RadixIndex *ix, int draw_t
 }
 
 static int demo(void) {
-    Qwen3Config cfg = {.vocab_size = 2048, .hidden_size = 256, .intermediate_size = 768, .n_layers = 4,
-                       .n_heads = 8, .n_kv_heads = 4, .head_dim = 64, .max_position_embeddings = 4096,
-                       .rope_theta = 1e6, .rms_norm_eps = 1e-6, .tie_word_embeddings = 1, .eos_token_id = {0},
-                       .n_eos = 0};
+    Qwen3Config cfg = {.vocab_size = 2048, .hidden_size = 256, .intermediate_size = 768, .n_layers = 4, .n_heads = 8,
+                       .n_kv_heads = 4, .head_dim = 64, .max_position_embeddings = 4096, .rope_theta = 1e6,
+                       .rms_norm_eps = 1e-6, .tie_word_embeddings = 1, .eos_token_id = {0}, .n_eos = 0};
     Qwen3Model m;
     if (qwen3_random(&m, &cfg, 42)) return -1;
     printf("radixmlp demo: a random Qwen3 held in memory (vocab %d, hidden %d, %d layers, %d heads / %d kv heads,\n"
@@ -6175,8 +6096,8 @@ static int demo(void) {
     const int32_t *ptrs[4] = {seqs[0], seqs[1], seqs[2], seqs[3]};
     RxBatch b;
     RadixIndex ix;
-    if (rx_batch_make(&b, ptrs, lens, 4)) { qwen3_free(&m); return -1; }
-    if (radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
+    if (rx_batch_make(&b, ptrs, lens, 4) ||          /* a failed make leaves b empty */
+        radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b);
         qwen3_free(&m);
         return -1;
@@ -6394,17 +6315,15 @@ static int run_checkpoint(const char *dir, const char *tokens, RxMode mode, cons
             return -1;
         }
     last_only |= score != NULL;                          /* a score reads the last token's logits only */
-    if (rx_batch_read(&b, tokens)) { qwen3_free(&m); return -1; }
     int rc = -1;
     float *logits = NULL;
     GpuModel *g = NULL;
-    if (rx_batch_check(&b, &m.cfg, tokens) ||
+    if (rx_batch_read(&b, tokens) || rx_batch_check(&b, &m.cfg, tokens) ||  /* a failed read leaves b empty */
         radix_index_build(&ix, b.input_ids, b.position_ids, b.cu_seqlens, b.n_seqs)) {
         rx_batch_free(&b); qwen3_free(&m); return -1;
     }
     print_batch_stats(&b, &ix, 0);
-    const int rows = last_only || embed ? b.n_seqs : b.n_tokens;
-    const int cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
+    const int rows = last_only || embed ? b.n_seqs : b.n_tokens, cols = embed ? m.cfg.hidden_size : m.cfg.vocab_size;
     const char *what = embed     ? "embeddings [n_seqs, hidden]"
                      : last_only ? "logits [n_seqs, vocab]"
                                  : "logits [N, vocab]";
@@ -6563,8 +6482,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     if (qwen3_load(&m, dir)) return -1;
     if (rx_requests_read(&file, &after, path)) { qwen3_free(&m); return -1; }
     int n = file.n_seqs, V = m.cfg.vocab_size, rc = -1, N = o->gen ? o->gen->max_new : 0, refused = 0;
-    RxGenerate gen;                         /* the options' settings, with this model's eos and the outputs */
-    memset(&gen, 0, sizeof gen);
+    RxGenerate gen = {};                    /* the options' settings, with this model's eos and the outputs */
     if (o->gen) gen = *o->gen;
     const int32_t **seqs = (const int32_t **)malloc((size_t)n * sizeof(int32_t *));   /* [n_requests] */
     int *lens = (int *)calloc((size_t)3 * n, sizeof(int)), *prompt_of = lens + n, *n_out = lens + 2 * n;   /* [n] */
@@ -6602,7 +6520,6 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     refused = rx_serve(&m, seqs, lens, n, o, logits, batch_of, cached_of, &st);
     if (refused < 0) goto done;
     char refusal[sizeof rx_err_buf];                    /* said last, after what the others' outputs give */
-    refusal[0] = '\0';
     snprintf(refusal, sizeof refusal, "%s", radix_error());
     for (int s = 0; s < n; s++)                         /* an @K turn's prompt: K's prompt and output, then its line */
         prompt_of[s] = (after[s] >= 0 ? prompt_of[after[s]] + n_out[after[s]] : 0) + lens[s];
@@ -6626,8 +6543,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     if (dump && write_f32(dump, logits, n, V, "last-token logits [n_requests, vocab], rows in file order")) goto done;
     if (out && write_generated(out, &gen, n)) goto done;
     printf("requests %d in %d batch%s, prompt tokens %ld, cached tokens %ld, hit rate %.1f%% (cached / prompt "
-           "tokens)\n",
-           n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
+           "tokens)\n", n, st.n_batches, st.n_batches == 1 ? "" : "es", st.prompt_tokens, st.cached_tokens,
            st.prompt_tokens ? 100.0 * st.cached_tokens / st.prompt_tokens : 0.0);
     if (N)
         printf("generated tokens %ld; of the cached tokens %ld were generated by earlier turns; preemptions %d (%ld "
@@ -6650,8 +6566,7 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
     }
     rc = 0;
 done:
-    free(seqs); free(lens); free(batch_of); free(gen_out);
-    free(logits); free(after);
+    FREE_ALL(seqs, lens, batch_of, gen_out, logits, after);
     rx_batch_free(&file); gpu_model_free(g); qwen3_free(&m);
     return rc;
 }
@@ -6771,13 +6686,10 @@ static const struct { const char *name; int takes_value, actions; } FLAGS[N_FLAG
 
 /* --requests' options: the defaults --help gives, then the flags given (val [N_FLAGS]); 2: a value out of range. */
 static int serving_options(const char *const *val, RxMode mode, RxServeOptions *so) {
-    memset(so, 0, sizeof *so);                  /* no pool size (one for the whole file), fcfs, no window, ... */
-    so->cache = RX_CACHE_RADIX;
-    so->page_size = 16;
-    so->batch = 1;
-    so->mode = mode;
-    so->trace = val[F_SHOW_BATCHES] ? stdout : NULL;
-    so->show_cache = val[F_SHOW_CACHE] ? stdout : NULL;
+    *so = (RxServeOptions){.cache = RX_CACHE_RADIX, .page_size = 16, .n_pages = 0, .batch = 1, .lpm = 0,
+                           .lpm_window = 0, .mode = mode, .model_id = 0, .trace = val[F_SHOW_BATCHES] ? stdout : NULL,
+                           .show_cache = val[F_SHOW_CACHE] ? stdout : NULL, .gpu = NULL, .source = NULL, .gen = NULL,
+                           .after = NULL};                          /* n_pages 0: a pool for the whole file */
     if (val[F_CACHE] && rx_cache_kind_parse(val[F_CACHE], &so->cache)) return usage_error("%s", radix_error());
     if ((val[F_PAGE_SIZE] && parse_count("--page-size", val[F_PAGE_SIZE], 1, 4096, &so->page_size)) ||
         (val[F_CACHE_PAGES] && parse_count("--cache-pages", val[F_CACHE_PAGES], 1, 1 << 24, &so->n_pages)) ||
@@ -6840,10 +6752,8 @@ int main(int argc, char **argv) {
     if (action == RUN && val[F_OUT] && !val[F_SCORE]) return usage_error("--out goes with --score YES,NO");
     for (int f = F_OUT + (action == RUN); f < N_FLAGS; f++)  /* the generation flags go with --generate N */
         if (val[f] && !val[F_GENERATE]) return usage_error("%s goes with --generate N", FLAGS[f].name);
-    RxGenerate gen;                         /* run_requests adds the checkpoint's defaults, the eos ids, the outputs */
-    memset(&gen, 0, sizeof gen);
-    gen.temperature = gen.top_p = -1;       /* -1: not given (resolve_sampling) */
-    gen.top_k = -1;
+    RxGenerate gen = {};                    /* run_requests adds the checkpoint's defaults, the eos ids, the outputs */
+    gen.temperature = gen.top_p = gen.top_k = -1;       /* -1: not given (resolve_sampling) */
     int seed = 0;
     if ((val[F_GENERATE] && parse_count("--generate", val[F_GENERATE], 1, 1 << 20, &gen.max_new)) ||
         (val[F_TEMPERATURE] && parse_real("--temperature", val[F_TEMPERATURE], 0, 0, 100, &gen.temperature)) ||
