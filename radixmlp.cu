@@ -1267,11 +1267,10 @@ typedef struct { const bf16 *k, *v; int64_t row_stride; const int32_t *kv_row; }
  *   q, out [n_q, n_heads*head_dim]   query rows: N original rows, or N' compact rows
  *   k, v, kv_stride, kv_row          key/value rows, as GpuKvView above
  *   seq_start, kv_row [n_keys]       attention's tokens (Layout): the N original positions in a forward
- * Query row r stands for token g = q_orig ? q_orig[r] : r of that space and attends to its tokens
- * t = seq_start[g] .. g, through kv_row; query head h reads kv head h / (n_heads / n_kv) (GQA).
- * One warp per (query row, head); lane l owns dims l, l+32, ... of the head. One pass over the keys with an online
- * softmax in fp32: keep the running max m, the running sum l of exp(score - m) and the weighted sum acc of values,
- * and rescale l and acc by exp(m_old - m_new) whenever the max grows; out = acc / l, rounded once (bf16 note).
+ * Which tokens and heads a query row reads: as rx_attention_ref (radixmlp.h). One warp per (query row, head); lane l
+ * owns dims l, l+32, ... of the head. One pass over the keys with an online softmax in fp32: keep the running max m,
+ * the running sum l of exp(score - m) and the weighted sum acc of values, and rescale l and acc by exp(m_old - m_new)
+ * whenever the max grows; out = acc / l, rounded once (bf16 note).
  * Compact mode is exact, bit for bit the radix mode's scatter -> attention -> gather: see KvView. */
 __global__ void attention_kernel(bf16 *out, const bf16 *q, const bf16 *k, const bf16 *v, int64_t kv_stride,
                                  const int32_t *kv_row, int n_q, const int32_t *q_orig, const int32_t *seq_start,
@@ -1612,8 +1611,7 @@ static int gpu_scatter_q(GpuModel *g, GpuWork *w) {
     return w->L.mode == RX_RADIX ? gpu_rows_by_index(w->q_n, w->q, w->scatter, w->L.N, q_bytes) : 0;
 }
 
-/* Line 20, as scatter_qkv_ref: radix mode moves q, k and v to original space [N, .]; *kv says where attention
- * reads this layer's keys. */
+/* Line 20, as scatter_qkv_ref, *kv for its return value. */
 static int gpu_scatter_qkv(GpuModel *g, GpuWork *w, GpuKvView *kv) {
     const int64_t KVD = (int64_t)g->cfg.n_kv_heads * g->cfg.head_dim;
     const size_t kv_bytes = (size_t)KVD * sizeof(bf16);                            /* one key or value row */
@@ -1659,8 +1657,8 @@ static int gpu_layer_attn_mlp(GpuModel *g, int l, GpuWork *w, const GpuKvView *k
     return add_inplace(w->x, w->xn, (int64_t)R * H);
 }
 
-/* Lines 31-33: the final norm and the LM head, only on the rows whose logits are wanted; the GPU time; the copy back.
- * embed != NULL (with last_only): the last tokens' normed states instead of logits, no LM head (gpu_embed). */
+/* Lines 31-33, as head_ref; then the GPU time and the copy back. embed != NULL (with last_only): gpu_embed's
+ * normed states instead of logits, no LM head. */
 static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, float *embed) {
     const int H = g->cfg.hidden_size, V = g->cfg.vocab_size, S = w->L.S, n_out = last_only ? S : w->L.R;
     const float eps = (float)g->cfg.rms_norm_eps;
@@ -4101,8 +4099,8 @@ static int attention_fast(const float *q, const KvView *kv, float *out, int n_q,
  * Query rows past the sequence's end and keys past Lk are zero-filled by cp.async: finite, and dropped or masked. */
 enum { FLASH_D = 128, FLASH_BN = 64, FLASH_WARPS = 4 };      /* head_dim, the key tile, warps per CTA */
 typedef struct { int32_t seq, tile, key_tiles; } FlashTile;   /* one CTA's work: query tile `tile` of sequence seq */
-/* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (two
- * buffers: tile j+1 loads while tile j is computed); END elements in all. The launch passes flash_smem_bytes(BM), its
+/* The kernel's dynamic shared memory, bf16, as element offsets: Q [BM][D+8], then K and V, each [2][BN][D+8] (the
+ * two buffers above); END elements in all. The launch passes flash_smem_bytes(BM), its
  * own count: the resource gate (`make resource-gate`, run by `make test`) fails where the two disagree. */
 template <int D, int BM> struct FlashSmem {
     enum { SROW = D + 8, Q = 0, K = Q + BM * SROW, V = K + 2 * FLASH_BN * SROW, END = V + 2 * FLASH_BN * SROW };
