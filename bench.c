@@ -554,8 +554,8 @@ static int csv_number(const char *path, int row, const char *col, const char *te
  * compression N/N' is at most B = 32; above 1000 is a typo or a broken run), else one line naming the row. */
 static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title, size_t title_size)
 {
-    enum { MODEL, DEVICE, P, S, RADIX, COMPACT, PAPER, NCOL };
-    static const char *want[NCOL] = {"model", "device", "P", "S", "radix_x", "compact_x", "paper_x"};
+    enum { MODEL, DEVICE, P, S, RADIX, COMPACT, PAPER, N, NCOL };
+    static const char *want[NCOL] = {"model", "device", "P", "S", "radix_x", "compact_x", "paper_x", "N"};
     int at[NCOL], nf, header = 1, rc = 1;
     char *text, *line, *next, *field[64];
     size_t len;
@@ -591,7 +591,7 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
         }
 #define FIELD(k) (at[k] >= 0 && at[k] < nf ? field[at[k]] : "")
         double v[NCOL];
-        for (int k = P; k < NCOL; k++) {
+        for (int k = P; k < N; k++) {
             const char *rule = k <= S ? "it must be a whole number of tokens from 1 to 1048576"
                                       : "a speedup must be a number above 0 and at most 1000 (empty: none)";
             if (csv_number(path, *n + 1, want[k], FIELD(k), k <= S ? 1 << 20 : 1000, k <= S, rule, &v[k])) goto done;
@@ -601,7 +601,12 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
             fprintf(stderr, "bench: %s, data row %d: no P or S, or neither radix_x nor paper_x\n", path, *n + 1);
             goto done;
         }
-        if (*n == 0) snprintf(title, title_size, "RadixMLP speedup, %s, B = 32 (%s)", FIELD(MODEL), FIELD(DEVICE));
+        if (*n == 0) {                          /* B = N / (P + S): every sequence of a Table 4 batch has P + S tokens */
+            long tokens = atol(FIELD(N)), b = tokens / (pt[0].P + pt[0].S);
+            char batch[32] = "";
+            if (b > 0 && b * (pt[0].P + pt[0].S) == tokens) snprintf(batch, sizeof batch, ", B = %ld", b);
+            snprintf(title, title_size, "RadixMLP speedup, %s%s (%s)", FIELD(MODEL), batch, FIELD(DEVICE));
+        }
         (*n)++;
 #undef FIELD
     }
