@@ -1504,7 +1504,8 @@ static int upload_i32(int32_t **dst, const int32_t *src, int n, const char *what
 }
 
 /* Part III's attention kernel for the forward, in three visible lines: work_alloc plans it, attention_step runs it,
- * work_free frees it. Without them (or on the definition path) the forward runs the naive kernel above. */
+ * work_free frees it. Without them the forward runs the naive kernel above; so does the definition path, unless
+ * gpu_set_attention asked for the flash kernel itself. */
 typedef struct FastAttn FastAttn;
 static int attention_plan_fast(GpuModel *g, FastAttn **plan, const Layout *L, const int32_t *cu_k);
 static int attention_run_fast(const FastAttn *plan, bf16 *out, const bf16 *q, GpuKvView kv, const Qwen3Config *c);
@@ -1664,7 +1665,7 @@ static int work_head(GpuModel *g, GpuWork *w, int last_only, float *logits, floa
     const float eps = (float)g->cfg.rms_norm_eps;
     const bf16 *h = w->x;
     bf16 *hn = w->xn;
-    if (last_only) {   /* each sequence's last token: its row in the R rows, w->last */
+    if (last_only) {                                                        /* as head_ref */
         TRY(gpu_rows_by_index(w->x_last, w->x, w->last, S, H * sizeof(bf16)));
         h = hn = w->x_last;
     }
@@ -3244,7 +3245,7 @@ static int prefill_run(GpuModel *g, GpuKvPool *pool, const RxBatch *b, const RxP
     TRY(embed_rows(g, w));
     for (int l = 0; l < c->n_layers; l++) {
         TRY(gpu_layer_qkv(g, l, w));
-        TRY(gpu_scatter_q(g, w));                   /* radix mode's q; its keys are read from the pool instead */
+        TRY(gpu_scatter_q(g, w));                   /* as qwen3_prefill_ref */
         GpuKvView kv = {
             .k = pool->k + l * KVD,                 /* layer l's slice of every slot */
             .v = pool->v + l * KVD,
