@@ -601,7 +601,7 @@ static int read_t4_csv(const char *path, Point *pt, int max, int *n, char *title
             fprintf(stderr, "bench: %s, data row %d: no P or S, or neither radix_x nor paper_x\n", path, *n + 1);
             goto done;
         }
-        if (*n == 0) {                          /* B = N / (P + S): every sequence of a Table 4 batch has P + S tokens */
+        if (*n == 0) {                   /* B = N / (P + S): each sequence of a Table 4 batch has P + S tokens */
             long tokens = atol(FIELD(N)), b = tokens / (pt[0].P + pt[0].S);
             char batch[32] = "";
             if (b > 0 && b * (pt[0].P + pt[0].S) == tokens) snprintf(batch, sizeof batch, ", B = %ld", b);
