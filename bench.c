@@ -530,9 +530,9 @@ static int write_svg(const char *path, Point *pt, int n, const char *title)
 #undef SY
     fprintf(f, "<text x=\"%g\" y=\"%g\" font-size=\"11\" fill=\"#555\">dashed: the paper's Table 4 (Qwen3-4B, "
                "H100, fp16)</text>\n</svg>\n", X0, H - 12);
-    if (rx_output_close(f)) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
-    fprintf(stderr, "bench: wrote %s\n", path);
-    return 0;
+    if (!rx_output_close(f, "bench: wrote %s", path)) return 0;
+    fprintf(stderr, "bench: %s\n", radix_error());
+    return 1;
 }
 
 /* Field `text` of data row `row`, column `col`, as a number in (0, hi] (a whole one if whole): -1 if it is empty,
@@ -1804,9 +1804,9 @@ static int write_cpu_svg(const char *path, const Point *pt, int n, int B, const 
             Y0 + 58, X1 + 42, Y0 + 74, X1 + 42, Y0 + 88, X1 + 30, Y0 + 110);
 #undef SX
 #undef SY
-    if (rx_output_close(f)) { fprintf(stderr, "bench: %s\n", radix_error()); return 1; }
-    fprintf(stderr, "bench: wrote %s\n", path);
-    return 0;
+    if (!rx_output_close(f, "bench: wrote %s", path)) return 0;
+    fprintf(stderr, "bench: %s\n", radix_error());
+    return 1;
 }
 
 /* ---- Part II: generation on the cache, a multi-turn chat ------------------------------------------------------ */
@@ -1986,7 +1986,7 @@ int main(int argc, char **argv)
         int f = 0;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
-            if (!rx_output_close(stdout)) return 0;
+            if (!rx_output_close(stdout, NULL)) return 0;
             fprintf(stderr, "bench: %s\n", radix_error());
             return 1;
         }
@@ -2093,11 +2093,11 @@ int main(int argc, char **argv)
         else rc = reranker(model, reps, quick);
     }
     /* the tables on stdout, then the CSV; every output replaced only when all are written whole (rx_output_open) */
-    if (rx_output_close(stdout) || (!rc && g_csv && rx_output_close(g_csv))) {
+    if (rx_output_close(stdout, NULL) || (!rc && g_csv && rx_output_close(g_csv, NULL))) {
         fprintf(stderr, "bench: %s\n", radix_error());
         rc = 1;
     }
-    if (rx_outputs_finish(!rc)) {
+    if (rx_outputs_finish(!rc, stderr)) {
         fprintf(stderr, "bench: %s\n", radix_error());
         rc = 1;
     }

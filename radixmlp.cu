@@ -5410,9 +5410,9 @@ int rx_is_stdout(const char *path) {
 static const char *output_target(const char *path, char *real) { return realpath(path, real) ? real : path; }
 
 /* This run's outputs not yet renamed into place, for rx_outputs_finish and a signal's handler: a fixed array (path:
- * the caller's, which outlives the run; f: NULL once closed). */
+ * the caller's, which outlives the run; f: NULL once closed; said: the line that says it was written, or ""). */
 #define RX_MAX_OUTPUTS 8
-static struct { const char *path; FILE *f; char tmp[RX_TMP_PATH]; } rx_outputs[RX_MAX_OUTPUTS];
+static struct { const char *path; FILE *f; char tmp[RX_TMP_PATH], said[RX_TMP_PATH]; } rx_outputs[RX_MAX_OUTPUTS];
 static volatile sig_atomic_t rx_n_outputs;
 static int rx_outputs_failed;                    /* an output (stdout too) could not be opened or written whole */
 
@@ -5439,6 +5439,7 @@ FILE *rx_output_open(const char *path) {
     if (rx_n_outputs == RX_MAX_OUTPUTS) goto fail;
     tmp = rx_outputs[rx_n_outputs].tmp;
     tmp[0] = '\0';
+    rx_outputs[rx_n_outputs].said[0] = '\0';
     rx_outputs[rx_n_outputs].path = path;
     rx_outputs[rx_n_outputs++].f = NULL;                          /* a signal now removes what mkstemp makes */
     if (exists && (!S_ISREG(st.st_mode) || rx_is_stdout(path))) {   /* bench --replot --svg /dev/stdout */
@@ -5458,12 +5459,19 @@ fail:
     return NULL;
 }
 
-/* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so. */
-int rx_output_close(FILE *f) {
+/* A full disk (or /dev/full) fails a write only when the buffer is flushed: the error flag and the close say so.
+ * stdout is flushed, not closed: rx_outputs_finish's lines come after. */
+int rx_output_close(FILE *f, const char *said, ...) {
     int i = 0, bad = fflush(f) != 0 || ferror(f), err = errno;
     while (i < rx_n_outputs && rx_outputs[i].f != f) i++;
-    if (i < rx_n_outputs) rx_outputs[i].f = NULL;
-    if (fclose(f) && !bad) {
+    if (i < rx_n_outputs) {
+        rx_outputs[i].f = NULL;
+        va_list ap;
+        va_start(ap, said);
+        if (said) vsnprintf(rx_outputs[i].said, sizeof rx_outputs[i].said, said, ap);
+        va_end(ap);
+    }
+    if (f != stdout && fclose(f) && !bad) {
         bad = 1;
         err = errno;
     }
@@ -5473,7 +5481,7 @@ int rx_output_close(FILE *f) {
                    err ? strerror(err) : "write error");
 }
 
-int rx_outputs_finish(int ok) {
+int rx_outputs_finish(int ok, FILE *say) {
     char real[4096];
     int rc = 0;
     ok &= !rx_outputs_failed;
@@ -5485,6 +5493,8 @@ int rx_outputs_finish(int ok) {
         if (ok && !rc) rc = rx_fail("%s: cannot write: %s", path, strerror(errno));
         unlink(tmp);
     }
+    for (int i = 0; ok && !rc && i < rx_n_outputs; i++)         /* written: said only now */
+        if (rx_outputs[i].said[0]) fprintf(say, "%s\n", rx_outputs[i].said);
     rx_n_outputs = 0;
     rx_outputs_failed = 0;
     return rc;
@@ -6260,9 +6270,7 @@ static int write_f32(const char *path, const float *out, int rows, int cols, con
     FILE *f = rx_output_open(path);
     if (!f) return -1;
     fwrite(out, sizeof(float), (size_t)rows * cols, f);
-    if (rx_output_close(f)) return -1;
-    printf("wrote %s: float32 [%d, %d], the %s\n", path, rows, cols, what);
-    return 0;
+    return rx_output_close(f, "wrote %s: float32 [%d, %d], the %s", path, rows, cols, what);
 }
 
 /* A NaN or Inf in a forward's output [rows, cols] is an error, never a result: the first one, by row and column. */
@@ -6286,10 +6294,9 @@ static int print_scores(const float *logits, int n_seqs, int vocab, const int32_
         if (!out) printf("sequence %d: P(yes) = ", s);
         fprintf(f, "%.9g\n", p[s]);
     }
-    if (out && rx_output_close(f)) goto done;
+    if (out && rx_output_close(f, "wrote %s: %d line%s, P(yes) of each sequence in the batch's order (YES %d, NO %d)",
+                               out, n_seqs, n_seqs == 1 ? "" : "s", score[0], score[1])) goto done;
     rc = 0;
-    if (out) printf("wrote %s: %d lines, P(yes) of each sequence in the batch's order (YES %d, NO %d)\n", out, n_seqs,
-                    score[0], score[1]);
 done:
     free(p);
     return rc;
@@ -6372,9 +6379,7 @@ static int write_generated(const char *path, const RxGenerate *g, int n) {
         for (int j = 0; j < g->n_out[i]; j++) fprintf(f, "%s%d", j ? " " : "", g->out[(size_t)i * g->max_new + j]);
         fprintf(f, "\n");
     }
-    if (rx_output_close(f)) return -1;
-    printf("wrote %s: %d lines of generated token ids\n", path, n);
-    return 0;
+    return rx_output_close(f, "wrote %s: %d line%s of generated token ids", path, n, n == 1 ? "" : "s");
 }
 
 /* --stats: a CSV row per request, in file order; a refused one (batch_of -1) has empty fields and 0 generated. */
@@ -6386,9 +6391,7 @@ static int write_stats(const char *path, int n, const int32_t *batch_of, const i
     for (int s = 0; s < n; s++)
         if (batch_of[s] < 0) fprintf(f, "%d,,,,0\n", s);
         else fprintf(f, "%d,%d,%d,%d,%d\n", s, batch_of[s], prompt_of[s], cached_of[s], n_out[s]);
-    if (rx_output_close(f)) return -1;
-    printf("wrote %s: %d rows\n", path, n);
-    return 0;
+    return rx_output_close(f, "wrote %s: %d row%s", path, n, n == 1 ? "" : "s");
 }
 
 /* The sampling a run uses, as transformers' generate() decides it: a flag given wins, else the checkpoint's
@@ -6524,9 +6527,10 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
         prompt_of[s] = (after[s] >= 0 ? prompt_of[after[s]] + n_out[after[s]] : 0) + lens[s];
     for (int s = 0; logits && s < n; s++)               /* a refused request has no logits: NaN, never stale memory */
         for (int v = 0; batch_of[s] < 0 && v < V; v++) logits[(size_t)s * V + v] = NAN;
-    printf("%d requests, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d pages%s; batch %d, %s;"
-           " %s%s, mode %s: %.1f ms\n", n, st.prompt_tokens, rx_cache_kind_name(o->cache), o->page_size, st.pool_pages,
-           o->n_pages ? "" : " (enough for the whole file)", o->batch, o->lpm ? "lpm" : "fcfs",
+    printf("%d request%s, %ld prompt tokens; prefix cache %s, page size %d, KV pool of %d page%s%s; batch %d, %s;"
+           " %s%s, mode %s: %.1f ms\n", n, n == 1 ? "" : "s", st.prompt_tokens, rx_cache_kind_name(o->cache),
+           o->page_size, st.pool_pages, st.pool_pages == 1 ? "" : "s", o->n_pages ? "" : " (enough for the whole file)",
+           o->batch, o->lpm ? "lpm" : "fcfs",
            g ? "the GPU, bf16: " : "the C reference on the CPU", g ? gpu_device_name() : "", rx_mode_name(o->mode),
            st.ms);
     if (N) {
@@ -6557,7 +6561,8 @@ static int run_requests(const char *dir, const char *path, RxServeOptions *o, co
                 st.request_pages, st.held_after_flush);
         goto done;
     }
-    printf("after the final flush: 0 pages held by requests, all %d pages free (no leak)\n", st.pool_pages);
+    printf("after the final flush: 0 pages held by requests, all %d page%s free (no leak)\n", st.pool_pages,
+           st.pool_pages == 1 ? "" : "s");
     if (refused) {
         rx_fail("%s; the other requests' outputs are written (a refused request's: an empty line in --out, empty "
                 "fields in --stats, NaN logits)", refusal);
@@ -6708,7 +6713,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
-            if (!rx_output_close(stdout)) return 0;
+            if (!rx_output_close(stdout, NULL)) return 0;
             fprintf(stderr, "radixmlp: %s\n", radix_error());
             return 1;
         }
@@ -6790,8 +6795,9 @@ int main(int argc, char **argv) {
                                 val[F_OUT]);
         else rc = demo();
     }
-    if (!rc) rc = rx_output_close(stdout);                    /* the text: an output too */
-    if (rx_outputs_finish(1) && !rc) rc = -1;                   /* each output written whole, or none replaced */
+    if (!rc) rc = rx_output_close(stdout, NULL);                 /* the text: an output too */
+    if (rx_outputs_finish(1, stdout) && !rc) rc = -1;            /* each output written whole, or none replaced */
+    if (!rc) rc = rx_output_close(stdout, NULL);                 /* and the lines that say so */
     if (rc) { fprintf(stderr, "radixmlp: %s\n", radix_error()); return rc == 2 ? 2 : 1; }   /* 2: resolve_sampling */
     return 0;
 }

@@ -35,18 +35,19 @@ double rx_max_abs_diff(const float *a, const float *b, size_t n, size_t *first_b
  *   /dev/null excepted: an output file there would mix with the text the program prints.
  * rx_output_open: an output file of a run, which replaces path only when all the run's outputs are written whole:
  *   it opens a temporary file beside path (path must outlive the run); rx_output_close flushes and closes it, or
- *   stdout (0, or -1 with "PATH: cannot write: why"); rx_outputs_finish(ok) then renames each output opened since
- *   onto its path when ok, each was closed and none (stdout included) failed, else removes them all. A run that
- *   fails, or is stopped by SIGINT, SIGTERM, SIGHUP or SIGPIPE (rx_output_open catches those it finds at their
- *   default), leaves every path as it was. An output that is not a regular file (/dev/null, a FIFO), or is stdout,
- *   is written in place. */
+ *   flushes stdout (0, or -1 with "PATH: cannot write: why"), and keeps the line that will say it was written (said,
+ *   a printf format, or NULL). rx_outputs_finish(ok, say) then renames each output opened since onto its path when
+ *   ok, each was closed and none (stdout included) failed, and prints their lines to say; else it removes them all
+ *   and says nothing. A run that fails, or is stopped by SIGINT, SIGTERM, SIGHUP or SIGPIPE
+ *   (rx_output_open catches those it finds at their default), leaves every path as it was. An output that is not a
+ *   regular file (/dev/null, a FIFO), or is stdout, is written in place. */
 #define RX_TMP_PATH 4200
 int  rx_read_text(const char *path, size_t max_bytes, char **text, size_t *len);
 int  rx_same_file(const char *a, const char *b);
 int  rx_is_stdout(const char *path);
 FILE *rx_output_open(const char *path);
-int  rx_output_close(FILE *f);
-int  rx_outputs_finish(int ok);
+int  rx_output_close(FILE *f, const char *said, ...) __attribute__((format(printf, 2, 3)));
+int  rx_outputs_finish(int ok, FILE *say);
 
 /* ---------------------------------------------------------------------------------------------------------------
  * Algorithm 2: the prefix trie and its compaction indices

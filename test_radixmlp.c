@@ -7563,7 +7563,8 @@ static void test_cli_refused_turn_keeps_the_others_outputs(void) {
 
 /* The outputs of a run are all written or none is: when one cannot be written (/dev/full), or the text cannot
  * (stdout on /dev/full; stdout a pipe whose reader is gone: SIGPIPE at the first write), every file that was there
- * before stays as it was, and no temporary file is left; a run that succeeds replaces them all. */
+ * before stays as it was, no temporary file is left, and no line says "wrote"; a run that succeeds replaces them
+ * all, and says so of each (stdout to a file here). */
 static void test_cli_outputs_all_or_nothing(void) {
     if (!have_cli()) return;
     char dir[] = "/tmp/radixmlp-cli-XXXXXX";
@@ -7577,7 +7578,7 @@ static void test_cli_outputs_all_or_nothing(void) {
          "--dump-logits /dev/full", 1},
         {"stdout /dev/full", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 > /dev/full", 1},
         {"SIGPIPE", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 >&5", 141},
-        {"a run that succeeds", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 > /dev/null", 0},
+        {"a run that succeeds", "%s --stats @/s.csv --out @/o.txt --dump-logits @/l.f32 > @/.said", 0},
     };
     const int n = (int)(sizeof cases / sizeof cases[0]);
     for (int i = 0; i < n; i++) {
@@ -7598,10 +7599,18 @@ static void test_cli_outputs_all_or_nothing(void) {
         DIR *d = opendir(dir);
         for (struct dirent *e; d && (e = readdir(d));) files += e->d_name[0] != '.';
         if (d) closedir(d);
-        expect(rc == cases[i].rc && files == 4 && kept == (i < n - 1 ? 3 : 0),
-               "%s: exit %d (want %d), %d files (want r.txt and 3 outputs), %d outputs as they were (want %d)\n%s",
-               cases[i].what, rc, cases[i].rc, files, kept, i < n - 1 ? 3 : 0, out);
-        note("%-48s exit %3d, %d of 3 outputs as they were, %d files", cases[i].what, rc, kept, files);
+        size_t len = 0;
+        snprintf(path, sizeof path, "%s/.said", dir);
+        char *said = i < n - 1 ? strdup(out) : (char *)read_file(path, &len);
+        int wrote = 0;
+        for (const char *w = said; w && (w = strstr(w, "wrote ")); w++) wrote++;
+        expect(rc == cases[i].rc && files == 4 && kept == (i < n - 1 ? 3 : 0) && wrote == (i < n - 1 ? 0 : 3),
+               "%s: exit %d (want %d), %d files (want r.txt and 3 outputs), %d outputs as they were (want %d), %d "
+               "lines say 'wrote' (want %d)\n%s", cases[i].what, rc, cases[i].rc, files, kept, i < n - 1 ? 3 : 0,
+               wrote, i < n - 1 ? 0 : 3, said ? said : out);
+        note("%-48s exit %3d, %d of 3 outputs as they were, %d files, %d 'wrote'", cases[i].what, rc, kept, files,
+             wrote);
+        free(said);
     }
     remove_dir(dir);
 }
